@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Make sure the Debian base image `debian:<suite>` exists locally.
+# Where a registry is reachable, `docker pull` would do; this machine has none, so
+# when the image is absent we debootstrap the suite and `docker import` it under the
+# conventional tag. The Dockerfiles then stay ordinary `FROM debian:<suite>` lines.
+set -euo pipefail
+suite=${1:-bookworm}
+tag="debian:${suite}"
+
+if docker image inspect "$tag" >/dev/null 2>&1; then
+    exit 0
+fi
+if [ "${TF_CLUSTER_PULL:-0}" = 1 ] && docker pull "$tag"; then
+    exit 0
+fi
+
+# Use the mirror the host's apt already uses (DEBIAN_MIRROR overrides).
+mirror=${DEBIAN_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
+    /etc/apt/sources.list.d/*.list 2>/dev/null |
+    grep -oE '^(URIs:|deb) *https?://[^ ]+/debian/?( |$)' | grep -oE 'https?://[^ ]+' | head -n1 || true)}
+if [ -z "$mirror" ]; then
+    echo "base-image: no Debian mirror found in /etc/apt; set DEBIAN_MIRROR" >&2
+    exit 1
+fi
+command -v debootstrap >/dev/null || {
+    echo "base-image: debootstrap is not installed (apt-get install debootstrap)" >&2
+    exit 1
+}
+
+root=$(mktemp -d /var/tmp/tfc-rootfs.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+echo "base-image: debootstrap $suite from $mirror (a few minutes)" >&2
+debootstrap --variant=minbase "$suite" "$root" "$mirror" >"$root.log" 2>&1 || {
+    tail -n 20 "$root.log" >&2
+    exit 1
+}
+rm -f "$root.log"
+# Same apt sources as the official image so `apt-get update` works inside.
+echo "deb $mirror $suite main" >"$root/etc/apt/sources.list"
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+tar -C "$root" -c . | docker import -c 'CMD ["bash"]' - "$tag" >/dev/null
+echo "base-image: imported $tag" >&2

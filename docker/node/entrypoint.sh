@@ -1,0 +1,46 @@
+#!/bin/bash
+# Start-up script of a testbed container (bind-mounted at /opt/tfc-testbed by
+# docker/testbed.sh; run under tini as PID 1's child).
+#   entrypoint.sh ctl    munged + slurmctld -D   (controller and submit host)
+#   entrypoint.sh node   fake GPUs + munged + slurmd -D
+# Slurm config comes from /etc/slurm (a directory bind mount of docker/run/etc),
+# the shared munge key from /tfc-run/munge.key, logs go to /var/log/slurm (a bind
+# mount of docker/run/log/<hostname>).
+set -euo pipefail
+role=${1:?usage: entrypoint.sh ctl|node}
+log() { echo "tfc-entry[$(hostname)]: $*" >&2; }
+
+# munge: the key must be owned by munge and private; munged refuses anything else.
+install -d -o munge -g munge -m 0700 /etc/munge
+install -o munge -g munge -m 0400 /tfc-run/munge.key /etc/munge/munge.key
+install -d -o munge -g munge -m 0755 /run/munge
+install -d -o munge -g munge -m 0700 /var/lib/munge /var/log/munge
+runuser -u munge -- /usr/sbin/munged --force
+for _ in $(seq 50); do [ -S /run/munge/munge.socket.2 ] && break; sleep 0.1; done
+munge -n | unmunge >/dev/null || { log "munge self-test failed"; exit 1; }
+
+install -d -o slurm -g slurm -m 0755 /var/log/slurm /run/slurm
+
+case "$role" in
+ctl)
+    install -d -o slurm -g slurm -m 0755 /var/spool/slurmctld
+    log "starting slurmctld"
+    exec /usr/sbin/slurmctld -D
+    ;;
+node)
+    # Fake GPUs: gres/gpu only sets CUDA_VISIBLE_DEVICES for character devices.
+    for n in 0 1 2 3; do
+        [ -c /dev/nvidia$n ] || mknod -m 666 /dev/nvidia$n c 195 $n
+    done
+    install -d -m 0755 /var/spool/slurmd
+    # The nodes start before ctl (so that slurmctld can resolve them at its start);
+    # wait for the controller's name to resolve so slurmd registers at once.
+    for _ in $(seq 300); do getent hosts ctl >/dev/null && break; sleep 0.2; done
+    log "starting slurmd"
+    exec /usr/sbin/slurmd -D
+    ;;
+*)
+    log "unknown role: $role"
+    exit 2
+    ;;
+esac

@@ -1,0 +1,415 @@
+#!/usr/bin/env bash
+# Multi-node Slurm testbed for tf-cluster: one controller + three compute nodes in
+# Docker containers (plain `docker`, no compose), Debian's Slurm, 4 fake GPUs per node.
+#
+#   docker/testbed.sh up          build image, (re)create network + containers, wait
+#                                 until node[1-3] are idle (idempotent: running
+#                                 containers with unchanged config are kept, drained
+#                                 nodes resumed; any failure exits non-zero)
+#   docker/testbed.sh down        remove containers and network (docker/run/ is kept)
+#   docker/testbed.sh status      containers, sinfo, squeue
+#   docker/testbed.sh exec CMD..  run CMD in tfc-ctl as alice, cwd /home/alice,
+#                                 e.g. `docker/testbed.sh exec srun -N3 -n6 hostname`
+#   docker/testbed.sh admin CMD.. run CMD in tfc-ctl as root (scontrol update ...)
+#   docker/testbed.sh node-exec NODE CMD..  run CMD as root in tfc-NODE (NODE=node1..)
+#   docker/testbed.sh logs [ctl|node1|..] [LINES]   tail slurmctld/slurmd logs
+#   docker/testbed.sh plugstack FILE|default|empty   swap /etc/slurm/plugstack.conf
+#
+# Containers: tfc-ctl (hostname ctl: munged + slurmctld; the submit host, tests run
+# srun/sbatch there) and tfc-node1..3 (hostnames node1..3: munged + slurmd -D,
+# /dev/nvidia0..3 fake GPUs). Every name (ctl, node1..3) resolves in
+# every container through the user-defined network `tfc`.
+#
+# Generated files (git-ignored) live in docker/run/ (TFC_RUN_DIR): etc/ is
+# bind-mounted as /etc/slurm (slurm.conf, gres.conf, cgroup.conf, plugstack.conf)
+# in every container, munge.key is the shared key, log/<host>/ holds each daemon's
+# log (also readable after a container died), home/ is /home in every container
+# (shared like NFS on a real cluster: /home/alice = docker/run/home/alice, uid 1000;
+# sbatch output files land there; `down` deletes it).
+#
+# The nodes are NOT privileged: the default device cgroup already allows mknod of
+# the fake GPUs and /sys/fs/cgroup is visible read-only, which is all slurmd needs
+# with proctrack/linuxproc + task/none. (--privileged fails on a Docker daemon that
+# lacks a capability itself, e.g. "unable to apply caps: operation not permitted".)
+# TFC_NODE_FLAGS adds `docker run` flags for the nodes, e.g. TFC_NODE_FLAGS=--privileged.
+#
+# The plugin: ${TFC_PLUGIN_DIR:-<repo>/target/release} is mounted read-only at
+# /opt/tf-cluster in all containers (a directory mount, so a `cargo build` that
+# replaces libtf_cluster.so is seen at once). The default plugstack.conf is the
+# repo's plugstack.conf.example with its tf_cluster .so path replaced by
+# /opt/tf-cluster/libtf_cluster.so; while that example or the .so is missing, an
+# empty plugstack.conf is used instead (with a warning). TFC_PLUGSTACK=FILE|empty
+# at `up` overrides the default.
+#
+# Swapping plugstack.conf at run time (no restart needed for srun/sbatch and new
+# steps: srun and every slurmstepd read it afresh; slurmd itself only reads it at
+# start, which matters only for job prolog/epilog callbacks):
+#   docker/testbed.sh plugstack my-plugstack.conf   # copy FILE in (atomic rename)
+#   docker/testbed.sh plugstack empty               # no plugin at all
+#   docker/testbed.sh plugstack default             # back to the generated default
+# or do the same from a test: write docker/run/etc/.plugstack.conf.XXXX, then
+# rename(2) it onto docker/run/etc/plugstack.conf (same directory => atomic).
+# Never rewrite the file in place: a step starting meanwhile could read half a file.
+#
+# Environment: TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_RUN_DIR,
+# TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
+# TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+SUITE=${TFC_SUITE:-bookworm}
+IMAGE=${TFC_IMAGE:-tfc-node:$SUITE}
+NET=tfc
+RUN=${TFC_RUN_DIR:-$here/run}
+PLUGIN_DIR=${TFC_PLUGIN_DIR:-$repo/target/release}
+UP_TIMEOUT=${TFC_UP_TIMEOUT:-120}
+NODES=(node1 node2 node3)
+CTL=tfc-ctl
+PLUGIN_SO=/opt/tf-cluster/libtf_cluster.so
+
+die() { echo "testbed: error: $*" >&2; exit 1; }
+note() { echo "testbed: $*" >&2; }
+exists() { docker container inspect "$1" >/dev/null 2>&1; }
+running() { [ "$(docker container inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" = true ]; }
+all_containers() { echo "$CTL"; for n in "${NODES[@]}"; do echo "tfc-$n"; done; }
+state_of() { local s; s=$(docker container inspect -f '{{.State.Status}} exit={{.State.ExitCode}}' "$1" 2>/dev/null) || s=absent; echo "$s"; }
+host_of() { case "$1" in tfc-ctl) echo ctl ;; tfc-*) echo "${1#tfc-}" ;; *) echo "$1" ;; esac; }
+
+command -v docker >/dev/null || die "docker is not installed"
+
+# Atomically install $1 (a file) as $RUN/etc/plugstack.conf.
+install_plugstack() {
+    local src=$1 tmp
+    mkdir -p "$RUN/etc"
+    tmp=$(mktemp "$RUN/etc/.plugstack.conf.XXXXXX")
+    cat "$src" >"$tmp" || { rm -f "$tmp"; die "cannot read $src"; }
+    chmod 0644 "$tmp"
+    mv -f "$tmp" "$RUN/etc/plugstack.conf"
+}
+
+# Write the default plugstack.conf to stdout.
+default_plugstack() {
+    local example=${TFC_PLUGSTACK_EXAMPLE:-$repo/plugstack.conf.example}
+    if [ ! -f "$example" ]; then
+        note "warning: $example does not exist: using an EMPTY plugstack.conf (no plugin)"
+        echo "# empty: $example did not exist when this was generated"
+    elif [ ! -e "$PLUGIN_DIR/libtf_cluster.so" ]; then
+        note "warning: $PLUGIN_DIR/libtf_cluster.so does not exist (cargo build --release?):" \
+            "using an EMPTY plugstack.conf (no plugin)"
+        echo "# empty: $PLUGIN_DIR/libtf_cluster.so did not exist when this was generated"
+    else
+        echo "# generated by docker/testbed.sh from plugstack.conf.example"
+        sed -E "s#[^[:space:]]*tf_cluster\.so#$PLUGIN_SO#" "$example"
+    fi
+}
+
+cmd_plugstack() {
+    local what=${1:?usage: testbed.sh plugstack FILE|default|empty} tmp
+    tmp=$(mktemp)
+    case "$what" in
+    default) default_plugstack >"$tmp" ;;
+    empty) echo "# empty (testbed.sh plugstack empty)" >"$tmp" ;;
+    *) [ -f "$what" ] || { rm -f "$tmp"; die "no such file: $what"; }; cat "$what" >"$tmp" ;;
+    esac
+    install_plugstack "$tmp"
+    rm -f "$tmp"
+    note "plugstack.conf is now:"
+    sed 's/^/    /' "$RUN/etc/plugstack.conf" >&2
+}
+
+write_config() {
+    mkdir -p "$RUN/etc" "$RUN/log"
+    # A one-line .gitignore keeps the run dir out of git even without the top-level entry.
+    [ -f "$RUN/.gitignore" ] || echo '*' >"$RUN/.gitignore"
+    # /home is shared by all containers (like NFS on a real cluster): sbatch output
+    # files written on a node are readable on ctl, and vice versa.
+    if [ ! -d "$RUN/home/alice" ]; then
+        mkdir -p "$RUN/home/alice"
+        chown -R 1000:1000 "$RUN/home/alice"
+        chmod 0755 "$RUN/home/alice"
+    fi
+    if [ ! -s "$RUN/munge.key" ]; then
+        ( umask 077; head -c 1024 /dev/urandom >"$RUN/munge.key" )
+    fi
+    cat >"$RUN/etc/slurm.conf.new" <<'EOF'
+# Generated by docker/testbed.sh -- edits are overwritten by `up`.
+ClusterName=tfc
+SlurmctldHost=ctl
+SlurmUser=slurm
+AuthType=auth/munge
+MailProg=/bin/true
+
+StateSaveLocation=/var/spool/slurmctld
+SlurmdSpoolDir=/var/spool/slurmd
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+MpiParams=ports=12000-12999
+PlugStackConfig=/etc/slurm/plugstack.conf
+
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+
+# Short timeouts so that failures surface quickly.
+MessageTimeout=5
+SlurmctldTimeout=20
+SlurmdTimeout=20
+BatchStartTimeout=10
+KillWait=5
+UnkillableStepTimeout=30
+InactiveLimit=0
+MinJobAge=300
+# DOWN nodes come back when their slurmd registers; DRAIN stays until resumed.
+ReturnToService=2
+
+# The box has fewer cores than the nodes claim.
+SlurmdParameters=config_overrides
+NodeName=node[1-3] CPUs=4 Gres=gpu:4 State=UNKNOWN
+# FORCE:64: jobs share cores, so dozens of small jobs/steps can run at once.
+PartitionName=debug Nodes=node[1-3] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:64
+EOF
+    cat >"$RUN/etc/gres.conf.new" <<'EOF'
+# Generated by docker/testbed.sh. /dev/nvidia[0-3] are fake char devices (c 195 N).
+AutoDetect=off
+Name=gpu File=/dev/nvidia[0-3]
+EOF
+    cat >"$RUN/etc/cgroup.conf.new" <<'EOF'
+# Generated by docker/testbed.sh. slurmd 22.05 always loads a cgroup plugin.
+CgroupPlugin=autodetect
+ConstrainDevices=no
+EOF
+    local f
+    for f in slurm.conf gres.conf cgroup.conf; do
+        mv -f "$RUN/etc/$f.new" "$RUN/etc/$f"
+    done
+    local tmp
+    tmp=$(mktemp)
+    if [ -n "${TFC_PLUGSTACK:-}" ]; then
+        case "$TFC_PLUGSTACK" in
+        empty) echo "# empty (TFC_PLUGSTACK=empty)" >"$tmp" ;;
+        *) [ -f "$TFC_PLUGSTACK" ] || die "TFC_PLUGSTACK: no such file: $TFC_PLUGSTACK"
+           cat "$TFC_PLUGSTACK" >"$tmp" ;;
+        esac
+    else
+        default_plugstack >"$tmp"
+    fi
+    install_plugstack "$tmp"
+    rm -f "$tmp"
+}
+
+build_image() {
+    bash "$here/base-image.sh" "$SUITE" || die "base image debian:$SUITE is missing and could not be created"
+    mkdir -p "$RUN"
+    note "building image $IMAGE"
+    if ! docker build --network host --build-arg "SUITE=$SUITE" -t "$IMAGE" "$here/node" \
+        >"$RUN/build.log" 2>&1; then
+        tail -n 30 "$RUN/build.log" >&2
+        die "docker build of $IMAGE failed (full log: $RUN/build.log)"
+    fi
+}
+
+# Hash of everything that requires recreating the containers when it changes.
+config_hash() {
+    {
+        docker image inspect -f '{{.Id}}' "$IMAGE"
+        echo "$PLUGIN_DIR $RUN $here ${TFC_NODE_FLAGS-}"
+        declare -f start_container
+        cat "$RUN/etc/slurm.conf" "$RUN/etc/gres.conf" "$RUN/etc/cgroup.conf" \
+            "$RUN/munge.key" "$here/node/entrypoint.sh"
+    } | sha256sum | cut -c1-16
+}
+
+start_container() {
+    local name=$1 role=$2 hash=$3 host
+    host=$(host_of "$name")
+    local args=(
+        -d --name "$name" --hostname "$host"
+        --network "$NET" --network-alias "$host"
+        --label tfc.testbed=1 --label "tfc.hash=$hash"
+        -v "$RUN/etc:/etc/slurm:ro"
+        -v "$RUN/munge.key:/tfc-run/munge.key:ro"
+        -v "$RUN/log/$host:/var/log/slurm"
+        -v "$RUN/home:/home"
+        -v "$here/node:/opt/tfc-testbed:ro"
+        -v "$PLUGIN_DIR:/opt/tf-cluster:ro"
+        --shm-size 1g
+    )
+    [ "$role" = node ] && args+=(${TFC_NODE_FLAGS-})
+    rm -rf "${RUN:?}/log/$host"
+    mkdir -p "$RUN/log/$host"
+    docker run "${args[@]}" "$IMAGE" /opt/tfc-testbed/entrypoint.sh "$role" >/dev/null ||
+        die "docker run $name failed"
+}
+
+# Print diagnostics for a failed `up` (to stderr).
+diagnose() {
+    echo "---- sinfo ----" >&2
+    docker exec "$CTL" sinfo -N -o '%N %T %E' >&2 2>&1 || true
+    cmd_logs "" 20 >&2
+}
+
+wait_idle() {
+    local deadline=$((SECONDS + UP_TIMEOUT)) out c idle n resumed=
+    while :; do
+        for c in $(all_containers); do
+            running "$c" || { diagnose; die "container $c is not running (see above)"; }
+        done
+        out=$(docker exec "$CTL" sinfo -h -N -p debug -o '%N %T' 2>/dev/null || true)
+        # Ready = responding and schedulable (busy counts when containers are reused).
+        idle=$(awk '$2 ~ /^(idle|mixed|allocated|completing)$/ { n++ } END { print n + 0 }' <<<"$out")
+        if [ "$idle" -eq "${#NODES[@]}" ]; then
+            return 0
+        fi
+        # Reused containers: a node drained by an earlier test is put back into service.
+        for n in $(awk '$2 ~ /^drain/ { print $1 }' <<<"$out"); do
+            case " $resumed " in *" $n "*) continue ;; esac
+            note "warning: $n is drained ($(docker exec "$CTL" sinfo -h -n "$n" -o '%E')): resuming it"
+            docker exec "$CTL" scontrol update nodename="$n" state=resume || true
+            resumed="$resumed $n"
+        done
+        if [ $SECONDS -ge $deadline ]; then
+            diagnose
+            die "timed out after ${UP_TIMEOUT}s waiting for node[1-3] to be idle; sinfo said: $(tr '\n' ' ' <<<"$out")"
+        fi
+        sleep 0.5
+    done
+}
+
+cmd_up() {
+    local t0=$SECONDS
+    build_image
+    write_config
+    mkdir -p "$PLUGIN_DIR" 2>/dev/null || die "TFC_PLUGIN_DIR $PLUGIN_DIR does not exist and cannot be created"
+    PLUGIN_DIR=$(cd "$PLUGIN_DIR" && pwd)
+    RUN=$(cd "$RUN" && pwd)
+    local hash c role reuse=1
+    hash=$(config_hash)
+    for c in $(all_containers); do
+        if ! running "$c" ||
+            [ "$(docker container inspect -f '{{index .Config.Labels "tfc.hash"}}' "$c")" != "$hash" ]; then
+            reuse=0
+        fi
+    done
+    if [ $reuse = 0 ]; then
+        # Recreate all together: a stale ctl must not answer for the name `ctl`.
+        for c in $(all_containers); do
+            if exists "$c"; then
+                docker rm -f "$c" >/dev/null || die "cannot remove old container $c"
+            fi
+        done
+        docker network inspect "$NET" >/dev/null 2>&1 ||
+            docker network create "$NET" >/dev/null || die "cannot create docker network $NET"
+        # Nodes first, so slurmctld finds their names resolvable when it starts.
+        for c in "${NODES[@]/#/tfc-}" "$CTL"; do
+            role=node; [ "$c" = "$CTL" ] && role=ctl
+            start_container "$c" "$role" "$hash"
+        done
+    fi
+    wait_idle
+    note "up: node[1-3] idle ($((SECONDS - t0))s$([ $reuse = 0 ] || echo ', containers reused'))"
+}
+
+cmd_down() {
+    local c
+    for c in $(all_containers); do
+        if exists "$c"; then
+            docker rm -f "$c" >/dev/null || die "cannot remove container $c"
+        fi
+    done
+    if docker network inspect "$NET" >/dev/null 2>&1; then
+        docker network rm "$NET" >/dev/null || die "cannot remove docker network $NET"
+    fi
+    rm -rf "${RUN:?}/home"
+    note "down: containers, network and the shared /home removed"
+}
+
+cmd_status() {
+    local c rc=0
+    for c in $(all_containers); do
+        printf '%-10s %s\n' "$c" "$(state_of "$c")"
+        running "$c" || rc=1
+    done
+    if running "$CTL"; then
+        docker exec "$CTL" sinfo -N -o '%N %P %T %c %G %E' || rc=1
+        docker exec "$CTL" squeue || rc=1
+    fi
+    return $rc
+}
+
+require_up() { running "$CTL" || die "$CTL is not running (docker/testbed.sh up)"; }
+
+# -it on a terminal; -i (stdin forwarded, srun passes it to task 0) when stdin is
+# a pipe or file; nothing when stdin is a terminal but stdout is not.
+tty_flags() {
+    if [ -t 0 ]; then
+        if [ -t 1 ]; then echo -it; fi
+    else
+        echo -i
+    fi
+}
+
+cmd_exec() {
+    [ $# -gt 0 ] || die "usage: testbed.sh exec CMD [ARGS..]"
+    require_up
+    exec docker exec $(tty_flags) -u alice -w /home/alice \
+        -e USER=alice -e LOGNAME=alice -e HOME=/home/alice "$CTL" "$@"
+}
+
+cmd_admin() {
+    [ $# -gt 0 ] || die "usage: testbed.sh admin CMD [ARGS..]"
+    require_up
+    exec docker exec $(tty_flags) "$CTL" "$@"
+}
+
+cmd_node_exec() {
+    [ $# -gt 1 ] || die "usage: testbed.sh node-exec NODE CMD [ARGS..]"
+    local c=tfc-${1#tfc-}; shift
+    running "$c" || die "$c is not running"
+    exec docker exec $(tty_flags) "$c" "$@"
+}
+
+cmd_logs() {
+    local which=${1:-} lines=${2:-50} c f
+    for c in $(all_containers); do
+        [ -z "$which" ] || [ "$(host_of "$which")" = "$(host_of "$c")" ] || continue
+        echo "==== $c ($(state_of "$c"))"
+        # The daemons' own lines are in the log files below; show the rest (munged,
+        # start-up script, anything before the log file was opened).
+        docker logs --tail "$((lines * 4))" "$c" 2>&1 | grep -Ev '^(slurmd|slurmctld): ' |
+            tail -n "$lines" | sed 's/^/[console] /' || true
+        for f in "$RUN/log/$(host_of "$c")"/*.log; do
+            [ -f "$f" ] || continue
+            echo "---- $f"
+            tail -n "$lines" "$f"
+        done
+    done
+}
+
+sub=${1:-}
+[ $# -gt 0 ] && shift
+case "$sub" in
+up) cmd_up "$@" ;;
+down) cmd_down "$@" ;;
+status) cmd_status "$@" ;;
+exec) cmd_exec "$@" ;;
+admin) cmd_admin "$@" ;;
+node-exec) cmd_node_exec "$@" ;;
+logs) cmd_logs "$@" ;;
+plugstack) cmd_plugstack "$@" ;;
+help | -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' ;;
+*) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+   die "unknown subcommand '${sub}' (see above)" ;;
+esac

@@ -1,0 +1,171 @@
+//! Which node runs each rank, and as which local task, for each of Slurm's
+//! task distributions (slurm_step_layout.c). The counts per node come from
+//! Slurm; the order of ranks over them is what the distribution decides.
+
+use super::error::{Result, bail, shown};
+use super::number::parse_u32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Distribution {
+    /// Fill each node in node-list order (Slurm's default).
+    Block,
+    /// One task per node per round, skipping nodes that are full.
+    Cyclic,
+    /// Blocks of `n` consecutive ranks per node per round.
+    Plane(u32),
+}
+
+impl Distribution {
+    /// From SLURM_DISTRIBUTION (`block`, `cyclic:block`, `plane`, `arbitrary`,
+    /// …, only the node level before ':' matters) and SLURM_DIST_PLANESIZE.
+    pub fn from_env(dist: Option<&str>, plane_size: Option<&str>) -> Result<Distribution> {
+        let Some(dist) = dist else {
+            return Ok(Distribution::Block);
+        };
+        let node_level = dist.split([':', ',']).next().unwrap_or_default();
+        match node_level {
+            "" | "*" | "block" => Ok(Distribution::Block),
+            "cyclic" => Ok(Distribution::Cyclic),
+            "plane" => match plane_size.and_then(parse_u32) {
+                Some(n) if n > 0 => Ok(Distribution::Plane(n)),
+                _ => bail!(
+                    "SLURM_DISTRIBUTION is plane but SLURM_DIST_PLANESIZE is {}",
+                    plane_size.map_or("unset".into(), shown)
+                ),
+            },
+            "arbitrary" => bail!(
+                "the task layout of an arbitrary distribution (-m arbitrary, SLURM_HOSTFILE) \
+                 cannot be known inside the step; use block, cyclic or plane"
+            ),
+            _ => bail!("unknown SLURM_DISTRIBUTION {}", shown(dist)),
+        }
+    }
+}
+
+/// Where one rank runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Index into the step's node list.
+    pub node: u32,
+    /// The task's index among the tasks of its node (SLURM_LOCALID).
+    pub local: u32,
+}
+
+/// Placement of every rank, indexed by rank. `counts[i]` tasks run on node i.
+pub fn place(counts: &[u32], dist: Distribution) -> Vec<Placement> {
+    let total: usize = counts.iter().map(|&c| c as usize).sum();
+    let mut ranks = Vec::with_capacity(total);
+    let block = match dist {
+        Distribution::Block => {
+            for (node, &count) in counts.iter().enumerate() {
+                ranks.extend((0..count).map(|local| Placement {
+                    node: node as u32,
+                    local,
+                }));
+            }
+            return ranks;
+        }
+        Distribution::Cyclic => 1,
+        Distribution::Plane(n) => n,
+    };
+    // Rounds over the nodes that still have tasks to place.
+    let mut placed = vec![0u32; counts.len()];
+    let mut open: Vec<u32> = (0..counts.len() as u32).collect();
+    while !open.is_empty() {
+        for &node in &open {
+            let i = node as usize;
+            let take = block.min(counts[i] - placed[i]);
+            ranks.extend((placed[i]..placed[i] + take).map(|local| Placement { node, local }));
+            placed[i] += take;
+        }
+        open.retain(|&node| placed[node as usize] < counts[node as usize]);
+    }
+    ranks
+}
+
+/// The global ids of the tasks on `node`, in local order: what Slurm gives
+/// that node as SLURM_GTIDS.
+pub fn ranks_on(placements: &[Placement], node: u32) -> impl Iterator<Item = u32> + '_ {
+    placements
+        .iter()
+        .enumerate()
+        .filter(move |(_, p)| p.node == node)
+        .map(|(rank, _)| rank as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout as Slurm's tids[node] lists.
+    fn tids(counts: &[u32], dist: Distribution) -> Vec<Vec<u32>> {
+        let placements = place(counts, dist);
+        for (rank, p) in placements.iter().enumerate() {
+            let on_node: Vec<u32> = ranks_on(&placements, p.node).collect();
+            assert_eq!(on_node[p.local as usize], rank as u32);
+        }
+        (0..counts.len() as u32)
+            .map(|n| ranks_on(&placements, n).collect())
+            .collect()
+    }
+
+    #[test]
+    fn block_fills_nodes_in_list_order() {
+        assert_eq!(
+            tids(&[2, 2, 1], Distribution::Block),
+            [vec![0, 1], vec![2, 3], vec![4]]
+        );
+    }
+
+    #[test]
+    fn cyclic_deals_one_per_node_skipping_full_nodes() {
+        // slurm_step_layout.c's own example: cpus 4,2,4,2 and 10 tasks.
+        assert_eq!(
+            tids(&[3, 2, 3, 2], Distribution::Cyclic),
+            [vec![0, 4, 8], vec![1, 5], vec![2, 6, 9], vec![3, 7]]
+        );
+    }
+
+    #[test]
+    fn plane_deals_blocks() {
+        // slurm_step_layout.c's own example: plane 2, 6 tasks, counts 4,1,1.
+        assert_eq!(
+            tids(&[4, 1, 1], Distribution::Plane(2)),
+            [vec![0, 1, 4, 5], vec![2], vec![3]]
+        );
+        assert_eq!(
+            tids(&[3, 3], Distribution::Plane(2)),
+            [vec![0, 1, 4], vec![2, 3, 5]]
+        );
+    }
+
+    #[test]
+    fn distribution_from_slurm_variables() {
+        use Distribution::*;
+        assert_eq!(Distribution::from_env(None, None), Ok(Block));
+        assert_eq!(
+            Distribution::from_env(Some("block:cyclic"), None),
+            Ok(Block)
+        );
+        assert_eq!(Distribution::from_env(Some("cyclic"), None), Ok(Cyclic));
+        assert_eq!(
+            Distribution::from_env(Some("cyclic:cyclic,Pack"), None),
+            Ok(Cyclic)
+        );
+        assert_eq!(
+            Distribution::from_env(Some("plane"), Some("4")),
+            Ok(Plane(4))
+        );
+        for (dist, size, why) in [
+            ("plane", None, "SLURM_DIST_PLANESIZE is unset"),
+            ("plane", Some("0"), "PLANESIZE is \"0\""),
+            ("arbitrary", None, "arbitrary"),
+            ("diagonal", None, "unknown SLURM_DISTRIBUTION"),
+        ] {
+            let e = Distribution::from_env(Some(dist), size)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{dist}: {e}");
+        }
+    }
+}

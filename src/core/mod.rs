@@ -1,0 +1,249 @@
+//! The pure core: one [`Step`] (what Slurm says about a task) and the
+//! [`Settings`] in, one [`Injection`] (the variables to set) out. No FFI, no
+//! I/O: the SPANK shell and the CLI gather the facts and apply the result.
+
+mod error;
+pub mod gpus;
+pub mod hostlist;
+pub mod layout;
+mod number;
+pub mod ports;
+pub mod roles;
+pub mod settings;
+pub mod step;
+pub mod tasks_per_node;
+pub mod tf_config;
+
+pub use error::{Error, Result};
+pub use settings::Settings;
+pub use step::Step;
+
+use error::{bail, shown};
+use gpus::GpuPlan;
+use hostlist::HostList;
+use layout::{Distribution, Placement};
+use number::parse_u32;
+use roles::Role;
+
+/// More tasks than this cannot fit TF_CONFIG in one environment variable
+/// (each address takes at least 6 bytes), so larger steps are refused before
+/// any work scales with them.
+pub const MAX_TASKS: u32 = (tf_config::ENV_LIMIT / 6) as u32;
+
+/// What the plugin sets in one task's environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Injection {
+    pub tf_config: String,
+    /// None: leave CUDA_VISIBLE_DEVICES as Slurm set it.
+    pub cuda_visible_devices: Option<String>,
+}
+
+impl Injection {
+    /// The variables to set, in order.
+    pub fn vars(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        std::iter::once(("TF_CONFIG", self.tf_config.as_str())).chain(
+            self.cuda_visible_devices
+                .as_deref()
+                .map(|v| ("CUDA_VISIBLE_DEVICES", v)),
+        )
+    }
+}
+
+/// The whole step as TensorFlow sees it: every rank's role, host and port.
+#[derive(Debug)]
+pub struct Cluster {
+    hosts: HostList,
+    placements: Vec<Placement>,
+    ports: Vec<u16>,
+    roles: Vec<Role>,
+    gpus: GpuPlan,
+    rpc_layer: Option<String>,
+}
+
+/// One rank of a [`Cluster`], for `tf-cluster explain`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RankInfo<'a> {
+    pub rank: u32,
+    pub role: &'a str,
+    pub index: u32,
+    pub host: &'a str,
+    pub port: u16,
+    pub gpus: Option<String>,
+}
+
+impl Cluster {
+    /// Lays out the step and checks it against what Slurm says of this node.
+    pub fn new(settings: &Settings, step: &Step) -> Result<Cluster> {
+        let counts = tasks_per_node::parse(
+            required(&step.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE")?,
+            MAX_TASKS as usize,
+        )?;
+        let nodelist = required(&step.nodelist, "SLURM_STEP_NODELIST")?;
+        let hosts = HostList::parse(nodelist, MAX_TASKS as usize)?;
+        if hosts.len() != counts.len() {
+            bail!(
+                "SLURM_STEP_NODELIST {} names {} node(s) but SLURM_STEP_TASKS_PER_NODE {} gives {} count(s)",
+                shown(nodelist),
+                hosts.len(),
+                shown(step.tasks_per_node.as_deref().unwrap_or_default()),
+                counts.len()
+            );
+        }
+        let total: u64 = counts.iter().map(|&c| u64::from(c)).sum();
+        if total > u64::from(MAX_TASKS) {
+            bail!(
+                "the step has {total} tasks; TF_CONFIG for more than {MAX_TASKS} cannot fit in one environment variable"
+            );
+        }
+        let total = total as u32;
+        match (&step.num_tasks, settings.roles.total()) {
+            (Some(n), _) => {
+                let n = parse_number(n, "SLURM_STEP_NUM_TASKS")?;
+                if n != total {
+                    bail!(
+                        "SLURM_STEP_NUM_TASKS is {n} but SLURM_STEP_TASKS_PER_NODE adds up to {total}"
+                    );
+                }
+            }
+            // Without it, only a spec that gives its counts says the size.
+            (None, Some(_)) => {}
+            (None, None) => bail!("SLURM_STEP_NUM_TASKS is not set: not inside a Slurm step?"),
+        }
+        let roles = settings.roles.for_step(total)?;
+        let dist =
+            Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?;
+        let placements = layout::place(&counts, dist);
+        let max_local = counts.iter().copied().max().unwrap_or(0);
+        let ports = ports::ports(settings.port_base, step.resv_ports.as_deref(), max_local)?;
+        let gpus = if settings.auto_set_gpu && !step.gpus_bound_by_slurm {
+            GpuPlan::new(
+                settings,
+                step.cuda_visible_devices.as_deref(),
+                step.node_gpus,
+                max_local,
+            )?
+        } else {
+            GpuPlan::untouched()
+        };
+        let cluster = Cluster {
+            hosts,
+            placements,
+            ports,
+            roles,
+            gpus,
+            rpc_layer: settings.rpc_layer.clone(),
+        };
+        cluster.check_this_node(step)?;
+        Ok(cluster)
+    }
+
+    pub fn num_tasks(&self) -> u32 {
+        self.placements.len() as u32
+    }
+
+    /// Compares the computed ranks of this node with SLURM_GTIDS, the ground
+    /// truth: a mismatch (an arbitrary or topology-ordered layout) must fail
+    /// the task rather than give it a wrong TF_CONFIG.
+    fn check_this_node(&self, step: &Step) -> Result<()> {
+        let (Some(node_id), Some(gtids)) = (&step.node_id, &step.gtids) else {
+            return Ok(());
+        };
+        let node = parse_number(node_id, "SLURM_NODEID")?;
+        if node as usize >= self.hosts.len() {
+            bail!(
+                "SLURM_NODEID {node} is outside the step's {} node(s)",
+                self.hosts.len()
+            );
+        }
+        let computed = layout::ranks_on(&self.placements, node);
+        let mut given = gtids.split(',');
+        let same = computed.map(Some).eq(given.by_ref().map(parse_u32));
+        if !same {
+            let computed: Vec<String> = layout::ranks_on(&self.placements, node)
+                .map(|r| r.to_string())
+                .collect();
+            bail!(
+                "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}",
+                self.hosts.get(node as usize),
+                computed.join(","),
+                shown(gtids)
+            );
+        }
+        Ok(())
+    }
+
+    /// Host and port of `rank`.
+    fn address(&self, rank: usize) -> (&str, u16) {
+        let p = self.placements[rank];
+        (
+            self.hosts.get(p.node as usize),
+            self.ports[p.local as usize],
+        )
+    }
+
+    /// Every rank, in order.
+    pub fn ranks(&self) -> impl Iterator<Item = RankInfo<'_>> {
+        let roles = self
+            .roles
+            .iter()
+            .flat_map(|r| (0..r.count).map(move |i| (r.name.as_str(), i)));
+        roles.enumerate().map(|(rank, (role, index))| {
+            let (host, port) = self.address(rank);
+            RankInfo {
+                rank: rank as u32,
+                role,
+                index,
+                host,
+                port,
+                gpus: self.gpus.for_local(self.placements[rank].local),
+            }
+        })
+    }
+
+    /// The variables of `rank`.
+    pub fn injection(&self, rank: u32) -> Result<Injection> {
+        let Some((role, index)) = roles::role_of(&self.roles, rank) else {
+            bail!(
+                "SLURM_PROCID {rank} is outside the step's {} task(s)",
+                self.num_tasks()
+            );
+        };
+        let mut first = 0usize;
+        let jobs = self.roles.iter().map(|r| {
+            let ranks = first..first + r.count as usize;
+            first = ranks.end;
+            tf_config::Job {
+                name: r.name.as_str(),
+                addresses: ranks.map(|rank| self.address(rank)),
+            }
+        });
+        let capacity = self.placements.len() * (self.hosts.get(0).len() + 9);
+        let tf_config = tf_config::render(jobs, role, index, self.rpc_layer.as_deref(), capacity);
+        tf_config::check_size(&tf_config, self.num_tasks())?;
+        Ok(Injection {
+            tf_config,
+            cuda_visible_devices: self.gpus.for_local(self.placements[rank as usize].local),
+        })
+    }
+}
+
+/// Resolves one task: its TF_CONFIG and CUDA_VISIBLE_DEVICES.
+pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
+    let rank = parse_number(required(&step.procid, "SLURM_PROCID")?, "SLURM_PROCID")?;
+    let cluster = Cluster::new(settings, step)?;
+    cluster.injection(rank)
+}
+
+fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str> {
+    match value {
+        Some(v) => Ok(v),
+        None => bail!("{name} is not set: not inside a Slurm step?"),
+    }
+}
+
+fn parse_number(text: &str, name: &str) -> Result<u32> {
+    match parse_u32(text) {
+        Some(n) => Ok(n),
+        None => bail!("{name} is {}, not a number", shown(text)),
+    }
+}

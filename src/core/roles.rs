@@ -1,0 +1,217 @@
+//! The role spec of `--tf-cluster=ps:1,worker:3`: ranks go to roles in the
+//! order written (ps gets rank 0, workers ranks 1-3). An empty spec makes
+//! every task a `worker`.
+
+use super::error::{Result, bail, shown};
+use super::number::parse_u32;
+
+/// Longest role name accepted (TensorFlow job names are short words).
+const MAX_NAME: usize = 64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Role {
+    pub name: String,
+    pub count: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleSpec {
+    /// `--tf-cluster` or `--tf-cluster=`: every task is a worker.
+    AllWorkers,
+    Roles(Vec<Role>),
+}
+
+impl RoleSpec {
+    pub fn parse(spec: &str) -> Result<RoleSpec> {
+        if spec.is_empty() {
+            return Ok(RoleSpec::AllWorkers);
+        }
+        let bad = |why: String| -> Result<RoleSpec> {
+            bail!(
+                "bad --tf-cluster {}: {why} (expected role:count[,role:count…], e.g. ps:1,worker:3)",
+                shown(spec)
+            )
+        };
+        let mut roles: Vec<Role> = Vec::new();
+        for (i, item) in spec.split(',').enumerate() {
+            let Some((name, count)) = item.split_once(':') else {
+                return if item.is_empty() {
+                    bad(format!("entry {} is empty", i + 1))
+                } else {
+                    bad(format!("{} has no ':count'", shown(item)))
+                };
+            };
+            if name.is_empty() {
+                return bad(format!("entry {} has an empty role name", i + 1));
+            }
+            if name.len() > MAX_NAME {
+                return bad(format!(
+                    "role name {} is longer than {MAX_NAME} bytes",
+                    shown(name)
+                ));
+            }
+            if let Some(c) = name
+                .chars()
+                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+            {
+                return bad(format!(
+                    "role name {} has {c:?} (use letters, digits, '_' or '-')",
+                    shown(name)
+                ));
+            }
+            let count = match parse_u32(count) {
+                Some(0) => {
+                    return bad(format!(
+                        "role {name} has count 0 (every count must be at least 1)"
+                    ));
+                }
+                Some(n) => n,
+                None => {
+                    return bad(format!(
+                        "role {name} has count {} (not a whole number ≥ 1)",
+                        shown(count)
+                    ));
+                }
+            };
+            if roles.iter().any(|r| r.name == name) {
+                return bad(format!("role {name} is given twice"));
+            }
+            roles.push(Role {
+                name: name.to_string(),
+                count,
+            });
+        }
+        Ok(RoleSpec::Roles(roles))
+    }
+
+    /// The roles for a step of `num_tasks` tasks; their counts must add up to it.
+    pub fn for_step(&self, num_tasks: u32) -> Result<Vec<Role>> {
+        match self {
+            RoleSpec::AllWorkers => Ok(vec![Role {
+                name: "worker".into(),
+                count: num_tasks,
+            }]),
+            RoleSpec::Roles(roles) => {
+                let sum: u64 = roles.iter().map(|r| u64::from(r.count)).sum();
+                if sum != u64::from(num_tasks) {
+                    bail!(
+                        "--tf-cluster asks for {sum} tasks ({}) but the step has {num_tasks}",
+                        roles
+                            .iter()
+                            .map(|r| format!("{}:{}", r.name, r.count))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    );
+                }
+                Ok(roles.clone())
+            }
+        }
+    }
+
+    /// The total the spec asks for, when it says.
+    pub fn total(&self) -> Option<u64> {
+        match self {
+            RoleSpec::AllWorkers => None,
+            RoleSpec::Roles(roles) => Some(roles.iter().map(|r| u64::from(r.count)).sum()),
+        }
+    }
+}
+
+/// The role and index of `rank` among `roles` (ranks handed out in order).
+pub fn role_of(roles: &[Role], rank: u32) -> Option<(&str, u32)> {
+    let mut first = 0u64;
+    for role in roles {
+        let end = first + u64::from(role.count);
+        if u64::from(rank) < end {
+            return Some((&role.name, (u64::from(rank) - first) as u32));
+        }
+        first = end;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roles(spec: &str) -> Vec<(String, u32)> {
+        match RoleSpec::parse(spec).unwrap() {
+            RoleSpec::AllWorkers => vec![],
+            RoleSpec::Roles(r) => r.into_iter().map(|r| (r.name, r.count)).collect(),
+        }
+    }
+
+    #[test]
+    fn parses_roles_in_written_order() {
+        assert_eq!(
+            roles("ps:1,worker:3"),
+            [("ps".into(), 1), ("worker".into(), 3)]
+        );
+        assert_eq!(
+            roles("worker:2,chief:1"),
+            [("worker".into(), 2), ("chief".into(), 1)]
+        );
+        assert_eq!(RoleSpec::parse(""), Ok(RoleSpec::AllWorkers));
+    }
+
+    #[test]
+    fn ranks_go_to_roles_in_order() {
+        let r = RoleSpec::parse("ps:1,worker:3")
+            .unwrap()
+            .for_step(4)
+            .unwrap();
+        let got: Vec<_> = (0..5).map(|rank| role_of(&r, rank)).collect();
+        assert_eq!(
+            got,
+            [
+                Some(("ps", 0)),
+                Some(("worker", 0)),
+                Some(("worker", 1)),
+                Some(("worker", 2)),
+                None
+            ]
+        );
+        let all = RoleSpec::AllWorkers.for_step(3).unwrap();
+        assert_eq!(role_of(&all, 2), Some(("worker", 2)));
+    }
+
+    #[test]
+    fn bad_specs_name_the_bad_part() {
+        for (spec, why) in [
+            ("ps", "\"ps\" has no ':count'"),
+            ("ps:1,", "entry 2 is empty"),
+            (",ps:1", "entry 1 is empty"),
+            (":1", "empty role name"),
+            ("ps:0", "count 0"),
+            ("ps:-1", "count \"-1\""),
+            ("ps:x", "count \"x\""),
+            ("ps:99999999999", "count \"99999999999\""),
+            ("ps:1,ps:2", "ps is given twice"),
+            ("pß:1", "has 'ß'"),
+            ("p s:1", "has ' '"),
+            ("p\"s:1", "has '\"'"),
+            ("ps:1:2", "count \"1:2\""),
+        ] {
+            let e = RoleSpec::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(why), "{spec}: {e}");
+            assert!(e.starts_with("bad --tf-cluster"), "{e}");
+        }
+        let long = format!("{}:1", "a".repeat(10_000));
+        let e = RoleSpec::parse(&long).unwrap_err().to_string();
+        assert!(e.len() < 300 && e.contains("longer than 64"), "{e}");
+    }
+
+    #[test]
+    fn counts_must_add_up_to_the_step() {
+        let spec = RoleSpec::parse("ps:1,worker:2").unwrap();
+        let e = spec.for_step(4).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--tf-cluster asks for 3 tasks (ps:1,worker:2) but the step has 4"
+        );
+        assert!(spec.for_step(2).is_err());
+        assert!(spec.for_step(3).is_ok());
+        let huge = RoleSpec::parse("a:4294967295,b:4294967295").unwrap();
+        assert!(huge.for_step(u32::MAX).is_err());
+    }
+}

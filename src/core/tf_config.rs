@@ -1,0 +1,130 @@
+//! TF_CONFIG as TensorFlow's TFConfigClusterResolver reads it:
+//! `{"cluster":{role:["host:port",…],…},"task":{"type":role,"index":i}}`, plus
+//! `"rpc_layer"` when one is set.
+//!
+//! Written by hand rather than through serde: it is the hot part of the task
+//! path (6,000 addresses), and every string in it was validated to need no
+//! escaping (host names, role names and rpc layers admit no quote, backslash
+//! or control character).
+
+use super::error::{Result, bail};
+use super::number::push_padded;
+
+/// Slurm's setenv and execve refuse a variable of this many bytes or more,
+/// counting `NAME=`, the value and the NUL.
+pub const ENV_LIMIT: usize = 131_072;
+
+/// One role of the cluster and the addresses of its tasks, in index order.
+pub struct Job<'a, I> {
+    pub name: &'a str,
+    pub addresses: I,
+}
+
+/// Renders TF_CONFIG for the task `(task_type, task_index)`.
+pub fn render<'a, I>(
+    jobs: impl IntoIterator<Item = Job<'a, I>>,
+    task_type: &str,
+    task_index: u32,
+    rpc_layer: Option<&str>,
+    capacity: usize,
+) -> String
+where
+    I: IntoIterator<Item = (&'a str, u16)>,
+{
+    let mut out = String::with_capacity(capacity + 96);
+    out.push_str("{\"cluster\":{");
+    for (j, job) in jobs.into_iter().enumerate() {
+        if j > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(job.name);
+        out.push_str("\":[");
+        for (i, (host, port)) in job.addresses.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(host);
+            out.push(':');
+            push_padded(&mut out, u64::from(port), 0);
+            out.push('"');
+        }
+        out.push(']');
+    }
+    out.push_str("},\"task\":{\"type\":\"");
+    out.push_str(task_type);
+    out.push_str("\",\"index\":");
+    push_padded(&mut out, u64::from(task_index), 0);
+    out.push('}');
+    if let Some(layer) = rpc_layer {
+        out.push_str(",\"rpc_layer\":\"");
+        out.push_str(layer);
+        out.push('"');
+    }
+    out.push('}');
+    out
+}
+
+/// Refuses a TF_CONFIG that could not be passed in one environment variable.
+pub fn check_size(tf_config: &str, tasks: u32) -> Result<()> {
+    let size = "TF_CONFIG=".len() + tf_config.len() + 1;
+    if size >= ENV_LIMIT {
+        bail!(
+            "TF_CONFIG for {tasks} tasks would be {size} bytes, over the {ENV_LIMIT}-byte limit of one \
+             environment variable; use fewer tasks or shorter host names"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_what_tensorflow_reads() {
+        let jobs = [
+            Job {
+                name: "ps",
+                addresses: vec![("n1", 1337)],
+            },
+            Job {
+                name: "worker",
+                addresses: vec![("n1", 1338), ("n2", 1337)],
+            },
+        ];
+        let json = render(jobs, "worker", 1, None, 0);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "cluster": {"ps": ["n1:1337"], "worker": ["n1:1338", "n2:1337"]},
+                "task": {"type": "worker", "index": 1}
+            })
+        );
+        let with_rpc = render(
+            [Job {
+                name: "worker",
+                addresses: vec![("n1", 1)],
+            }],
+            "worker",
+            0,
+            Some("grpc"),
+            0,
+        );
+        let v: serde_json::Value = serde_json::from_str(&with_rpc).unwrap();
+        assert_eq!(v["rpc_layer"], "grpc");
+    }
+
+    #[test]
+    fn size_limit_counts_name_and_nul() {
+        let fits = "x".repeat(ENV_LIMIT - "TF_CONFIG=".len() - 2);
+        assert!(check_size(&fits, 7).is_ok());
+        let e = check_size(&format!("{fits}x"), 7).unwrap_err().to_string();
+        assert!(
+            e.contains("TF_CONFIG for 7 tasks would be 131072 bytes, over the 131072-byte limit"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! The SPANK entry points. Each one runs its body inside [`guard`], so no
+//! panic crosses into Slurm, and each decides where a failure is allowed:
+//! srun (`local_user_init`) and the task (`task_init`) may fail a step;
+//! remote init must never fail, as that drains the node of a batch job.
+
+use std::ffi::{CStr, c_char, c_int, c_uint};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use super::bindings as sys;
+use super::handle::{self, Spank};
+use super::{logger, options};
+use crate::core::{self, Error, Result, Settings, Step};
+
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 11] = *b"tf_cluster\0";
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+/// Slurm loads the plugin only when major.minor equal its own.
+#[unsafe(no_mangle)]
+pub static plugin_version: c_uint = sys::SLURM_VERSION_NUMBER;
+
+/// Runs `body`; an error is logged once and becomes -1, a panic becomes -1
+/// after the panic hook logged it.
+fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            log::error!("{e}");
+            -1
+        }
+        Err(_) => -1,
+    }
+}
+
+/// Every context: register the options (srun/sbatch/salloc show them in
+/// `--help`, slurmstepd needs them to read their values).
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_init(sp: sys::spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+    let rc = guard(|| {
+        logger::install();
+        let spank = Spank::new(sp);
+        spank.register(&options::CLUSTER)?;
+        options::SETTINGS.iter().try_for_each(|o| spank.register(o))
+    });
+    // A failure in slurmstepd's init drains the node: report, never fail there.
+    if Spank::new(sp).remote() { 0 } else { rc }
+}
+
+/// An option's value, checked as soon as srun/sbatch/salloc parse it, so a
+/// typo is refused before anything is submitted. In slurmstepd it always
+/// succeeds: the task decides there.
+pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    if remote != 0 {
+        return 0;
+    }
+    guard(|| {
+        let value = if optarg.is_null() {
+            ""
+        } else {
+            // SAFETY: Slurm passes a NUL-terminated option value.
+            unsafe { CStr::from_ptr(optarg) }
+                .to_str()
+                .map_err(|_| Error::new("option value is not valid UTF-8"))?
+        };
+        match options::knob_of(val) {
+            None => core::roles::RoleSpec::parse(value).map(drop),
+            Some(knob) => Settings::default()
+                .set(knob.key, value)
+                .map_err(|e| Error::new(format!("--tf-{e}"))),
+        }
+    })
+}
+
+/// srun, after the step's layout exists and before anything is launched:
+/// refuse a step whose spec cannot work, with one line, launching nothing.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_local_user_init(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard(|| {
+        let spank = Spank::new(sp);
+        let Some(settings) = step_settings(&spank, ac, av)? else {
+            return Ok(());
+        };
+        if let Some(total) = settings.roles.total() {
+            let tasks = spank.total_task_count()?;
+            if total != u64::from(tasks) {
+                settings.roles.for_step(tasks)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// slurmstepd, in each task just before exec, as the user: compute and set
+/// the task's variables. A failure here ends this task with exit code 1 and
+/// leaves the node in service.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_task_init(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard(|| {
+        let spank = Spank::new(sp);
+        let Some(settings) = step_settings(&spank, ac, av)? else {
+            return Ok(());
+        };
+        let step = Step::gather(
+            &settings,
+            |name| spank.getenv(name),
+            crate::probe::node_gpu_count,
+        )?;
+        let injection = core::resolve(&settings, &step)?;
+        for (name, value) in injection.vars() {
+            spank.setenv(name, value)?;
+        }
+        Ok(())
+    })
+}
+
+/// The step's settings (site defaults from plugstack.conf, then the step's
+/// options), or None when the step did not ask for the plugin.
+fn step_settings(spank: &Spank, ac: c_int, av: *mut *mut c_char) -> Result<Option<Settings>> {
+    let Some(spec) = spank.getopt(&options::CLUSTER)? else {
+        return Ok(None);
+    };
+    let mut settings = Settings::from_admin_args(handle::args(ac, av)?)?;
+    settings.roles = core::roles::RoleSpec::parse(&spec)?;
+    for (option, knob) in options::SETTINGS.iter().zip(&core::settings::KNOBS) {
+        if let Some(value) = spank.getopt(option)? {
+            settings
+                .set(knob.key, &value)
+                .map_err(|e| Error::new(format!("--tf-{e}")))?;
+        }
+    }
+    Ok(Some(settings))
+}
