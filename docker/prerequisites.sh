@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what building and testing tf-cluster needs on a Debian host, and
+# fails (never skips) when something cannot be had:
+#   libslurm-dev  slurm/spank.h and slurm_version.h, read by build.rs
+#   libclang1-14  what bindgen loads to parse them
+#   debootstrap   builds the testbed's base image when no registry is reachable
+#   docker        runs the testbed
+set -euo pipefail
+
+need=()
+for pkg in libslurm-dev libclang1-14 debootstrap; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "prerequisites: installing ${need[*]}" >&2
+    sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+command -v cargo >/dev/null || { echo "prerequisites: cargo (Rust ≥ 1.85) is not installed" >&2; exit 1; }
+command -v docker >/dev/null || { echo "prerequisites: docker is not installed" >&2; exit 1; }
+docker info >/dev/null 2>&1 || { echo "prerequisites: the Docker daemon is not reachable" >&2; exit 1; }

@@ -1,0 +1,99 @@
+//! The CLI twin's interface, which other tools depend on: `env` prints one
+//! JSON object of the variables the plugin would set; errors give a non-zero
+//! exit, one line on stderr and nothing on stdout.
+
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+const BASIC: [(&str, &str); 4] = [
+    ("SLURM_PROCID", "1"),
+    ("SLURM_STEP_NUM_TASKS", "4"),
+    ("SLURM_STEP_NODELIST", "t02n[13,41]"),
+    ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+];
+
+fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tf-cluster"))
+        .args(args)
+        .env_clear()
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn env_works_from_the_four_step_variables() {
+    let out = cli(&["env"], &BASIC);
+    let vars = json_of(&out);
+    let tf: Value = serde_json::from_str(vars["TF_CONFIG"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        tf,
+        json!({"cluster": {"worker": ["t02n13:8888", "t02n13:8889", "t02n41:8888", "t02n41:8889"]},
+               "task": {"type": "worker", "index": 1}})
+    );
+    // No GPU list and no driver on this machine: CPU-only, variable left alone.
+    assert_eq!(vars.as_object().unwrap().len(), 1, "{vars}");
+}
+
+#[test]
+fn env_takes_every_setting_as_a_flag() {
+    let mut env = BASIC.to_vec();
+    env.push(("CUDA_VISIBLE_DEVICES", "4,5,6,7"));
+    let out = cli(
+        &["env", "--tf-cluster", "ps:1,worker:3", "--port-base", "1337", "--gpus-per-task", "1", "--rpc-layer", "grpc"],
+        &env,
+    );
+    let vars = json_of(&out);
+    let tf: Value = serde_json::from_str(vars["TF_CONFIG"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        tf,
+        json!({"cluster": {"ps": ["t02n13:1337"], "worker": ["t02n13:1338", "t02n41:1337", "t02n41:1338"]},
+               "task": {"type": "worker", "index": 0}, "rpc_layer": "grpc"})
+    );
+    assert_eq!(vars["CUDA_VISIBLE_DEVICES"], "5");
+    let off = json_of(&cli(&["env", "--auto-set-gpu", "false"], &env));
+    assert!(off.get("CUDA_VISIBLE_DEVICES").is_none());
+}
+
+#[test]
+fn errors_are_one_line_and_no_output() {
+    for (args, env, why) in [
+        (vec!["env"], vec![], "SLURM_PROCID is not set"),
+        (vec!["env", "--tf-cluster=ps:1,worker:2"], BASIC.to_vec(), "asks for 3 tasks"),
+        (vec!["env", "--port-base", "0"], BASIC.to_vec(), "port-base=0"),
+        (vec!["explain", "--tf-cluster=ps:"], BASIC.to_vec(), "role ps has count \"\""),
+    ] {
+        let out = cli(&args, &env);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("tf-cluster: ") && err.contains(why), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn explain_lists_every_rank() {
+    let mut env = BASIC.to_vec();
+    env.push(("CUDA_VISIBLE_DEVICES", "0,1,2,3"));
+    let out = cli(&["explain", "--tf-cluster=ps:1,worker:3"], &env);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        rows,
+        [
+            vec!["RANK", "ROLE", "INDEX", "ADDRESS", "GPUS"],
+            vec!["0", "ps", "0", "t02n13:8888", "0,1"],
+            vec!["1", "worker", "0", "t02n13:8889", "2,3"],
+            vec!["2", "worker", "1", "t02n41:8888", "0,1"],
+            vec!["3", "worker", "2", "t02n41:8889", "2,3"],
+        ]
+    );
+}

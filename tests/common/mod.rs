@@ -1,0 +1,212 @@
+//! Runs real srun/sbatch steps on the dockerized Slurm testbed
+//! (docker/testbed.sh) and reads back what every task saw.
+//!
+//! The expected TF_CONFIG is derived from Slurm's own placement as the tasks
+//! report it (hostname, SLURM_PROCID, SLURM_LOCALID, reserved ports), never
+//! from the plugin's code.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use serde_json::Value;
+
+/// Steps read plugstack.conf when they start: tests that swap it hold the
+/// write side, every other test the read side.
+static PLUGSTACK: RwLock<()> = RwLock::new(());
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Brings the testbed up once per test run; a testbed that cannot start fails
+/// the tests, it never skips them.
+fn ensure_up() {
+    static UP: OnceLock<()> = OnceLock::new();
+    UP.get_or_init(|| {
+        let so = repo().join("target/release/libtf_cluster.so");
+        assert!(so.exists(), "{} is missing: run `cargo build --release` first", so.display());
+        let out = Command::new(repo().join("docker/testbed.sh"))
+            .arg("up")
+            .output()
+            .expect("running docker/testbed.sh up");
+        assert!(
+            out.status.success(),
+            "the Slurm testbed did not come up:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+}
+
+/// Shared access to the testbed (the plugstack.conf in force is the default).
+pub fn testbed() -> RwLockReadGuard<'static, ()> {
+    ensure_up();
+    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Exclusive access, for tests that swap plugstack.conf. The default is back
+/// in place when the guard drops.
+pub struct Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+
+pub fn exclusive() -> Exclusive {
+    ensure_up();
+    Exclusive(PLUGSTACK.write().unwrap_or_else(|e| e.into_inner()))
+}
+
+impl Exclusive {
+    /// Puts `text` in place as plugstack.conf (atomically).
+    pub fn plugstack(&self, text: &str) {
+        let dir = repo().join("docker/run/etc");
+        let tmp = dir.join(".plugstack.conf.test");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, dir.join("plugstack.conf")).unwrap();
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        let ok = Command::new(repo().join("docker/testbed.sh"))
+            .args(["plugstack", "default"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok && !std::thread::panicking() {
+            panic!("could not restore the default plugstack.conf");
+        }
+    }
+}
+
+/// Runs `cmd` as the user alice on the submit host.
+pub fn exec(cmd: &[&str]) -> Output {
+    Command::new(repo().join("docker/testbed.sh"))
+        .arg("exec")
+        .args(["timeout", "120"])
+        .args(cmd)
+        .output()
+        .expect("running docker/testbed.sh exec")
+}
+
+/// What each task prints: its Slurm facts and the variables under test.
+pub const PROBE: &str = r#"printf 'TASK\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_PROCID" "$(hostname)" "$SLURM_LOCALID" "${SLURM_STEP_RESV_PORTS-<unset>}" "${CUDA_VISIBLE_DEVICES-<unset>}" "${TF_CONFIG-<unset>}""#;
+
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub rank: u32,
+    pub host: String,
+    pub local: u32,
+    pub resv_ports: Option<String>,
+    pub cuda_visible_devices: Option<String>,
+    pub tf_config: Option<Value>,
+}
+
+pub struct Run {
+    pub code: Option<i32>,
+    pub stderr: String,
+    /// By rank.
+    pub tasks: Vec<Task>,
+}
+
+/// `srun ARGS bash -c PROBE`.
+pub fn srun(args: &[&str]) -> Run {
+    let mut cmd = vec!["srun"];
+    cmd.extend_from_slice(args);
+    cmd.extend_from_slice(&["bash", "-c", PROBE]);
+    parse_run(exec(&cmd))
+}
+
+pub fn parse_run(out: Output) -> Run {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let unset = |s: &str| (s != "<unset>").then(|| s.to_string());
+    let mut tasks: Vec<Task> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("TASK\t"))
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), 6, "bad probe line {line:?}");
+            Task {
+                rank: f[0].parse().unwrap(),
+                host: f[1].to_string(),
+                local: f[2].parse().unwrap(),
+                resv_ports: unset(f[3]),
+                cuda_visible_devices: unset(f[4]),
+                tf_config: unset(f[5]).map(|t| serde_json::from_str(&t).unwrap_or_else(|e| panic!("TF_CONFIG {t:?}: {e}"))),
+            }
+        })
+        .collect();
+    tasks.sort_by_key(|t| t.rank);
+    Run {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        tasks,
+    }
+}
+
+impl Run {
+    /// The step succeeded and ran `n` tasks, ranks 0..n.
+    pub fn assert_ran(&self, n: u32) -> &Self {
+        assert_eq!(self.code, Some(0), "step failed: {}", self.stderr);
+        let ranks: Vec<u32> = self.tasks.iter().map(|t| t.rank).collect();
+        assert_eq!(ranks, (0..n).collect::<Vec<_>>(), "stderr: {}", self.stderr);
+        self
+    }
+
+    /// The step was refused before any task ran, with one `tf-cluster:` line
+    /// containing `why`.
+    pub fn assert_refused(&self, why: &str) {
+        assert_ne!(self.code, Some(0), "step should fail");
+        assert!(self.tasks.is_empty(), "tasks ran: {:?}", self.tasks);
+        let lines: Vec<&str> = self.stderr.lines().filter(|l| l.contains("tf-cluster:")).collect();
+        assert_eq!(lines.len(), 1, "want one tf-cluster line: {}", self.stderr);
+        assert!(lines[0].contains(why), "want {why:?} in {:?}", lines[0]);
+    }
+
+    /// Every task's TF_CONFIG is the one Slurm's real placement implies for
+    /// `roles` (ranks to roles in order) and ports from `port_base` or from
+    /// the ports Slurm reserved.
+    pub fn assert_tf_config(&self, roles: &[(&str, u32)], port_base: u16) -> &Self {
+        let address = |t: &Task| {
+            let port = match &t.resv_ports {
+                Some(list) => reserved_ports(list)[t.local as usize],
+                None => port_base + t.local as u16,
+            };
+            format!("{}:{port}", t.host)
+        };
+        let mut cluster = BTreeMap::new();
+        let mut own = Vec::new();
+        let mut rank = 0usize;
+        for &(role, count) in roles {
+            let addrs: Vec<String> = self.tasks[rank..rank + count as usize].iter().map(address).collect();
+            for index in 0..count {
+                own.push((role, index));
+            }
+            cluster.insert(role.to_string(), Value::from(addrs));
+            rank += count as usize;
+        }
+        assert_eq!(rank, self.tasks.len(), "roles do not cover the step");
+        for (task, (role, index)) in self.tasks.iter().zip(own) {
+            let want = serde_json::json!({"cluster": cluster, "task": {"type": role, "index": index}});
+            assert_eq!(task.tf_config.as_ref(), Some(&want), "rank {} on {}", task.rank, task.host);
+        }
+        self
+    }
+
+    /// CUDA_VISIBLE_DEVICES of each task, by rank.
+    pub fn gpus(&self) -> Vec<Option<&str>> {
+        self.tasks.iter().map(|t| t.cuda_visible_devices.as_deref()).collect()
+    }
+
+    pub fn hosts(&self) -> Vec<&str> {
+        self.tasks.iter().map(|t| t.host.as_str()).collect()
+    }
+}
+
+/// `12001,12003-12005` → the ports, as Slurm lists them.
+pub fn reserved_ports(list: &str) -> Vec<u16> {
+    list.split(',')
+        .flat_map(|r| {
+            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
+            lo.parse::<u16>().unwrap()..=hi.parse::<u16>().unwrap()
+        })
+        .collect()
+}

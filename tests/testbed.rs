@@ -1,0 +1,83 @@
+//! The plugin loaded by real srun and slurmstepd on a 3-node Slurm cluster
+//! in Docker (docker/testbed.sh), every task's environment asserted.
+
+mod common;
+
+use common::{srun, testbed};
+
+/// The seed's basic example: 2 nodes × 2 tasks, 4 GPUs per node, all workers.
+#[test]
+fn basic_example_two_nodes_two_tasks_each() {
+    let _t = testbed();
+    let run = srun(&["-N2", "-n4", "--ntasks-per-node=2", "--gres=gpu:4", "--resv-ports=0", "--tf-cluster"]);
+    run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+    let h = run.hosts();
+    assert!(h[0] == h[1] && h[2] == h[3] && h[0] != h[2], "{h:?}");
+    assert_eq!(run.gpus(), [Some("0,1"), Some("2,3"), Some("0,1"), Some("2,3")]);
+}
+
+/// The seed's advanced example: ps on the first node's first port.
+#[test]
+fn advanced_example_ps_and_workers_port_base_1337() {
+    let _t = testbed();
+    let run = srun(&[
+        "-N2",
+        "-n4",
+        "--ntasks-per-node=2",
+        "--resv-ports=0",
+        "--tf-cluster=ps:1,worker:3",
+        "--tf-port-base=1337",
+    ]);
+    run.assert_ran(4).assert_tf_config(&[("ps", 1), ("worker", 3)], 1337);
+    let ps = &run.tasks[0].tf_config.as_ref().unwrap()["cluster"]["ps"];
+    assert_eq!(ps, &serde_json::json!([format!("{}:1337", run.tasks[0].host)]));
+    // No GPUs asked: Slurm sets none and the plugin leaves it so.
+    assert_eq!(run.gpus(), [None; 4]);
+}
+
+/// Three nodes, uneven tasks: Slurm packs `-n5` as it likes; every task's
+/// entry names the host it runs on and all agree.
+#[test]
+fn three_nodes_uneven_tasks() {
+    let _t = testbed();
+    let run = srun(&["-N3", "-n5", "--resv-ports=0", "--tf-cluster=chief:1,worker:4"]);
+    run.assert_ran(5).assert_tf_config(&[("chief", 1), ("worker", 4)], 8888);
+    let mut hosts = run.hosts();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "block layout visits each node once: {hosts:?}");
+}
+
+/// With MpiParams=ports=… Slurm reserves ports for every step; local task k
+/// listens on the k-th.
+#[test]
+fn reserved_ports_are_used() {
+    let _t = testbed();
+    let run = srun(&["-N3", "-n6", "--ntasks-per-node=2", "--tf-cluster"]);
+    run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
+    assert!(run.tasks.iter().all(|t| t.resv_ports.is_some()), "MpiParams reserves ports");
+}
+
+/// A step without --tf-cluster is not touched.
+#[test]
+fn step_without_the_option_is_untouched() {
+    let _t = testbed();
+    let run = srun(&["-N3", "-n3", "--gres=gpu:2"]);
+    run.assert_ran(3);
+    assert!(run.tasks.iter().all(|t| t.tf_config.is_none()));
+    assert_eq!(run.gpus(), [Some("0,1"); 3], "Slurm's own CUDA_VISIBLE_DEVICES");
+}
+
+/// A spec whose counts do not add up to the step is refused by srun.
+#[test]
+fn wrong_sum_is_refused_in_srun() {
+    let _t = testbed();
+    srun(&["-N3", "-n5", "--tf-cluster=ps:1,worker:3"])
+        .assert_refused("--tf-cluster asks for 4 tasks (ps:1,worker:3) but the step has 5");
+}
+
+/// A malformed spec is refused when srun parses its options.
+#[test]
+fn bad_spec_is_refused_in_srun() {
+    let _t = testbed();
+    srun(&["-N1", "-n1", "--tf-cluster=ps:1,,worker:3"]).assert_refused("entry 2 is empty");
+}
