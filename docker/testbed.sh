@@ -158,6 +158,10 @@ MpiDefault=none
 MpiParams=ports=12000-12999
 PlugStackConfig=/etc/slurm/plugstack.conf
 
+# Lets srun create a step too large for TF_CONFIG (12,000 tasks on 3 nodes), so
+# the plugin's refusal before launch can be tested; nothing that big is started.
+MaxTasksPerNode=8192
+
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core

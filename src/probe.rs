@@ -16,3 +16,8 @@ pub fn node_gpu_count() -> Result<u32> {
         ))),
     }
 }
+
+/// A file the user named, as the calling process can read it.
+pub fn read_user_file(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| Error::new(format!("cannot read {path}: {e}")))
+}

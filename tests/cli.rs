@@ -23,7 +23,11 @@ fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 fn json_of(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -46,7 +50,17 @@ fn env_takes_every_setting_as_a_flag() {
     let mut env = BASIC.to_vec();
     env.push(("CUDA_VISIBLE_DEVICES", "4,5,6,7"));
     let out = cli(
-        &["env", "--tf-cluster", "ps:1,worker:3", "--port-base", "1337", "--gpus-per-task", "1", "--rpc-layer", "grpc"],
+        &[
+            "env",
+            "--tf-cluster",
+            "ps:1,worker:3",
+            "--port-base",
+            "1337",
+            "--gpus-per-task",
+            "1",
+            "--rpc-layer",
+            "grpc",
+        ],
         &env,
     );
     let vars = json_of(&out);
@@ -65,16 +79,31 @@ fn env_takes_every_setting_as_a_flag() {
 fn errors_are_one_line_and_no_output() {
     for (args, env, why) in [
         (vec!["env"], vec![], "SLURM_PROCID is not set"),
-        (vec!["env", "--tf-cluster=ps:1,worker:2"], BASIC.to_vec(), "asks for 3 tasks"),
-        (vec!["env", "--port-base", "0"], BASIC.to_vec(), "port-base=0"),
-        (vec!["explain", "--tf-cluster=ps:"], BASIC.to_vec(), "role ps has count \"\""),
+        (
+            vec!["env", "--tf-cluster=ps:1,worker:2"],
+            BASIC.to_vec(),
+            "asks for 3 tasks",
+        ),
+        (
+            vec!["env", "--port-base", "0"],
+            BASIC.to_vec(),
+            "port-base=0",
+        ),
+        (
+            vec!["explain", "--tf-cluster=ps:"],
+            BASIC.to_vec(),
+            "role ps has count \"\"",
+        ),
     ] {
         let out = cli(&args, &env);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.starts_with("tf-cluster: ") && err.contains(why), "{args:?}: {err}");
+        assert!(
+            err.starts_with("tf-cluster: ") && err.contains(why),
+            "{args:?}: {err}"
+        );
     }
 }
 
@@ -85,7 +114,10 @@ fn explain_lists_every_rank() {
     let out = cli(&["explain", "--tf-cluster=ps:1,worker:3"], &env);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(
         rows,
         [

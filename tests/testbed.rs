@@ -9,11 +9,21 @@ use common::{srun, testbed};
 #[test]
 fn basic_example_two_nodes_two_tasks_each() {
     let _t = testbed();
-    let run = srun(&["-N2", "-n4", "--ntasks-per-node=2", "--gres=gpu:4", "--resv-ports=0", "--tf-cluster"]);
+    let run = srun(&[
+        "-N2",
+        "-n4",
+        "--ntasks-per-node=2",
+        "--gres=gpu:4",
+        "--resv-ports=0",
+        "--tf-cluster",
+    ]);
     run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
     let h = run.hosts();
     assert!(h[0] == h[1] && h[2] == h[3] && h[0] != h[2], "{h:?}");
-    assert_eq!(run.gpus(), [Some("0,1"), Some("2,3"), Some("0,1"), Some("2,3")]);
+    assert_eq!(
+        run.gpus(),
+        [Some("0,1"), Some("2,3"), Some("0,1"), Some("2,3")]
+    );
 }
 
 /// The seed's advanced example: ps on the first node's first port.
@@ -28,9 +38,13 @@ fn advanced_example_ps_and_workers_port_base_1337() {
         "--tf-cluster=ps:1,worker:3",
         "--tf-port-base=1337",
     ]);
-    run.assert_ran(4).assert_tf_config(&[("ps", 1), ("worker", 3)], 1337);
+    run.assert_ran(4)
+        .assert_tf_config(&[("ps", 1), ("worker", 3)], 1337);
     let ps = &run.tasks[0].tf_config.as_ref().unwrap()["cluster"]["ps"];
-    assert_eq!(ps, &serde_json::json!([format!("{}:1337", run.tasks[0].host)]));
+    assert_eq!(
+        ps,
+        &serde_json::json!([format!("{}:1337", run.tasks[0].host)])
+    );
     // No GPUs asked: Slurm sets none and the plugin leaves it so.
     assert_eq!(run.gpus(), [None; 4]);
 }
@@ -40,11 +54,21 @@ fn advanced_example_ps_and_workers_port_base_1337() {
 #[test]
 fn three_nodes_uneven_tasks() {
     let _t = testbed();
-    let run = srun(&["-N3", "-n5", "--resv-ports=0", "--tf-cluster=chief:1,worker:4"]);
-    run.assert_ran(5).assert_tf_config(&[("chief", 1), ("worker", 4)], 8888);
+    let run = srun(&[
+        "-N3",
+        "-n5",
+        "--resv-ports=0",
+        "--tf-cluster=chief:1,worker:4",
+    ]);
+    run.assert_ran(5)
+        .assert_tf_config(&[("chief", 1), ("worker", 4)], 8888);
     let mut hosts = run.hosts();
     hosts.dedup();
-    assert_eq!(hosts.len(), 3, "block layout visits each node once: {hosts:?}");
+    assert_eq!(
+        hosts.len(),
+        3,
+        "block layout visits each node once: {hosts:?}"
+    );
 }
 
 /// With MpiParams=ports=… Slurm reserves ports for every step; local task k
@@ -54,7 +78,10 @@ fn reserved_ports_are_used() {
     let _t = testbed();
     let run = srun(&["-N3", "-n6", "--ntasks-per-node=2", "--tf-cluster"]);
     run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
-    assert!(run.tasks.iter().all(|t| t.resv_ports.is_some()), "MpiParams reserves ports");
+    assert!(
+        run.tasks.iter().all(|t| t.resv_ports.is_some()),
+        "MpiParams reserves ports"
+    );
 }
 
 /// A step without --tf-cluster is not touched.
@@ -64,7 +91,11 @@ fn step_without_the_option_is_untouched() {
     let run = srun(&["-N3", "-n3", "--gres=gpu:2"]);
     run.assert_ran(3);
     assert!(run.tasks.iter().all(|t| t.tf_config.is_none()));
-    assert_eq!(run.gpus(), [Some("0,1"); 3], "Slurm's own CUDA_VISIBLE_DEVICES");
+    assert_eq!(
+        run.gpus(),
+        [Some("0,1"); 3],
+        "Slurm's own CUDA_VISIBLE_DEVICES"
+    );
 }
 
 /// A spec whose counts do not add up to the step is refused by srun.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tf_cluster::core::roles::RoleSpec;
-use tf_cluster::core::{self, Cluster, Error, Result, Settings, Step};
+use tf_cluster::core::{self, Cluster, Error, Result, Settings, Source, Step};
 
 #[derive(Parser)]
 #[command(
@@ -73,20 +73,33 @@ impl Options {
     }
 }
 
-fn read_var(name: &str) -> Result<Option<String>> {
-    match std::env::var(name) {
-        Ok(v) => Ok(Some(v)),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err(Error::new(format!("{name} is not valid UTF-8")))
+/// This process's environment, read as the plugin reads the task's.
+struct Environment;
+
+impl Source for Environment {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        match std::env::var(name) {
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(Error::new(format!("{name} is not valid UTF-8")))
+            }
         }
+    }
+
+    fn gpu_count(&mut self) -> Result<u32> {
+        tf_cluster::probe::node_gpu_count()
+    }
+
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        tf_cluster::probe::read_user_file(path)
     }
 }
 
 fn run(cli: Cli) -> Result<String> {
     let (Command::Env(options) | Command::Explain(options)) = &cli.command;
     let settings = options.settings()?;
-    let step = Step::gather(&settings, read_var, tf_cluster::probe::node_gpu_count)?;
+    let step = Step::gather(&settings, &mut Environment)?;
     match cli.command {
         Command::Env(_) => {
             let injection = core::resolve(&settings, &step)?;

@@ -59,6 +59,19 @@ impl HostList {
         Ok(hosts)
     }
 
+    /// A list of names already expanded.
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> HostList {
+        let mut hosts = HostList {
+            buf: String::new(),
+            ends: Vec::new(),
+        };
+        for name in names {
+            hosts.buf.push_str(name);
+            hosts.ends.push(hosts.buf.len() as u32);
+        }
+        hosts
+    }
+
     pub fn len(&self) -> usize {
         self.ends.len()
     }

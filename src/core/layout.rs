@@ -2,7 +2,11 @@
 //! task distributions (slurm_step_layout.c). The counts per node come from
 //! Slurm; the order of ranks over them is what the distribution decides.
 
+use std::collections::HashMap;
+
+use super::MAX_TASKS;
 use super::error::{Result, bail, shown};
+use super::hostlist::HostList;
 use super::number::parse_u32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +17,8 @@ pub enum Distribution {
     Cyclic,
     /// Blocks of `n` consecutive ranks per node per round.
     Plane(u32),
+    /// Rank r runs on the r-th host of SLURM_HOSTFILE.
+    Arbitrary,
 }
 
 impl Distribution {
@@ -33,10 +39,7 @@ impl Distribution {
                     plane_size.map_or("unset".into(), shown)
                 ),
             },
-            "arbitrary" => bail!(
-                "the task layout of an arbitrary distribution (-m arbitrary, SLURM_HOSTFILE) \
-                 cannot be known inside the step; use block, cyclic or plane"
-            ),
+            "arbitrary" => Ok(Distribution::Arbitrary),
             _ => bail!("unknown SLURM_DISTRIBUTION {}", shown(dist)),
         }
     }
@@ -51,7 +54,8 @@ pub struct Placement {
     pub local: u32,
 }
 
-/// Placement of every rank, indexed by rank. `counts[i]` tasks run on node i.
+/// Placement of every rank, indexed by rank, for a distribution that follows
+/// from the counts alone (not Arbitrary). `counts[i]` tasks run on node i.
 pub fn place(counts: &[u32], dist: Distribution) -> Vec<Placement> {
     let total: usize = counts.iter().map(|&c| c as usize).sum();
     let mut ranks = Vec::with_capacity(total);
@@ -67,6 +71,7 @@ pub fn place(counts: &[u32], dist: Distribution) -> Vec<Placement> {
         }
         Distribution::Cyclic => 1,
         Distribution::Plane(n) => n,
+        Distribution::Arbitrary => unreachable!("arbitrary layouts come from place_listed"),
     };
     // Rounds over the nodes that still have tasks to place.
     let mut placed = vec![0u32; counts.len()];
@@ -81,6 +86,78 @@ pub fn place(counts: &[u32], dist: Distribution) -> Vec<Placement> {
         open.retain(|&node| placed[node as usize] < counts[node as usize]);
     }
     ranks
+}
+
+/// Placement of rank r on the node named `task_hosts[r]` (an arbitrary
+/// distribution); the result must give each node its count.
+pub fn place_listed(
+    hosts: &HostList,
+    counts: &[u32],
+    task_hosts: &HostList,
+) -> Result<Vec<Placement>> {
+    let total: usize = counts.iter().map(|&c| c as usize).sum();
+    if task_hosts.len() < total {
+        bail!(
+            "SLURM_HOSTFILE names {} host(s) for {total} tasks",
+            task_hosts.len()
+        );
+    }
+    let index: HashMap<&str, u32> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h, i as u32))
+        .collect();
+    let mut placed = vec![0u32; counts.len()];
+    let mut ranks = Vec::with_capacity(total);
+    for host in task_hosts.iter().take(total) {
+        let Some(&node) = index.get(host) else {
+            bail!("SLURM_HOSTFILE names {host}, which is not a node of this step");
+        };
+        ranks.push(Placement {
+            node,
+            local: placed[node as usize],
+        });
+        placed[node as usize] += 1;
+    }
+    if placed != counts {
+        bail!(
+            "SLURM_HOSTFILE does not match the step's tasks per node: it is not this step's layout"
+        );
+    }
+    Ok(ranks)
+}
+
+/// The nodes of a heterogeneous step in rank order: component by component
+/// (SLURM_STEP_NODELIST itself is sorted), each node with its count.
+pub fn het_order(
+    hosts: &HostList,
+    counts: &[u32],
+    components: &[String],
+) -> Result<(HostList, Vec<u32>)> {
+    let index: HashMap<&str, usize> = hosts.iter().enumerate().map(|(i, h)| (h, i)).collect();
+    let mut seen = vec![false; hosts.len()];
+    let mut names = Vec::with_capacity(hosts.len());
+    let mut ordered = Vec::with_capacity(hosts.len());
+    for list in components {
+        for host in HostList::parse(list, MAX_TASKS as usize)?.iter() {
+            // A component's allocation may hold nodes this step does not use.
+            let Some(&i) = index.get(host) else { continue };
+            if std::mem::replace(&mut seen[i], true) {
+                bail!(
+                    "node {host} is in two components of the heterogeneous step: its rank order cannot be known"
+                );
+            }
+            names.push(hosts.get(i).to_string());
+            ordered.push(counts[i]);
+        }
+    }
+    if ordered.len() != hosts.len() {
+        bail!("the heterogeneous components' node lists do not cover SLURM_STEP_NODELIST");
+    }
+    Ok((
+        HostList::from_names(names.iter().map(String::as_str)),
+        ordered,
+    ))
 }
 
 /// The global ids of the tasks on `node`, in local order: what Slurm gives
@@ -159,7 +236,6 @@ mod tests {
         for (dist, size, why) in [
             ("plane", None, "SLURM_DIST_PLANESIZE is unset"),
             ("plane", Some("0"), "PLANESIZE is \"0\""),
-            ("arbitrary", None, "arbitrary"),
             ("diagonal", None, "unknown SLURM_DISTRIBUTION"),
         ] {
             let e = Distribution::from_env(Some(dist), size)
@@ -167,5 +243,61 @@ mod tests {
                 .to_string();
             assert!(e.contains(why), "{dist}: {e}");
         }
+    }
+
+    fn hosts(list: &str) -> HostList {
+        HostList::parse(list, 100).unwrap()
+    }
+
+    #[test]
+    fn arbitrary_follows_the_host_file() {
+        // Measured on the testbed: hosts node2,node1,node2,node3 → GTIDS 1 | 0,2 | 3.
+        let placed = place_listed(
+            &hosts("node[1-3]"),
+            &[1, 2, 1],
+            &hosts("node2,node1,node2,node3"),
+        )
+        .unwrap();
+        let on = |n| ranks_on(&placed, n).collect::<Vec<_>>();
+        assert_eq!([on(0), on(1), on(2)], [vec![1], vec![0, 2], vec![3]]);
+        for (file, why) in [
+            ("node2,node1", "names 2 host(s) for 4 tasks"),
+            (
+                "node2,node1,node2,node4",
+                "node4, which is not a node of this step",
+            ),
+            ("node1,node1,node2,node3", "does not match"),
+        ] {
+            let e = place_listed(&hosts("node[1-3]"), &[1, 2, 1], &hosts(file))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{file}: {e}");
+        }
+    }
+
+    #[test]
+    fn het_steps_order_nodes_by_component() {
+        // Measured on the testbed: `srun -w node3 : -N2 -n3 -w node1,node2`
+        // has SLURM_STEP_NODELIST node[1-3] with counts 2,1,1 and runs rank 0 on node3.
+        let (order, counts) = het_order(
+            &hosts("node[1-3]"),
+            &[2, 1, 1],
+            &["node3".into(), "node[1-2]".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            order.iter().collect::<Vec<_>>(),
+            ["node3", "node1", "node2"]
+        );
+        assert_eq!(counts, [1, 2, 1]);
+        let e = het_order(
+            &hosts("node[1-3]"),
+            &[2, 1, 1],
+            &["node[1-3]".into(), "node1".into()],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("node1 is in two components"), "{e}");
+        let e = het_order(&hosts("node[1-3]"), &[2, 1, 1], &["node3".into()]).unwrap_err();
+        assert!(e.to_string().contains("do not cover"), "{e}");
     }
 }

@@ -16,7 +16,7 @@ pub mod tf_config;
 
 pub use error::{Error, Result};
 pub use settings::Settings;
-pub use step::Step;
+pub use step::{Source, Step};
 
 use error::{bail, shown};
 use gpus::GpuPlan;
@@ -110,9 +110,22 @@ impl Cluster {
             (None, None) => bail!("SLURM_STEP_NUM_TASKS is not set: not inside a Slurm step?"),
         }
         let roles = settings.roles.for_step(total)?;
+        let (hosts, counts) = if step.het_nodelists.is_empty() {
+            (hosts, counts)
+        } else {
+            layout::het_order(&hosts, &counts, &step.het_nodelists)?
+        };
         let dist =
             Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?;
-        let placements = layout::place(&counts, dist);
+        let placements = match (dist, &step.hostfile) {
+            (Distribution::Arbitrary, Some(file)) => {
+                layout::place_listed(&hosts, &counts, &hostfile_hosts(file)?)?
+            }
+            (Distribution::Arbitrary, None) => {
+                bail!("the layout of an arbitrary distribution is only known from SLURM_HOSTFILE")
+            }
+            (dist, _) => layout::place(&counts, dist),
+        };
         let max_local = counts.iter().copied().max().unwrap_or(0);
         let ports = ports::ports(settings.port_base, step.resv_ports.as_deref(), max_local)?;
         let gpus = if settings.auto_set_gpu && !step.gpus_bound_by_slurm {
@@ -227,11 +240,48 @@ impl Cluster {
     }
 }
 
+/// What srun checks before anything is launched, knowing the step's task
+/// count and the allocation's node list (the step runs on some of its nodes):
+/// the spec must cover the tasks, and TF_CONFIG must be able to fit.
+pub fn check_before_launch(settings: &Settings, tasks: u32, nodelist: Option<&str>) -> Result<()> {
+    if tasks > MAX_TASKS {
+        bail!(
+            "the step has {tasks} tasks; TF_CONFIG for more than {MAX_TASKS} cannot fit in one environment variable"
+        );
+    }
+    let roles = settings.roles.for_step(tasks)?;
+    let shortest_host = nodelist
+        .and_then(|list| HostList::parse(list, usize::MAX).ok())
+        .and_then(|hosts| hosts.iter().map(str::len).min())
+        .unwrap_or(1);
+    // Ports are port base + k or ports Slurm reserved; reserved ports are
+    // taken to be unprivileged (≥ 1000), so at least 4 digits.
+    let port_digits = number::digits(u64::from(settings.port_base)).min(4);
+    let size = tf_config::min_size(
+        roles.iter().map(|r| (r.name.as_str(), r.count)),
+        shortest_host,
+        port_digits,
+        settings.rpc_layer.as_deref(),
+    );
+    tf_config::check_min_size(size, tasks)
+}
+
 /// Resolves one task: its TF_CONFIG and CUDA_VISIBLE_DEVICES.
 pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
     let rank = parse_number(required(&step.procid, "SLURM_PROCID")?, "SLURM_PROCID")?;
     let cluster = Cluster::new(settings, step)?;
     cluster.injection(rank)
+}
+
+/// SLURM_HOSTFILE: one host name or hostlist per line, `#` comments.
+fn hostfile_hosts(text: &str) -> Result<HostList> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    HostList::parse(&lines.join(","), MAX_TASKS as usize)
+        .map_err(|e| Error::new(format!("SLURM_HOSTFILE: {e}")))
 }
 
 fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str> {

@@ -21,6 +21,11 @@ pub fn push_padded(buf: &mut String, n: u64, width: usize) {
     buf.push_str(std::str::from_utf8(&digits[i..]).expect("ASCII digits"));
 }
 
+/// How many decimal digits `n` has.
+pub fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
+}
+
 /// Parses a plain decimal count (`0`..`u32::MAX`), no sign, no spaces.
 pub fn parse_u32(text: &str) -> Option<u32> {
     if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
@@ -45,6 +50,13 @@ mod tests {
             s.clear();
             push_padded(&mut s, n, w);
             assert_eq!(s, want);
+        }
+    }
+
+    #[test]
+    fn counts_digits() {
+        for (n, d) in [(0, 1), (9, 1), (10, 2), (8888, 4), (65535, 5)] {
+            assert_eq!(digits(n), d, "{n}");
         }
     }
 

@@ -2,9 +2,25 @@
 //! slurmstepd hands them to the task (the CLI twin reads the same names from
 //! its own environment).
 
-use super::error::Result;
+use super::error::{Result, bail, shown};
 use super::gpus;
+use super::number::parse_u32;
 use super::settings::Settings;
+
+/// Components a heterogeneous step may have (Slurm's own limit is 128).
+const MAX_HET_COMPONENTS: u32 = 128;
+
+/// Where the facts come from: slurmstepd's view of the task (the plugin) or
+/// the process environment (the CLI). The node-reading methods are called
+/// only when the step needs them.
+pub trait Source {
+    /// A variable of the task's environment.
+    fn var(&mut self, name: &str) -> Result<Option<String>>;
+    /// The number of GPUs the node has.
+    fn gpu_count(&mut self) -> Result<u32>;
+    /// A file named by the user (SLURM_HOSTFILE), read as the user.
+    fn read_file(&mut self, path: &str) -> Result<String>;
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Step {
@@ -32,37 +48,77 @@ pub struct Step {
     pub gpus_bound_by_slurm: bool,
     /// GPUs found on the node, when nothing else says how many there are.
     pub node_gpus: Option<u32>,
+    /// SLURM_JOB_NODELIST_HET_GROUP_k of each component of a heterogeneous
+    /// step, in component order (the order its ranks follow); empty otherwise.
+    pub het_nodelists: Vec<String>,
+    /// The contents of SLURM_HOSTFILE, read for an arbitrary distribution.
+    pub hostfile: Option<String>,
 }
 
 impl Step {
-    /// Reads the step from `get` (variable name → value). `probe_gpus` counts
-    /// the node's GPUs and is only called when nothing else gives them.
-    pub fn gather(
-        settings: &Settings,
-        mut get: impl FnMut(&str) -> Result<Option<String>>,
-        probe_gpus: impl FnOnce() -> Result<u32>,
-    ) -> Result<Step> {
+    /// Reads the step from `source`.
+    pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Step> {
         let mut step = Step {
-            procid: get("SLURM_PROCID")?,
-            num_tasks: get("SLURM_STEP_NUM_TASKS")?,
-            nodelist: get("SLURM_STEP_NODELIST")?,
-            tasks_per_node: get("SLURM_STEP_TASKS_PER_NODE")?,
-            distribution: get("SLURM_DISTRIBUTION")?,
-            plane_size: get("SLURM_DIST_PLANESIZE")?,
-            node_id: get("SLURM_NODEID")?,
-            gtids: get("SLURM_GTIDS")?,
-            resv_ports: get("SLURM_STEP_RESV_PORTS")?,
-            cuda_visible_devices: get("CUDA_VISIBLE_DEVICES")?,
-            gpus_bound_by_slurm: get("SLURMD_TRES_BIND")?.is_some(),
+            procid: source.var("SLURM_PROCID")?,
+            num_tasks: source.var("SLURM_STEP_NUM_TASKS")?,
+            nodelist: source.var("SLURM_STEP_NODELIST")?,
+            tasks_per_node: source.var("SLURM_STEP_TASKS_PER_NODE")?,
+            distribution: source.var("SLURM_DISTRIBUTION")?,
+            plane_size: source.var("SLURM_DIST_PLANESIZE")?,
+            node_id: source.var("SLURM_NODEID")?,
+            gtids: source.var("SLURM_GTIDS")?,
+            resv_ports: source.var("SLURM_STEP_RESV_PORTS")?,
+            cuda_visible_devices: source.var("CUDA_VISIBLE_DEVICES")?,
+            gpus_bound_by_slurm: source.var("SLURMD_TRES_BIND")?.is_some(),
             node_gpus: None,
+            het_nodelists: het_nodelists(source)?,
+            hostfile: None,
         };
+        if let Some(dist) = &step.distribution
+            && dist.starts_with("arbitrary")
+        {
+            let Some(path) = source.var("SLURM_HOSTFILE")? else {
+                bail!(
+                    "the layout of an arbitrary distribution is only known from SLURM_HOSTFILE, which is not set"
+                );
+            };
+            step.hostfile = Some(source.read_file(&path)?);
+        }
         if gpus::needs_probe(
             settings,
             step.cuda_visible_devices.as_deref(),
             step.gpus_bound_by_slurm,
         ) {
-            step.node_gpus = Some(probe_gpus()?);
+            step.node_gpus = Some(source.gpu_count()?);
         }
         Ok(step)
     }
+}
+
+/// The node list of each component of a heterogeneous step (Slurm 22.05 says
+/// PACK where later releases say HET).
+fn het_nodelists(source: &mut impl Source) -> Result<Vec<String>> {
+    let size = match source.var("SLURM_HET_SIZE")? {
+        Some(n) => n,
+        None => match source.var("SLURM_PACK_SIZE")? {
+            Some(n) => n,
+            None => return Ok(Vec::new()),
+        },
+    };
+    let size = match parse_u32(&size) {
+        Some(n @ 1..=MAX_HET_COMPONENTS) => n,
+        _ => bail!("SLURM_HET_SIZE is {}, not a component count", shown(&size)),
+    };
+    (0..size)
+        .map(|k| {
+            let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
+            match source.var(&het)? {
+                Some(list) => Ok(list),
+                None => match source.var(&format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? {
+                    Some(list) => Ok(list),
+                    None => bail!("heterogeneous step without {het}"),
+                },
+            }
+        })
+        .collect()
 }

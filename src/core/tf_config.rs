@@ -66,16 +66,49 @@ where
     out
 }
 
-/// Refuses a TF_CONFIG that could not be passed in one environment variable.
-pub fn check_size(tf_config: &str, tasks: u32) -> Result<()> {
-    let size = "TF_CONFIG=".len() + tf_config.len() + 1;
-    if size >= ENV_LIMIT {
+/// The smallest TF_CONFIG `roles` can give when no host name is shorter than
+/// `host_len` and no port has fewer than `port_digits` digits: what srun can
+/// know before the step's layout exists.
+pub fn min_size<'a>(
+    roles: impl IntoIterator<Item = (&'a str, u32)>,
+    host_len: usize,
+    port_digits: usize,
+    rpc_layer: Option<&str>,
+) -> usize {
+    let address = host_len + 1 + port_digits + 2; // "host:port"
+    let mut size = r#"{"cluster":{},"task":{"type":"","index":0}}"#.len();
+    let mut shortest = usize::MAX;
+    for (i, (name, count)) in roles.into_iter().enumerate() {
+        let count = count as usize;
+        size += usize::from(i > 0) + name.len() + r#""":[]"#.len();
+        size += count * address + count.saturating_sub(1);
+        shortest = shortest.min(name.len());
+    }
+    size += if shortest == usize::MAX { 0 } else { shortest };
+    size += rpc_layer.map_or(0, |l| r#","rpc_layer":"""#.len() + l.len());
+    size
+}
+
+/// Refuses a TF_CONFIG of `size` bytes (the value alone).
+fn check_env_size(size: usize, tasks: u32, at_least: &str) -> Result<()> {
+    let total = "TF_CONFIG=".len() + size + 1;
+    if total >= ENV_LIMIT {
         bail!(
-            "TF_CONFIG for {tasks} tasks would be {size} bytes, over the {ENV_LIMIT}-byte limit of one \
+            "TF_CONFIG for {tasks} tasks would be {at_least}{total} bytes, over the {ENV_LIMIT}-byte limit of one \
              environment variable; use fewer tasks or shorter host names"
         );
     }
     Ok(())
+}
+
+/// Refuses a step whose TF_CONFIG cannot fit whatever its layout.
+pub fn check_min_size(min_size: usize, tasks: u32) -> Result<()> {
+    check_env_size(min_size, tasks, "at least ")
+}
+
+/// Refuses a TF_CONFIG that could not be passed in one environment variable.
+pub fn check_size(tf_config: &str, tasks: u32) -> Result<()> {
+    check_env_size(tf_config.len(), tasks, "")
 }
 
 #[cfg(test)]
@@ -115,6 +148,34 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(&with_rpc).unwrap();
         assert_eq!(v["rpc_layer"], "grpc");
+    }
+
+    #[test]
+    fn min_size_is_the_size_of_the_shortest_layout() {
+        let roles = [("chief", 1u32), ("ps", 2), ("worker", 3)];
+        let mut rank = 0;
+        let jobs = roles.map(|(name, count)| Job {
+            name,
+            addresses: (0..count)
+                .map(|_| {
+                    rank += 1;
+                    ("n1", 1000 + rank as u16)
+                })
+                .collect::<Vec<_>>(),
+        });
+        for rpc in [None, Some("grpc")] {
+            let json = render(
+                jobs.iter().map(|j| Job {
+                    name: j.name,
+                    addresses: j.addresses.clone(),
+                }),
+                "ps",
+                1,
+                rpc,
+                0,
+            );
+            assert_eq!(min_size(roles, 2, 4, rpc), json.len(), "{json}");
+        }
     }
 
     #[test]

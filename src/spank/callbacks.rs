@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use super::bindings as sys;
 use super::handle::{self, Spank};
 use super::{logger, options};
-use crate::core::{self, Error, Result, Settings, Step};
+use crate::core::{self, Error, Result, Settings, Source, Step};
 
 #[unsafe(no_mangle)]
 pub static plugin_name: [u8; 11] = *b"tf_cluster\0";
@@ -84,12 +84,24 @@ pub extern "C" fn slurm_spank_local_user_init(
         let Some(settings) = step_settings(&spank, ac, av)? else {
             return Ok(());
         };
-        if let Some(total) = settings.roles.total() {
-            let tasks = spank.total_task_count()?;
-            if total != u64::from(tasks) {
-                settings.roles.for_step(tasks)?;
-            }
-        }
+        // A heterogeneous step calls this once per component, whose task
+        // count is the component's: the whole step's is srun's SLURM_NTASKS.
+        let het =
+            std::env::var_os("SLURM_HET_SIZE").or_else(|| std::env::var_os("SLURM_PACK_SIZE"));
+        let tasks = match het {
+            None => spank.total_task_count()?,
+            Some(_) => match std::env::var("SLURM_NTASKS")
+                .ok()
+                .and_then(|n| n.parse().ok())
+            {
+                Some(n) => n,
+                None => return Ok(()),
+            },
+        };
+        // The allocation's nodes bound the step's host names (not so for a
+        // het component's list, which leaves out the others).
+        let nodelist = std::env::var("SLURM_NODELIST").ok().filter(|_| het.is_none());
+        core::check_before_launch(&settings, tasks, nodelist.as_deref())?;
         Ok(())
     })
 }
@@ -108,17 +120,30 @@ pub extern "C" fn slurm_spank_task_init(
         let Some(settings) = step_settings(&spank, ac, av)? else {
             return Ok(());
         };
-        let step = Step::gather(
-            &settings,
-            |name| spank.getenv(name),
-            crate::probe::node_gpu_count,
-        )?;
+        let step = Step::gather(&settings, &mut Task(&spank))?;
         let injection = core::resolve(&settings, &step)?;
         for (name, value) in injection.vars() {
             spank.setenv(name, value)?;
         }
         Ok(())
     })
+}
+
+/// The task as slurmstepd shows it.
+struct Task<'a>(&'a Spank);
+
+impl Source for Task<'_> {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        self.0.getenv(name)
+    }
+
+    fn gpu_count(&mut self) -> Result<u32> {
+        crate::probe::node_gpu_count()
+    }
+
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        crate::probe::read_user_file(path)
+    }
 }
 
 /// The step's settings (site defaults from plugstack.conf, then the step's

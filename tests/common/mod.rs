@@ -26,7 +26,11 @@ fn ensure_up() {
     static UP: OnceLock<()> = OnceLock::new();
     UP.get_or_init(|| {
         let so = repo().join("target/release/libtf_cluster.so");
-        assert!(so.exists(), "{} is missing: run `cargo build --release` first", so.display());
+        assert!(
+            so.exists(),
+            "{} is missing: run `cargo build --release` first",
+            so.display()
+        );
         let out = Command::new(repo().join("docker/testbed.sh"))
             .arg("up")
             .output()
@@ -130,7 +134,9 @@ pub fn parse_run(out: Output) -> Run {
                 local: f[2].parse().unwrap(),
                 resv_ports: unset(f[3]),
                 cuda_visible_devices: unset(f[4]),
-                tf_config: unset(f[5]).map(|t| serde_json::from_str(&t).unwrap_or_else(|e| panic!("TF_CONFIG {t:?}: {e}"))),
+                tf_config: unset(f[5]).map(|t| {
+                    serde_json::from_str(&t).unwrap_or_else(|e| panic!("TF_CONFIG {t:?}: {e}"))
+                }),
             }
         })
         .collect();
@@ -156,7 +162,11 @@ impl Run {
     pub fn assert_refused(&self, why: &str) {
         assert_ne!(self.code, Some(0), "step should fail");
         assert!(self.tasks.is_empty(), "tasks ran: {:?}", self.tasks);
-        let lines: Vec<&str> = self.stderr.lines().filter(|l| l.contains("tf-cluster:")).collect();
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.contains("tf-cluster:"))
+            .collect();
         assert_eq!(lines.len(), 1, "want one tf-cluster line: {}", self.stderr);
         assert!(lines[0].contains(why), "want {why:?} in {:?}", lines[0]);
     }
@@ -176,7 +186,10 @@ impl Run {
         let mut own = Vec::new();
         let mut rank = 0usize;
         for &(role, count) in roles {
-            let addrs: Vec<String> = self.tasks[rank..rank + count as usize].iter().map(address).collect();
+            let addrs: Vec<String> = self.tasks[rank..rank + count as usize]
+                .iter()
+                .map(address)
+                .collect();
             for index in 0..count {
                 own.push((role, index));
             }
@@ -185,15 +198,25 @@ impl Run {
         }
         assert_eq!(rank, self.tasks.len(), "roles do not cover the step");
         for (task, (role, index)) in self.tasks.iter().zip(own) {
-            let want = serde_json::json!({"cluster": cluster, "task": {"type": role, "index": index}});
-            assert_eq!(task.tf_config.as_ref(), Some(&want), "rank {} on {}", task.rank, task.host);
+            let want =
+                serde_json::json!({"cluster": cluster, "task": {"type": role, "index": index}});
+            assert_eq!(
+                task.tf_config.as_ref(),
+                Some(&want),
+                "rank {} on {}",
+                task.rank,
+                task.host
+            );
         }
         self
     }
 
     /// CUDA_VISIBLE_DEVICES of each task, by rank.
     pub fn gpus(&self) -> Vec<Option<&str>> {
-        self.tasks.iter().map(|t| t.cuda_visible_devices.as_deref()).collect()
+        self.tasks
+            .iter()
+            .map(|t| t.cuda_visible_devices.as_deref())
+            .collect()
     }
 
     pub fn hosts(&self) -> Vec<&str> {
