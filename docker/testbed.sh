@@ -163,6 +163,8 @@ PlugStackConfig=/etc/slurm/plugstack.conf
 MaxTasksPerNode=8192
 
 SchedulerType=sched/backfill
+# Heterogeneous jobs are scheduled by the backfill pass only: run it every second.
+SchedulerParameters=bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu

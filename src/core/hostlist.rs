@@ -1,10 +1,14 @@
 //! Slurm's hostlist grammar: `node[1-3,7],gpu[01-04]-ib,r[1-2]n[1-4]`.
 //!
-//! Names expand in the order written (never sorted); zero padding follows the
-//! width of a range's lower bound, as in Slurm (`n[08-11]` → n08 … n11); several
-//! bracket groups in one name expand with the leftmost varying slowest, as
-//! `scontrol show hostnames` does. Names are kept in one buffer, so a 10,000
-//! node list costs a few allocations, not 10,000.
+//! Expansion matches `scontrol show hostnames`: names in the order written
+//! (never sorted, duplicates kept); items separated by commas or blanks, empty
+//! ones ignored; zero padding from how a range's lower bound is written
+//! (`n[08-11]` → n08 … n11, `n[0-0099]` → n0 … n99); several bracket groups in
+//! one name vary as Slurm varies them (last fastest, then first, second, …).
+//! Suffixes after brackets (`n[1-2]-ib`) are accepted, as since Slurm 23.02.5.
+//! Stricter than Slurm, malformed input (`n[1-]`, `n[`, huge numbers) is an
+//! error rather than a guess. Names are kept in one buffer, so a 10,000 node
+//! list costs a few allocations, not 10,000.
 
 use super::error::{Error, Result, bail, shown};
 use super::number::push_padded;
@@ -26,10 +30,20 @@ struct Range {
     width: usize,
 }
 
+/// One item such as `r[1-2]n[01-04]-ib`: `literals` around `groups`
+/// (literals[i] precedes groups[i]; one more literal ends the name).
 #[derive(Debug)]
-enum Part<'a> {
-    Literal(&'a str),
-    Ranges(Vec<Range>),
+struct Item<'a> {
+    literals: Vec<&'a str>,
+    groups: Vec<Vec<Range>>,
+}
+
+impl Item<'_> {
+    fn count(&self) -> u64 {
+        self.groups.iter().fold(1u64, |n, g| {
+            n.saturating_mul(g.iter().map(|r| r.hi - r.lo + 1).sum())
+        })
+    }
 }
 
 impl HostList {
@@ -44,17 +58,15 @@ impl HostList {
             buf: String::with_capacity(list.len()),
             ends: Vec::new(),
         };
-        let mut scratch = String::new();
-        for item in split_top_level(list).map_err(bad)? {
-            let parts = parse_item(item).map_err(bad)?;
-            let count = parts.iter().fold(1u64, |n, p| match p {
-                Part::Literal(_) => n,
-                Part::Ranges(rs) => n.saturating_mul(rs.iter().map(|r| r.hi - r.lo + 1).sum()),
-            });
-            if count.saturating_add(hosts.len() as u64) > max_hosts as u64 {
+        for text in split_top_level(list).map_err(bad)? {
+            let item = parse_item(text).map_err(bad)?;
+            if item.count().saturating_add(hosts.len() as u64) > max_hosts as u64 {
                 return Err(bad(Error::new(format!("more than {max_hosts} hosts"))));
             }
-            hosts.expand(&parts, &mut scratch);
+            hosts.expand(&item, &mut [(0, 0); MAX_GROUPS], 0);
+        }
+        if hosts.is_empty() {
+            bail!("the host list {} names no host", shown(list));
         }
         Ok(hosts)
     }
@@ -89,33 +101,33 @@ impl HostList {
         (0..self.len()).map(|i| self.get(i))
     }
 
-    /// Appends every name that `parts` produces after the text in `name`.
-    fn expand(&mut self, parts: &[Part], name: &mut String) {
-        let mark = name.len();
-        match parts.split_first() {
-            None => {
-                self.buf.push_str(name);
-                self.ends.push(self.buf.len() as u32);
-            }
-            Some((Part::Literal(text), rest)) => {
-                name.push_str(text);
-                self.expand(rest, name);
-            }
-            Some((Part::Ranges(ranges), rest)) => {
-                for r in ranges {
-                    for n in r.lo..=r.hi {
-                        name.truncate(mark);
-                        push_padded(name, n, r.width);
-                        self.expand(rest, name);
-                    }
+    /// Appends every name of `item`, choosing the value of one bracket
+    /// group per level; `chosen[g]` holds group g's value and width. Slurm
+    /// varies the last group fastest, then the first, second, …, so the
+    /// levels take groups k-2, k-3, …, 0, then k-1.
+    fn expand(&mut self, item: &Item, chosen: &mut [(u64, usize); MAX_GROUPS], level: usize) {
+        let k = item.groups.len();
+        if level == k {
+            for (g, literal) in item.literals.iter().enumerate() {
+                self.buf.push_str(literal);
+                if let Some(&(n, width)) = chosen[..k].get(g) {
+                    push_padded(&mut self.buf, n, width);
                 }
             }
+            self.ends.push(self.buf.len() as u32);
+            return;
         }
-        name.truncate(mark);
+        let g = if level == k - 1 { k - 1 } else { k - 2 - level };
+        for r in &item.groups[g] {
+            for n in r.lo..=r.hi {
+                chosen[g] = (n, r.width);
+                self.expand(item, chosen, level + 1);
+            }
+        }
     }
 }
 
-/// Splits at commas outside brackets.
+/// Splits at commas and blanks outside brackets, dropping empty items.
 fn split_top_level(list: &str) -> Result<Vec<&str>> {
     let mut items = Vec::new();
     let (mut depth, mut start) = (0u8, 0);
@@ -125,7 +137,7 @@ fn split_top_level(list: &str) -> Result<Vec<&str>> {
             b'[' => bail!("nested '[' at byte {i}"),
             b']' if depth == 1 => depth = 0,
             b']' => bail!("']' without '[' at byte {i}"),
-            b',' if depth == 0 => {
+            b',' | b' ' | b'\t' if depth == 0 => {
                 items.push(&list[start..i]);
                 start = i + 1;
             }
@@ -136,42 +148,28 @@ fn split_top_level(list: &str) -> Result<Vec<&str>> {
         bail!("'[' is never closed");
     }
     items.push(&list[start..]);
-    if let Some(i) = items.iter().position(|s| s.is_empty()) {
-        bail!("empty name at position {}", i + 1);
-    }
+    items.retain(|s| !s.is_empty());
     Ok(items)
 }
 
-/// `r[1-2]n[01-04]-ib` → Literal(r), Ranges, Literal(n), Ranges, Literal(-ib).
-fn parse_item(item: &str) -> Result<Vec<Part<'_>>> {
-    let mut parts = Vec::new();
-    let mut rest = item;
-    while !rest.is_empty() {
-        match rest.find('[') {
-            Some(0) => {
-                let close = rest.find(']').expect("split_top_level checked brackets");
-                parts.push(Part::Ranges(parse_ranges(&rest[1..close])?));
-                rest = &rest[close + 1..];
-            }
-            Some(open) => {
-                parts.push(Part::Literal(check_name_text(&rest[..open])?));
-                rest = &rest[open..];
-            }
-            None => {
-                parts.push(Part::Literal(check_name_text(rest)?));
-                rest = "";
-            }
+/// `r[1-2]n[01-04]-ib` → literals r, n, -ib around two groups.
+fn parse_item(text: &str) -> Result<Item<'_>> {
+    let mut item = Item {
+        literals: Vec::new(),
+        groups: Vec::new(),
+    };
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        let close = rest.find(']').expect("split_top_level checked brackets");
+        item.literals.push(check_name_text(&rest[..open])?);
+        item.groups.push(parse_ranges(&rest[open + 1..close])?);
+        rest = &rest[close + 1..];
+        if item.groups.len() > MAX_GROUPS {
+            bail!("more than {MAX_GROUPS} bracket groups in {}", shown(text));
         }
     }
-    if parts
-        .iter()
-        .filter(|p| matches!(p, Part::Ranges(_)))
-        .count()
-        > MAX_GROUPS
-    {
-        bail!("more than {MAX_GROUPS} bracket groups in {}", shown(item));
-    }
-    Ok(parts)
+    item.literals.push(check_name_text(rest)?);
+    Ok(item)
 }
 
 /// Node names are letters, digits, '-', '_' and '.': anything else (spaces,
@@ -254,6 +252,11 @@ mod tests {
     fn padding_follows_the_lower_bound() {
         assert_eq!(names("n[08-11]"), ["n08", "n09", "n10", "n11"]);
         assert_eq!(names("n[8-11]"), ["n8", "n9", "n10", "n11"]);
+        assert_eq!(names("n[0-0099]").len(), 100);
+        assert_eq!(names("n[0-0099]")[99], "n99");
+        assert_eq!(names("n[01-1]"), ["n01"]);
+        assert_eq!(names("n[1-02]"), ["n1", "n2"]);
+        assert_eq!(names("n[01,2]"), ["n01", "n2"]);
     }
 
     #[test]
@@ -261,9 +264,19 @@ mod tests {
         assert_eq!(names("r[1-2]n[1-2]"), ["r1n1", "r1n2", "r2n1", "r2n2"]);
         assert_eq!(names("n[1-2]-ib"), ["n1-ib", "n2-ib"]);
         assert_eq!(
-            names("a[1-2]b[01-02]c"),
-            ["a1b01c", "a1b02c", "a2b01c", "a2b02c"]
+            names("a[1-3]b[01-02]c"),
+            ["a1b01c", "a1b02c", "a2b01c", "a2b02c", "a3b01c", "a3b02c"]
         );
+    }
+
+    #[test]
+    fn like_scontrol_duplicates_blanks_and_empty_items() {
+        assert_eq!(names("n[1-2],n[1-2]"), ["n1", "n2", "n1", "n2"]);
+        assert_eq!(names("n[1-3,2]"), ["n1", "n2", "n3", "n2"]);
+        assert_eq!(names("n1 n2\tn3"), ["n1", "n2", "n3"]);
+        assert_eq!(names("n[1-2],,m1,"), ["n1", "n2", "m1"]);
+        assert_eq!(names("[1-2]"), ["1", "2"]);
+        assert_eq!(names("node-[1-3]"), ["node-1", "node-2", "node-3"]);
     }
 
     #[test]
@@ -275,9 +288,8 @@ mod tests {
         assert!(err("n[1-]").contains("not of the form"));
         assert!(err("n[a-b]").contains("not of the form"));
         assert!(err("n[3-1]").contains("backwards"));
-        assert!(err("a,,b").contains("empty name"));
-        assert!(err("a,").contains("empty name"));
-        assert!(err("n 1").contains("not allowed"));
+        assert!(err(",").contains("names no host"));
+        assert!(err("n[]").contains("not of the form"));
         assert!(err("n:1").contains("not allowed"));
         assert!(err("nœ").contains("not allowed"));
         assert!(err("n[99999999999999999999]").contains("not of the form"));

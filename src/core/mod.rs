@@ -79,7 +79,8 @@ impl Cluster {
             MAX_TASKS as usize,
         )?;
         let nodelist = required(&step.nodelist, "SLURM_STEP_NODELIST")?;
-        let hosts = HostList::parse(nodelist, MAX_TASKS as usize)?;
+        let hosts = HostList::parse(nodelist, MAX_TASKS as usize)
+            .map_err(|e| Error::new(format!("SLURM_STEP_NODELIST: {e}")))?;
         if hosts.len() != counts.len() {
             bail!(
                 "SLURM_STEP_NODELIST {} names {} node(s) but SLURM_STEP_TASKS_PER_NODE {} gives {} count(s)",

@@ -19,6 +19,9 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[unsafe(no_mangle)]
 pub static plugin_version: c_uint = sys::SLURM_VERSION_NUMBER;
 
+/// slurm.h: step ids above this are special (batch script, extern, interactive).
+const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
+
 /// Runs `body`; an error is logged once and becomes -1, a panic becomes -1
 /// after the panic hook logged it.
 fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
@@ -100,7 +103,9 @@ pub extern "C" fn slurm_spank_local_user_init(
         };
         // The allocation's nodes bound the step's host names (not so for a
         // het component's list, which leaves out the others).
-        let nodelist = std::env::var("SLURM_NODELIST").ok().filter(|_| het.is_none());
+        let nodelist = std::env::var("SLURM_NODELIST")
+            .ok()
+            .filter(|_| het.is_none());
         core::check_before_launch(&settings, tasks, nodelist.as_deref())?;
         Ok(())
     })
@@ -117,6 +122,11 @@ pub extern "C" fn slurm_spank_task_init(
 ) -> c_int {
     guard(|| {
         let spank = Spank::new(sp);
+        // The batch script, salloc's interactive step and the extern step
+        // inherit the job's options but are not TensorFlow tasks.
+        if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
+            return Ok(());
+        }
         let Some(settings) = step_settings(&spank, ac, av)? else {
             return Ok(());
         };

@@ -91,17 +91,24 @@ impl Spank {
 
     /// The step's total task count as srun knows it (srun only).
     pub fn total_task_count(&self) -> Result<u32> {
-        let mut count: u32 = 0;
-        // SAFETY: S_JOB_TOTAL_TASK_COUNT takes a `uint32_t *` (spank.h).
-        let rc = unsafe {
-            sys::spank_get_item(
-                self.0,
-                sys::spank_item_S_JOB_TOTAL_TASK_COUNT,
-                &mut count as *mut u32,
-            )
-        };
-        check(rc, "spank_get_item(S_JOB_TOTAL_TASK_COUNT)")?;
-        Ok(count)
+        self.item_u32(
+            sys::spank_item_S_JOB_TOTAL_TASK_COUNT,
+            "S_JOB_TOTAL_TASK_COUNT",
+        )
+    }
+
+    /// The step id (slurmstepd), special ids included.
+    pub fn step_id(&self) -> Result<u32> {
+        self.item_u32(sys::spank_item_S_JOB_STEPID, "S_JOB_STEPID")
+    }
+
+    /// An item whose argument is a `uint32_t *` (spank.h says which).
+    fn item_u32(&self, item: sys::spank_item_t, name: &str) -> Result<u32> {
+        let mut value: u32 = 0;
+        // SAFETY: `item` takes one `uint32_t *` argument.
+        let rc = unsafe { sys::spank_get_item(self.0, item, &mut value as *mut u32) };
+        check(rc, &format!("spank_get_item({name})"))?;
+        Ok(value)
     }
 }
 

@@ -1,3 +1,5 @@
+#![allow(dead_code)] // Shared by several test binaries, each using a part.
+
 //! Runs real srun/sbatch steps on the dockerized Slurm testbed
 //! (docker/testbed.sh) and reads back what every task saw.
 //!
@@ -113,7 +115,14 @@ pub struct Run {
 
 /// `srun ARGS bash -c PROBE`.
 pub fn srun(args: &[&str]) -> Run {
-    let mut cmd = vec!["srun"];
+    srun_env(&[], args)
+}
+
+/// `env VARS srun ARGS bash -c PROBE`: srun with `VAR=value`s set.
+pub fn srun_env(vars: &[&str], args: &[&str]) -> Run {
+    let mut cmd = vec!["env"];
+    cmd.extend_from_slice(vars);
+    cmd.push("srun");
     cmd.extend_from_slice(args);
     cmd.extend_from_slice(&["bash", "-c", PROBE]);
     parse_run(exec(&cmd))
@@ -175,6 +184,16 @@ impl Run {
     /// `roles` (ranks to roles in order) and ports from `port_base` or from
     /// the ports Slurm reserved.
     pub fn assert_tf_config(&self, roles: &[(&str, u32)], port_base: u16) -> &Self {
+        self.assert_tf_config_rpc(roles, port_base, None)
+    }
+
+    /// [`Run::assert_tf_config`] with an `rpc_layer` in TF_CONFIG.
+    pub fn assert_tf_config_rpc(
+        &self,
+        roles: &[(&str, u32)],
+        port_base: u16,
+        rpc_layer: Option<&str>,
+    ) -> &Self {
         let address = |t: &Task| {
             let port = match &t.resv_ports {
                 Some(list) => reserved_ports(list)[t.local as usize],
@@ -198,8 +217,11 @@ impl Run {
         }
         assert_eq!(rank, self.tasks.len(), "roles do not cover the step");
         for (task, (role, index)) in self.tasks.iter().zip(own) {
-            let want =
+            let mut want =
                 serde_json::json!({"cluster": cluster, "task": {"type": role, "index": index}});
+            if let Some(layer) = rpc_layer {
+                want["rpc_layer"] = layer.into();
+            }
             assert_eq!(
                 task.tf_config.as_ref(),
                 Some(&want),
@@ -232,4 +254,57 @@ pub fn reserved_ports(list: &str) -> Vec<u16> {
             lo.parse::<u16>().unwrap()..=hi.parse::<u16>().unwrap()
         })
         .collect()
+}
+
+/// `sbatch --wait ARGS --wrap "srun SRUN_ARGS bash -c PROBE"`: what the
+/// batch step's tasks saw, and sbatch's own result.
+pub fn sbatch(args: &[&str], srun_args: &str) -> Run {
+    let out_file = format!(
+        "/home/alice/sbatch-{}.out",
+        std::process::id() ^ rand_suffix()
+    );
+    let wrap = format!(
+        "srun {srun_args} bash -c '{}'",
+        PROBE.replace('\'', r"'\''")
+    );
+    let mut cmd = vec!["sbatch", "--wait", "-o", out_file.as_str()];
+    cmd.extend_from_slice(args);
+    cmd.extend_from_slice(&["--wrap", wrap.as_str()]);
+    let submitted = exec(&cmd);
+    let output = exec(&["cat", out_file.as_str()]);
+    let mut run = parse_run(output);
+    run.code = submitted.status.code();
+    run.stderr = format!(
+        "{}{}",
+        String::from_utf8_lossy(&submitted.stderr),
+        run.stderr
+    );
+    run
+}
+
+/// Distinct per call within one test process.
+fn rand_suffix() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed) << 20
+}
+
+/// The state of every node (`idle`, `mix`, `drain`, …).
+pub fn node_states() -> Vec<String> {
+    let out = exec(&["sinfo", "-h", "-N", "-o", "%N %t"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn assert_no_node_drained() {
+    let states = node_states();
+    assert_eq!(states.len(), 3, "{states:?}");
+    assert!(
+        states
+            .iter()
+            .all(|s| !s.contains("drain") && !s.contains("down")),
+        "a node left service: {states:?}"
+    );
 }

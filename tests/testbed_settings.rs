@@ -1,0 +1,207 @@
+//! Settings, ports, GPUs, sbatch inheritance and the refusals srun makes, on
+//! the real testbed.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{assert_no_node_drained, exclusive, sbatch, srun, testbed};
+
+/// `#SBATCH --tf-cluster=…` reaches the job's srun steps.
+#[test]
+fn sbatch_options_reach_every_step() {
+    let _t = testbed();
+    let run = sbatch(
+        &[
+            "-N2",
+            "-n4",
+            "--ntasks-per-node=2",
+            "--tf-cluster=ps:1,worker:3",
+            "--tf-port-base=2000",
+        ],
+        "--resv-ports=0",
+    );
+    run.assert_ran(4)
+        .assert_tf_config(&[("ps", 1), ("worker", 3)], 2000);
+}
+
+/// Two steps at once on the same nodes, each with reserved ports: disjoint
+/// addresses.
+#[test]
+fn concurrent_steps_with_reserved_ports_do_not_clash() {
+    let _t = testbed();
+    let step = || {
+        std::thread::spawn(|| {
+            srun(&[
+                "-N2",
+                "-n4",
+                "-w",
+                "node1,node2",
+                "--ntasks-per-node=2",
+                "--resv-ports=2",
+                "--tf-cluster",
+                "--overlap",
+                "-O",
+            ])
+        })
+    };
+    let (a, b) = (step(), step());
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let mut addresses = Vec::new();
+    for run in [&a, &b] {
+        run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+        let cluster = &run.tasks[0].tf_config.as_ref().unwrap()["cluster"]["worker"];
+        addresses.push(
+            cluster
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect::<BTreeSet<_>>(),
+        );
+    }
+    assert!(addresses[0].is_disjoint(&addresses[1]), "{addresses:?}");
+}
+
+/// `--gres=gpu:2` with two tasks per node: one GPU each, Slurm's ids.
+#[test]
+fn gres_gpus_are_sliced() {
+    let _t = testbed();
+    let run = srun(&[
+        "-N2",
+        "-n4",
+        "--ntasks-per-node=2",
+        "--gres=gpu:2",
+        "--tf-cluster",
+    ]);
+    run.assert_ran(4);
+    let by_local: Vec<(u32, Option<&str>)> = run
+        .tasks
+        .iter()
+        .map(|t| (t.local, t.cuda_visible_devices.as_deref()))
+        .collect();
+    for (local, gpus) in by_local {
+        assert_eq!(gpus, Some(if local == 0 { "0" } else { "1" }));
+    }
+}
+
+/// `--tf-gpus-per-task` and `--tf-gpus-per-node` choose the slice.
+#[test]
+fn gpu_settings_choose_the_slice() {
+    let _t = testbed();
+    let run = srun(&[
+        "-N1",
+        "-n2",
+        "--gres=gpu:4",
+        "--tf-cluster",
+        "--tf-gpus-per-task=1",
+    ]);
+    run.assert_ran(2);
+    assert_eq!(run.gpus(), [Some("0"), Some("1")]);
+    let run = srun(&[
+        "-N1",
+        "-n1",
+        "--gres=gpu:4",
+        "--tf-cluster",
+        "--tf-gpus-per-node=3",
+    ]);
+    assert_eq!(run.assert_ran(1).gpus(), [Some("0,1,2")]);
+}
+
+/// With `--gpus-per-task` Slurm binds GPUs per task itself: left alone.
+#[test]
+fn gpus_bound_by_slurm_are_left_alone() {
+    let _t = testbed();
+    let args = ["-N1", "-n2", "-w", "node3", "--gpus-per-task=1"];
+    let plain = srun(&args);
+    let with: Vec<&str> = args.iter().copied().chain(["--tf-cluster"]).collect();
+    let run = srun(&with);
+    run.assert_ran(2).assert_tf_config(&[("worker", 2)], 8888);
+    assert_eq!(run.gpus(), plain.assert_ran(2).gpus());
+    assert!(run.gpus().iter().all(Option::is_some));
+}
+
+/// A CPU-only step: TF_CONFIG, and CUDA_VISIBLE_DEVICES stays unset.
+#[test]
+fn cpu_only_step() {
+    let _t = testbed();
+    let run = srun(&["-N3", "-n3", "--tf-cluster"]);
+    run.assert_ran(3).assert_tf_config(&[("worker", 3)], 8888);
+    assert_eq!(run.gpus(), [None; 3]);
+}
+
+/// More GPUs asked per task than the node has: the tasks fail, the node stays.
+#[test]
+fn too_many_gpus_fail_the_task_not_the_node() {
+    let _t = testbed();
+    let run = srun(&[
+        "-N1",
+        "-n2",
+        "--gres=gpu:2",
+        "--tf-cluster",
+        "--tf-gpus-per-task=2",
+    ]);
+    assert_ne!(run.code, Some(0));
+    assert!(run.tasks.is_empty());
+    assert!(
+        run.stderr.contains(
+            "tf-cluster: 2 GPU(s) per task × 2 task(s) on a node needs 4 GPUs, but the node has 2"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_no_node_drained();
+}
+
+/// Refusals srun makes before anything launches.
+#[test]
+fn srun_refuses_bad_steps_before_launch() {
+    let _t = testbed();
+    srun(&["-N2", "-n4", "--tf-cluster=ps:1,worker:2"])
+        .assert_refused("--tf-cluster asks for 3 tasks (ps:1,worker:2) but the step has 4");
+    srun(&["-N1", "-n1", "--tf-cluster=ps"]).assert_refused("\"ps\" has no ':count'");
+    srun(&["-N1", "-n1", "--tf-cluster", "--tf-port-base=65536"])
+        .assert_refused("port-base=65536: a port must be 1-65535");
+    srun(&["-N1", "-n1", "--tf-cluster", "--tf-auto-set-gpu=maybe"])
+        .assert_refused("auto-set-gpu=\"maybe\": use true or false");
+    // 12,000 tasks: TF_CONFIG cannot fit; refused before any task starts.
+    srun(&["-N3", "-n12000", "-O", "--resv-ports=0", "--tf-cluster"]).assert_refused(
+        "TF_CONFIG for 12000 tasks would be at least 156070 bytes, over the 131072-byte limit",
+    );
+    assert_no_node_drained();
+}
+
+/// Site defaults from plugstack.conf arguments; a step's option wins; a bad
+/// argument refuses only steps that use the plugin.
+#[test]
+fn plugstack_arguments_are_site_defaults() {
+    let bed = exclusive();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster.so port-base=2000 rpc-layer=grpc\n");
+    let run = srun(&["-N1", "-n2", "--resv-ports=0", "--tf-cluster"]);
+    run.assert_ran(2)
+        .assert_tf_config_rpc(&[("worker", 2)], 2000, Some("grpc"));
+    let run = srun(&[
+        "-N1",
+        "-n2",
+        "--resv-ports=0",
+        "--tf-cluster",
+        "--tf-port-base=3000",
+        "--tf-rpc-layer=grpc+verbs",
+    ]);
+    run.assert_ran(2)
+        .assert_tf_config_rpc(&[("worker", 2)], 3000, Some("grpc+verbs"));
+
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster.so colour=blue\n");
+    srun(&["-N1", "-n1", "--tf-cluster"])
+        .assert_refused("plugstack.conf argument unknown key \"colour\"");
+    let untouched = srun(&["-N1", "-n1"]);
+    untouched.assert_ran(1);
+    assert!(untouched.tasks[0].tf_config.is_none());
+    let batch = sbatch(&["-N1", "-n1", "--tf-cluster"], "");
+    assert!(
+        batch.tasks.is_empty() && batch.code != Some(0),
+        "{}",
+        batch.stderr
+    );
+    assert_no_node_drained();
+}
