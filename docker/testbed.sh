@@ -51,7 +51,9 @@
 # rename(2) it onto docker/run/etc/plugstack.conf (same directory => atomic).
 # Never rewrite the file in place: a step starting meanwhile could read half a file.
 #
-# Environment: TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_RUN_DIR,
+# Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, network tfc,
+# run dir docker/run; another prefix P gives P-ctl …, network P, docker/run-P),
+# TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_RUN_DIR,
 # TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
 set -euo pipefail
@@ -60,21 +62,24 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
 SUITE=${TFC_SUITE:-bookworm}
 IMAGE=${TFC_IMAGE:-tfc-node:$SUITE}
-NET=tfc
-RUN=${TFC_RUN_DIR:-$here/run}
+# TFC_PREFIX names an independent testbed (containers, network, run dir), so
+# several can run side by side, e.g. one per Slurm version.
+PREFIX=${TFC_PREFIX:-tfc}
+NET=$PREFIX
+if [ "$PREFIX" = tfc ]; then RUN=${TFC_RUN_DIR:-$here/run}; else RUN=${TFC_RUN_DIR:-$here/run-$PREFIX}; fi
 PLUGIN_DIR=${TFC_PLUGIN_DIR:-$repo/target/release}
 UP_TIMEOUT=${TFC_UP_TIMEOUT:-120}
 NODES=(node1 node2 node3)
-CTL=tfc-ctl
+CTL=$PREFIX-ctl
 PLUGIN_SO=/opt/tf-cluster/libtf_cluster.so
 
 die() { echo "testbed: error: $*" >&2; exit 1; }
 note() { echo "testbed: $*" >&2; }
 exists() { docker container inspect "$1" >/dev/null 2>&1; }
 running() { [ "$(docker container inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" = true ]; }
-all_containers() { echo "$CTL"; for n in "${NODES[@]}"; do echo "tfc-$n"; done; }
+all_containers() { echo "$CTL"; for n in "${NODES[@]}"; do echo "$PREFIX-$n"; done; }
 state_of() { local s; s=$(docker container inspect -f '{{.State.Status}} exit={{.State.ExitCode}}' "$1" 2>/dev/null) || s=absent; echo "$s"; }
-host_of() { case "$1" in tfc-ctl) echo ctl ;; tfc-*) echo "${1#tfc-}" ;; *) echo "$1" ;; esac; }
+host_of() { case "$1" in "$PREFIX"-*) echo "${1#"$PREFIX"-}" ;; *) echo "$1" ;; esac; }
 
 command -v docker >/dev/null || die "docker is not installed"
 
@@ -319,7 +324,7 @@ cmd_up() {
         docker network inspect "$NET" >/dev/null 2>&1 ||
             docker network create "$NET" >/dev/null || die "cannot create docker network $NET"
         # Nodes first, so slurmctld finds their names resolvable when it starts.
-        for c in "${NODES[@]/#/tfc-}" "$CTL"; do
+        for c in "${NODES[@]/#/$PREFIX-}" "$CTL"; do
             role=node; [ "$c" = "$CTL" ] && role=ctl
             start_container "$c" "$role" "$hash"
         done
@@ -382,7 +387,7 @@ cmd_admin() {
 
 cmd_node_exec() {
     [ $# -gt 1 ] || die "usage: testbed.sh node-exec NODE CMD [ARGS..]"
-    local c=tfc-${1#tfc-}; shift
+    local c=$PREFIX-${1#"$PREFIX"-}; shift
     running "$c" || die "$c is not running"
     exec docker exec $(tty_flags) "$c" "$@"
 }

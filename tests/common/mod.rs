@@ -62,12 +62,20 @@ pub fn exclusive() -> Exclusive {
 }
 
 impl Exclusive {
-    /// Puts `text` in place as plugstack.conf (atomically).
+    /// Puts `text` in place as plugstack.conf (testbed.sh swaps it atomically).
     pub fn plugstack(&self, text: &str) {
-        let dir = repo().join("docker/run/etc");
-        let tmp = dir.join(".plugstack.conf.test");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, dir.join("plugstack.conf")).unwrap();
+        let file = std::env::temp_dir().join(format!("tfc-plugstack-{}.conf", std::process::id()));
+        std::fs::write(&file, text).unwrap();
+        let out = Command::new(repo().join("docker/testbed.sh"))
+            .arg("plugstack")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
