@@ -7,5 +7,9 @@ cd "$repo"
 
 bash docker/prerequisites.sh
 cargo build --release
+# The panic-guard tests load a second build whose hooks panic on request.
+CARGO_TARGET_DIR=target/fault cargo build --release --lib --features fault-injection
+install -m 755 target/fault/release/libtf_cluster.so target/release/.fault.so.tmp
+mv target/release/.fault.so.tmp target/release/libtf_cluster_fault.so
 docker/testbed.sh up
 cargo test --release --all-targets

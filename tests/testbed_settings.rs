@@ -25,6 +25,14 @@ fn sbatch_options_reach_every_step() {
         .assert_tf_config(&[("ps", 1), ("worker", 3)], 2000);
 }
 
+/// A bare `#SBATCH --tf-cluster` (every task a worker) reaches the steps too.
+#[test]
+fn bare_sbatch_option_reaches_every_step() {
+    let _t = testbed();
+    let run = sbatch(&["-N3", "-n3", "--tf-cluster"], "");
+    run.assert_ran(3).assert_tf_config(&[("worker", 3)], 8888);
+}
+
 /// Two steps at once on the same nodes, each with reserved ports: disjoint
 /// addresses.
 #[test]

@@ -3,12 +3,12 @@
 //! srun (`local_user_init`) and the task (`task_init`) may fail a step;
 //! remote init must never fail, as that drains the node of a batch job.
 
-use std::ffi::{CStr, c_char, c_int, c_uint};
+use std::ffi::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::bindings as sys;
 use super::handle::{self, Spank};
-use super::{logger, options};
+use super::{fault, logger, options};
 use crate::core::{self, Error, Result, Settings, Source, Step};
 
 #[unsafe(no_mangle)]
@@ -24,8 +24,12 @@ const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
 
 /// Runs `body`; an error is logged once and becomes -1, a panic becomes -1
 /// after the panic hook logged it.
-fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(body)) {
+fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()>) -> c_int {
+    let run = || {
+        fault::inject(hook, spank);
+        body()
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
             log::error!("{e}");
@@ -39,14 +43,14 @@ fn guard(body: impl FnOnce() -> Result<()>) -> c_int {
 /// `--help`, slurmstepd needs them to read their values).
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
-    let rc = guard(|| {
-        logger::install();
-        let spank = Spank::new(sp);
+    logger::install();
+    let spank = Spank::new(sp);
+    let rc = guard("init", Some(&spank), || {
         spank.register(&options::CLUSTER)?;
         options::SETTINGS.iter().try_for_each(|o| spank.register(o))
     });
     // A failure in slurmstepd's init drains the node: report, never fail there.
-    if Spank::new(sp).remote() { 0 } else { rc }
+    if spank.remote() { 0 } else { rc }
 }
 
 /// An option's value, checked as soon as srun/sbatch/salloc parse it, so a
@@ -56,15 +60,9 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
     if remote != 0 {
         return 0;
     }
-    guard(|| {
-        let value = if optarg.is_null() {
-            ""
-        } else {
-            // SAFETY: Slurm passes a NUL-terminated option value.
-            unsafe { CStr::from_ptr(optarg) }
-                .to_str()
-                .map_err(|_| Error::new("option value is not valid UTF-8"))?
-        };
+    guard("option", None, || {
+        // SAFETY: Slurm passes NULL or a NUL-terminated option value.
+        let value = unsafe { handle::option_value(optarg) }?;
         match options::knob_of(val) {
             None => core::roles::RoleSpec::parse(value).map(drop),
             Some(knob) => Settings::default()
@@ -82,8 +80,8 @@ pub extern "C" fn slurm_spank_local_user_init(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    guard(|| {
-        let spank = Spank::new(sp);
+    let spank = Spank::new(sp);
+    guard("local_user_init", Some(&spank), || {
         let Some(settings) = step_settings(&spank, ac, av)? else {
             return Ok(());
         };
@@ -120,8 +118,8 @@ pub extern "C" fn slurm_spank_task_init(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    guard(|| {
-        let spank = Spank::new(sp);
+    let spank = Spank::new(sp);
+    guard("task_init", Some(&spank), || {
         // The batch script, salloc's interactive step and the extern step
         // inherit the job's options but are not TensorFlow tasks.
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {

@@ -37,9 +37,8 @@ impl Spank {
         // SAFETY: valid handle and option; Slurm sets `arg` to a string it owns or NULL.
         let rc = unsafe { sys::spank_option_getopt(self.0, option.as_ptr(), &mut arg) };
         match rc {
-            sys::ESPANK_SUCCESS if arg.is_null() => Ok(Some(String::new())),
-            // SAFETY: non-null `arg` points to a NUL-terminated string owned by Slurm.
-            sys::ESPANK_SUCCESS => utf8(unsafe { CStr::from_ptr(arg) }, "option value").map(Some),
+            // SAFETY: `arg` is NULL or a NUL-terminated string owned by Slurm.
+            sys::ESPANK_SUCCESS => unsafe { option_value(arg) }.map(|v| Some(v.to_string())),
             sys::slurm_err_t_ESPANK_ERROR => Ok(None),
             rc => Err(spank_error(rc, "spank_option_getopt")),
         }
@@ -110,6 +109,23 @@ impl Spank {
         check(rc, &format!("spank_get_item({name})"))?;
         Ok(value)
     }
+}
+
+/// An option's argument as Slurm hands it over. A bare option given to
+/// sbatch/salloc reaches the job's steps as the text "(null)" (Slurm prints
+/// the NULL argument into SLURM_SPANK_OPTION_…): that means no argument.
+///
+/// # Safety
+/// `arg` is NULL or points to a NUL-terminated string alive for the call.
+pub unsafe fn option_value<'a>(arg: *const c_char) -> Result<&'a str> {
+    if arg.is_null() {
+        return Ok("");
+    }
+    // SAFETY: see the function's contract.
+    let value = unsafe { CStr::from_ptr(arg) }
+        .to_str()
+        .map_err(|_| Error::new("option value is not valid UTF-8"))?;
+    Ok(if value == "(null)" { "" } else { value })
 }
 
 fn utf8(value: &CStr, what: &str) -> Result<String> {

@@ -19,7 +19,8 @@ impl Log for SlurmLogger {
     }
 
     fn log(&self, record: &Record) {
-        let text = format!("tf-cluster: {}", record.args()).replace('\0', " ");
+        // One line per message, whatever the message holds.
+        let text = format!("tf-cluster: {}", record.args()).replace(['\0', '\n'], " ");
         let Ok(message) = CString::new(text) else {
             return;
         };
@@ -42,7 +43,19 @@ pub fn install() {
     if log::set_logger(&LOGGER).is_ok() {
         log::set_max_level(LevelFilter::Debug);
         std::panic::set_hook(Box::new(|info| {
-            log::error!("internal error ({info}); the step fails, the node is unaffected");
+            let payload = info.payload();
+            let what = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("panic");
+            let at = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()));
+            log::error!(
+                "internal error{}: {what}; the step fails, the node is unaffected",
+                at.unwrap_or_default()
+            );
         }));
     }
 }

@@ -3,6 +3,7 @@
 
 mod bindings;
 mod callbacks;
+mod fault;
 mod handle;
 mod logger;
 mod options;

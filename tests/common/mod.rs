@@ -27,7 +27,12 @@ pub fn repo() -> PathBuf {
 fn ensure_up() {
     static UP: OnceLock<()> = OnceLock::new();
     UP.get_or_init(|| {
-        let so = repo().join("target/release/libtf_cluster.so");
+        // docker/testbed.sh mounts TFC_PLUGIN_DIR (a build for another Slurm,
+        // as tests/run.sh does per version), else target/release.
+        let dir = std::env::var_os("TFC_PLUGIN_DIR")
+            .map(|d| repo().join(d))
+            .unwrap_or_else(|| repo().join("target/release"));
+        let so = dir.join("libtf_cluster.so");
         assert!(
             so.exists(),
             "{} is missing: run `cargo build --release` first",
@@ -280,13 +285,11 @@ pub fn sbatch(args: &[&str], srun_args: &str) -> Run {
     cmd.extend_from_slice(&["--wrap", wrap.as_str()]);
     let submitted = exec(&cmd);
     let output = exec(&["cat", out_file.as_str()]);
+    // The job's output file holds the tasks' lines and slurmstepd's errors.
+    let file = String::from_utf8_lossy(&output.stdout).into_owned();
     let mut run = parse_run(output);
     run.code = submitted.status.code();
-    run.stderr = format!(
-        "{}{}",
-        String::from_utf8_lossy(&submitted.stderr),
-        run.stderr
-    );
+    run.stderr = format!("{}{file}", String::from_utf8_lossy(&submitted.stderr));
     run
 }
 

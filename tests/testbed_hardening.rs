@@ -1,0 +1,329 @@
+//! Nothing a user types or a node holds may crash slurmstepd, drain a node,
+//! or leak into a step that did not ask for the plugin: proven on the real
+//! testbed.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{Run, assert_no_node_drained, exclusive, exec, sbatch, srun, srun_env, testbed};
+
+/// The distinct `tf-cluster:` messages of a run (each task of a failing step
+/// prints the same one; Slurm's prefixes are stripped).
+fn messages(run: &Run) -> BTreeSet<String> {
+    run.stderr
+        .lines()
+        .filter_map(|l| l.split_once("tf-cluster: ").map(|(_, m)| m.to_string()))
+        .collect()
+}
+
+/// A refused step: non-zero exit, no task ran with TF_CONFIG, one clear
+/// message naming `why`, and the node takes the next good step.
+fn assert_clean_failure(case: &str, run: &Run, why: &str) {
+    assert_ne!(run.code, Some(0), "{case}: the step should fail");
+    assert!(
+        run.tasks.iter().all(|t| t.tf_config.is_none()),
+        "{case}: TF_CONFIG injected"
+    );
+    let msgs = messages(run);
+    assert_eq!(
+        msgs.len(),
+        1,
+        "{case}: want one tf-cluster message: {}",
+        run.stderr
+    );
+    let msg = msgs.iter().next().unwrap();
+    assert!(msg.contains(why), "{case}: want {why:?} in {msg:?}");
+    assert!(msg.len() < 400, "{case}: message too long: {msg}");
+    let next = srun(&["-N1", "-n1", "-w", "node1", "--tf-cluster"]);
+    next.assert_ran(1);
+    assert!(
+        next.tasks[0].tf_config.is_some(),
+        "{case}: the next good step"
+    );
+}
+
+#[test]
+fn bad_input_matrix() {
+    let _t = testbed();
+    let long_name = format!("--tf-cluster={}:1", "a".repeat(10_000));
+    let commas = format!("--tf-cluster={}", ",".repeat(10_000));
+    let long_het = format!("SLURM_JOB_NODELIST_HET_GROUP_0={}", ",".repeat(10_000));
+    let long_rpc = format!("--tf-rpc-layer={}", "r".repeat(10_000));
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Vec<&str>, Vec<&str>, &str)> = vec![
+        // Malformed specs, refused by srun while it parses its options.
+        ("empty role", vec![], vec!["-n1", "--tf-cluster=:1"], "entry 1 has an empty role name"),
+        ("duplicate role", vec![], vec!["-n2", "--tf-cluster=ps:1,ps:1"], "role ps is given twice"),
+        ("zero count", vec![], vec!["-n1", "--tf-cluster=ps:0,worker:1"], "role ps has count 0"),
+        ("negative count", vec![], vec!["-n1", "--tf-cluster=ps:-1"], "role ps has count \"-1\""),
+        ("huge count", vec![], vec!["-n1", "--tf-cluster=ps:99999999999"], "role ps has count \"99999999999\""),
+        ("u32 max count", vec![], vec!["-n1", "--tf-cluster=ps:4294967295"], "asks for 4294967295 tasks"),
+        ("sum overflow", vec![], vec!["-n1", "--tf-cluster=a:4294967295,b:4294967295"], "asks for 8589934590 tasks"),
+        ("non-ASCII role", vec![], vec!["-n1", "--tf-cluster=pß:1"], "role name \"pß\" has 'ß'"),
+        ("10 KB role", vec![], vec!["-n1", &long_name], "longer than 64 bytes"),
+        ("10 KB of commas", vec![], vec!["-n1", &commas], "entry 1 is empty"),
+        ("missing colon", vec![], vec!["-n1", "--tf-cluster=worker1"], "\"worker1\" has no ':count'"),
+        ("trailing comma", vec![], vec!["-n1", "--tf-cluster=worker:1,"], "entry 2 is empty"),
+        ("leading comma", vec![], vec!["-n1", "--tf-cluster=,worker:1"], "entry 1 is empty"),
+        ("two colons", vec![], vec!["-n1", "--tf-cluster=worker:1:1"], "count \"1:1\""),
+        ("text count", vec![], vec!["-n1", "--tf-cluster=worker:x"], "count \"x\""),
+        ("space in role", vec![], vec!["-n1", "--tf-cluster=wor ker:1"], "has ' '"),
+        ("shell in count", vec![], vec!["-n1", "--tf-cluster=worker:1;rm"], "count \"1;rm\""),
+        ("quote in role", vec![], vec!["-n1", "--tf-cluster=wo\"rker:1"], "has '\"'"),
+        // Sums that do not match the step.
+        ("sum too small", vec![], vec!["-n2", "--tf-cluster=ps:1"], "asks for 1 tasks (ps:1) but the step has 2"),
+        ("sum too large", vec![], vec!["-n1", "--tf-cluster=ps:1,worker:1"], "asks for 2 tasks (ps:1,worker:1) but the step has 1"),
+        ("sum off by one", vec![], vec!["-n3", "-N1", "--tf-cluster=chief:1,worker:1"], "but the step has 3"),
+        // Bad port bases.
+        ("port base 0", vec![], vec!["-n1", "--tf-cluster", "--tf-port-base=0"], "port-base=0: a port must be 1-65535"),
+        ("port base 65536", vec![], vec!["-n1", "--tf-cluster", "--tf-port-base=65536"], "port-base=65536: a port must be 1-65535"),
+        ("port base text", vec![], vec!["-n1", "--tf-cluster", "--tf-port-base=http"], "port-base=\"http\": not a port number"),
+        ("port base negative", vec![], vec!["-n1", "--tf-cluster", "--tf-port-base=-1"], "port-base=\"-1\": not a port number"),
+        ("ports past 65535", vec![], vec!["-n2", "-N1", "--resv-ports=0", "--tf-cluster", "--tf-port-base=65535"], "needs port 65536, above 65535"),
+        // GPU settings that do not fit.
+        ("gpus per node text", vec![], vec!["-n1", "--tf-cluster", "--tf-gpus-per-node=x"], "gpus-per-node=\"x\": not a GPU count"),
+        ("gpus per task negative", vec![], vec!["-n1", "--tf-cluster", "--tf-gpus-per-task=-2"], "gpus-per-task=\"-2\": not a GPU count"),
+        ("gpus per task too many", vec![], vec!["-n1", "--gres=gpu:2", "--tf-cluster", "--tf-gpus-per-task=3"], "needs 3 GPUs, but the node has 2"),
+        ("gpus per node too many", vec![], vec!["-n1", "--gres=gpu:2", "--tf-cluster", "--tf-gpus-per-node=4"], "gpus-per-node is 4 but Slurm gave this step 2"),
+        ("gpus on a CPU step", vec![], vec!["-n1", "--tf-cluster", "--tf-gpus-per-task=1"], "needs 1 GPUs, but the node has 0"),
+        ("auto-set-gpu text", vec![], vec!["-n1", "--tf-cluster", "--tf-auto-set-gpu=yesno"], "auto-set-gpu=\"yesno\": use true or false"),
+        ("rpc layer quote", vec![], vec!["-n1", "--tf-cluster", "--tf-rpc-layer=a\"b"], "not an rpc layer name"),
+        ("rpc layer 10 KB", vec![], vec!["-n1", "--tf-cluster", &long_rpc], "not an rpc layer name"),
+        // Hostile values a user can set before srun.
+        ("resv ports garbage", vec!["SLURM_STEP_RESV_PORTS=junk"], vec!["-n1", "--resv-ports=0", "--tf-cluster"], "bad SLURM_STEP_RESV_PORTS \"junk\""),
+        ("resv ports huge", vec!["SLURM_STEP_RESV_PORTS=1-99999999999"], vec!["-n1", "--resv-ports=0", "--tf-cluster"], "bad SLURM_STEP_RESV_PORTS"),
+        ("resv ports above 65535", vec!["SLURM_STEP_RESV_PORTS=70000"], vec!["-n1", "--resv-ports=0", "--tf-cluster"], "not a range of ports 1-65535"),
+        ("resv ports backwards", vec!["SLURM_STEP_RESV_PORTS=9000-8000"], vec!["-n1", "--resv-ports=0", "--tf-cluster"], "not a range of ports 1-65535"),
+        ("het size garbage", vec!["SLURM_HET_SIZE=lots"], vec!["-n1", "--tf-cluster"], "SLURM_HET_SIZE is \"lots\""),
+        ("het size huge", vec!["SLURM_HET_SIZE=99999"], vec!["-n1", "--tf-cluster"], "SLURM_HET_SIZE is \"99999\""),
+        ("het lists missing", vec!["SLURM_HET_SIZE=2"], vec!["-n1", "--tf-cluster"], "without SLURM_JOB_NODELIST_HET_GROUP_0"),
+        ("het list garbage", vec!["SLURM_HET_SIZE=1", "SLURM_JOB_NODELIST_HET_GROUP_0=node["], vec!["-n1", "--tf-cluster"], "'[' is never closed"),
+        ("het list foreign", vec!["SLURM_HET_SIZE=1", "SLURM_JOB_NODELIST_HET_GROUP_0=node9"], vec!["-n1", "--tf-cluster"], "do not cover SLURM_STEP_NODELIST"),
+        ("het list 10 KB", vec!["SLURM_HET_SIZE=1", &long_het], vec!["-n1", "--tf-cluster"], "names no host"),
+    ];
+    assert!(cases.len() >= 40);
+    for (case, vars, args, why) in &cases {
+        let mut args = args.clone();
+        args.extend(["-w", "node1"]);
+        assert_clean_failure(case, &srun_env(vars, &args), why);
+    }
+    assert_no_node_drained();
+}
+
+/// Values Slurm sets itself override what a user exports before srun: such
+/// hostile values never reach the plugin, and the step is right.
+#[test]
+fn hostile_values_slurm_overrides_are_harmless() {
+    let _t = testbed();
+    let long = format!("SLURM_STEP_NODELIST={}", "x[".repeat(5_000));
+    for var in [
+        "SLURM_STEP_NODELIST=garbage[",
+        &long,
+        "SLURM_STEP_TASKS_PER_NODE=9(x",
+        "SLURM_STEP_NUM_TASKS=77",
+        "SLURM_PROCID=7",
+        "SLURM_GTIDS=5",
+        "CUDA_VISIBLE_DEVICES=0;rm -rf",
+    ] {
+        let run = srun_env(&[var], &["-N2", "-n4", "--resv-ports=0", "--tf-cluster"]);
+        run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+        assert_eq!(run.gpus(), [None; 4], "{var}");
+    }
+}
+
+/// sbatch refuses a bad option at submission; a batch job whose steps fail
+/// leaves its nodes in service.
+#[test]
+fn bad_batch_jobs_drain_nothing() {
+    let _t = testbed();
+    let out = exec(&["sbatch", "-n1", "--tf-cluster=ps:x", "--wrap", "true"]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("tf-cluster: bad --tf-cluster \"ps:x\": role ps has count \"x\""),
+        "{err}"
+    );
+    let run = sbatch(
+        &[
+            "-N1",
+            "-n1",
+            "-w",
+            "node2",
+            "--tf-cluster",
+            "--tf-gpus-per-task=1",
+        ],
+        "",
+    );
+    assert!(
+        run.tasks.is_empty() && run.code != Some(0),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("needs 1 GPUs, but the node has 0"),
+        "{}",
+        run.stderr
+    );
+    assert_no_node_drained();
+}
+
+/// Bad plugstack.conf arguments: srun names them for steps that use the
+/// plugin; other steps and the nodes are unaffected, batch jobs included.
+#[test]
+fn bad_plugstack_arguments() {
+    let bed = exclusive();
+    for (arg, why) in [
+        (
+            "port-base=0",
+            "plugstack.conf argument port-base=0: a port must be 1-65535",
+        ),
+        (
+            "colour=blue",
+            "plugstack.conf argument unknown key \"colour\"",
+        ),
+        (
+            "port-base",
+            "plugstack.conf argument \"port-base\" is not key=value",
+        ),
+        (
+            "gpus-per-node=many",
+            "plugstack.conf argument gpus-per-node=\"many\"",
+        ),
+    ] {
+        bed.plugstack(&format!(
+            "required /opt/tf-cluster/libtf_cluster.so {arg}\n"
+        ));
+        let run = srun(&["-N1", "-n1", "--tf-cluster"]);
+        assert_ne!(run.code, Some(0), "{arg}");
+        assert!(run.tasks.is_empty(), "{arg}");
+        let msgs = messages(&run);
+        assert!(
+            msgs.len() == 1 && msgs.iter().all(|m| m.starts_with(why)),
+            "{arg}: {msgs:?}"
+        );
+        srun(&["-N1", "-n1"]).assert_ran(1);
+        let batch = sbatch(&["-N1", "-n1", "--tf-cluster"], "");
+        assert!(
+            batch.tasks.is_empty() && batch.code != Some(0),
+            "{arg}: {}",
+            batch.stderr
+        );
+        assert_no_node_drained();
+    }
+}
+
+/// A panic forced inside each hook (a test build with `fault-injection`):
+/// one line, a failed step, the node in service, the next step fine.
+#[test]
+fn a_panic_in_any_hook_fails_only_the_step() {
+    let so = common::repo().join("target/release/libtf_cluster_fault.so");
+    assert!(
+        so.exists(),
+        "{} is missing: tests/run.sh builds it",
+        so.display()
+    );
+    let bed = exclusive();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
+    for hook in ["init", "option", "local_user_init", "task_init"] {
+        let var = format!("TF_CLUSTER_FAULT={hook}");
+        let run = srun_env(&[&var], &["-N1", "-n1", "-w", "node3", "--tf-cluster"]);
+        assert_ne!(run.code, Some(0), "{hook}");
+        assert!(run.tasks.is_empty(), "{hook}: {:?}", run.tasks);
+        let msgs = messages(&run);
+        assert_eq!(msgs.len(), 1, "{hook}: {}", run.stderr);
+        let msg = msgs.into_iter().next().unwrap();
+        assert!(
+            msg.starts_with("internal error at src/spank/fault.rs")
+                && msg.contains(&format!("fault injected in {hook}")),
+            "{hook}: {msg}"
+        );
+        let next = srun(&["-N1", "-n1", "-w", "node3", "--tf-cluster"]);
+        next.assert_ran(1);
+        assert_no_node_drained();
+    }
+}
+
+/// A step without any --tf- option gets exactly the environment it gets with
+/// the plugin removed from plugstack.conf, in every task.
+#[test]
+fn steps_without_the_option_are_byte_identical() {
+    let bed = exclusive();
+    let env_of = || -> BTreeMap<String, BTreeMap<String, String>> {
+        let out = exec(&["srun", "-N3", "-n6", "--gres=gpu:2", "-l", "env"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut tasks: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let (task, var) = line.split_once(": ").unwrap();
+            let (k, v) = var.split_once('=').unwrap_or((var, ""));
+            tasks
+                .entry(task.trim().to_string())
+                .or_default()
+                .insert(k.to_string(), v.to_string());
+        }
+        tasks
+    };
+    let with = env_of();
+    let again = env_of();
+    bed.plugstack("# no plugin\n");
+    let without = env_of();
+    assert_eq!(with.len(), 6);
+    for (task, env) in &with {
+        let (again, without) = (&again[task], &without[task]);
+        assert_eq!(
+            env.keys().collect::<Vec<_>>(),
+            without.keys().collect::<Vec<_>>(),
+            "task {task}: variables differ"
+        );
+        for (k, v) in env {
+            // Values that differ between two runs with the same plugstack
+            // (job ids, ports) are noise; every other one must be equal.
+            if again.get(k) == Some(v) {
+                assert_eq!(Some(v), without.get(k), "task {task}: {k}");
+            }
+        }
+        assert!(env.contains_key("CUDA_VISIBLE_DEVICES") && !env.contains_key("TF_CONFIG"));
+    }
+}
+
+/// 50 steps at once, each with its own spec: every task agrees on its step's
+/// TF_CONFIG, none fails, the nodes stay up.
+#[test]
+fn fifty_concurrent_steps() {
+    let _t = testbed();
+    let steps: Vec<_> = (0..50u32)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let n = 1 + i % 6;
+                let spec = if n == 1 {
+                    "--tf-cluster=chief:1".to_string()
+                } else {
+                    format!("--tf-cluster=chief:1,worker:{}", n - 1)
+                };
+                let tasks = format!("-n{n}");
+                let run = srun(&[
+                    "-N1-3",
+                    &tasks,
+                    "-m",
+                    if i % 2 == 0 { "block" } else { "cyclic" },
+                    &spec,
+                ]);
+                (n, run)
+            })
+        })
+        .collect();
+    for step in steps {
+        let (n, run) = step.join().unwrap();
+        let roles: Vec<(&str, u32)> = if n == 1 {
+            vec![("chief", 1)]
+        } else {
+            vec![("chief", 1), ("worker", n - 1)]
+        };
+        run.assert_ran(n).assert_tf_config(&roles, 8888);
+    }
+    assert_no_node_drained();
+}
