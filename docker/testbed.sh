@@ -225,8 +225,13 @@ build_image() {
     bash "$here/base-image.sh" "$SUITE" || die "base image debian:$SUITE is missing and could not be created"
     mkdir -p "$RUN"
     note "building image $IMAGE"
-    if ! docker build --network host --build-arg "SUITE=$SUITE" -t "$IMAGE" "$here/node" \
-        >"$RUN/build.log" 2>&1; then
+    # CA certificates the host added to its trust store (a TLS-inspecting proxy's,
+    # say) reach pip's downloads from PyPI in the TensorFlow layer; none: no effect.
+    local extra_ca
+    extra_ca=$(find /usr/local/share/ca-certificates -name '*.crt' -type f -print0 2>/dev/null |
+        sort -z | xargs -0r cat)
+    if ! docker build --network host --build-arg "SUITE=$SUITE" --build-arg "EXTRA_CA_CERTS=$extra_ca" \
+        -t "$IMAGE" "$here/node" >"$RUN/build.log" 2>&1; then
         tail -n 30 "$RUN/build.log" >&2
         die "docker build of $IMAGE failed (full log: $RUN/build.log)"
     fi
