@@ -112,3 +112,32 @@ fn bad_spec_is_refused_in_srun() {
     let _t = testbed();
     srun(&["-N1", "-n1", "--tf-cluster=ps:1,,worker:3"]).assert_refused("entry 2 is empty");
 }
+
+/// srun, sbatch and salloc list every option with its description.
+#[test]
+fn help_lists_every_option() {
+    let _t = testbed();
+    for tool in ["srun", "sbatch", "salloc"] {
+        let out = common::exec(&[tool, "--help"]);
+        let help = String::from_utf8_lossy(&out.stdout).replace(char::is_whitespace, " ");
+        for (option, words) in [
+            (
+                "--tf-cluster=ROLE:N,...",
+                "set TF_CONFIG and CUDA_VISIBLE_DEVICES",
+            ),
+            ("--tf-port-base=N", "first port of each node's tasks"),
+            ("--tf-gpus-per-node=N", "GPUs to share on each node"),
+            ("--tf-gpus-per-task=N", "GPUs per task"),
+            (
+                "--tf-auto-set-gpu=true|false",
+                "set each task's CUDA_VISIBLE_DEVICES",
+            ),
+            ("--tf-rpc-layer=NAME", "rpc_layer in TF_CONFIG"),
+        ] {
+            assert!(
+                help.contains(option) && help.contains(words),
+                "{tool} --help lacks {option}"
+            );
+        }
+    }
+}
