@@ -5,7 +5,7 @@
 //! from the same headers (`SLURM_VERSION_NUMBER`).
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
@@ -19,12 +19,18 @@ fn main() {
         );
     }
     println!("cargo:rerun-if-changed={}", header.display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        PathBuf::from(&include)
-            .join("slurm/slurm_version.h")
-            .display()
-    );
+    let version_h = PathBuf::from(&include).join("slurm/slurm_version.h");
+    println!("cargo:rerun-if-changed={}", version_h.display());
+    // What differs between the Slurm releases this builds for (22.05, 24.11,
+    // 26.05) is behaviour, not the part of spank.h used here; it becomes a cfg.
+    let version = slurm_version(&version_h);
+    println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
+    if version >= 0x19_05_00 {
+        // From 25.05 on (measured: 26.05; 22.05 and 24.11 do not), a topology
+        // plugin makes Slurm fill the nodes of a block distribution in
+        // topology order instead of node-list order (see core::layout).
+        println!("cargo:rustc-cfg=slurm_blocks_follow_topology");
+    }
 
     let bindings = bindgen::Builder::default()
         .header(header.to_string_lossy())
@@ -40,4 +46,17 @@ fn main() {
     bindings
         .write_to_file(&out)
         .unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+}
+
+/// SLURM_VERSION_NUMBER (0xMMmmuu) from slurm_version.h.
+fn slurm_version(path: &Path) -> u32 {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (Slurm's headers are incomplete)", path.display()));
+    text.lines()
+        .find_map(|line| {
+            let rest = line.trim().strip_prefix("#define")?.trim_start();
+            let hex = rest.strip_prefix("SLURM_VERSION_NUMBER")?.trim();
+            u32::from_str_radix(hex.strip_prefix("0x")?, 16).ok()
+        })
+        .unwrap_or_else(|| panic!("{}: no SLURM_VERSION_NUMBER 0x… line", path.display()))
 }

@@ -160,6 +160,32 @@ pub fn het_order(
     ))
 }
 
+/// Refuses a block layout that Slurm may have ordered by network topology.
+/// From 25.05 on (measured on 26.05; 22.05 and 24.11 keep node-list order),
+/// under a topology plugin (`pattern`, SLURM_TOPOLOGY_ADDR_PATTERN, has more
+/// than one level) Slurm fills the nodes of a block distribution in topology
+/// order, which no task can see: each knows only its own ranks (SLURM_GTIDS).
+/// A node whose ranks differ would fail its check, but the others would set a
+/// TF_CONFIG naming wrong hosts, so every node refuses alike. Cyclic and plane
+/// distributions keep node-list order; one node (or one per het component)
+/// has nothing to order.
+pub fn check_topology(
+    dist: Distribution,
+    pattern: &str,
+    counts: &[u32],
+    het_components: usize,
+) -> Result<()> {
+    let ordered_nodes = counts.len() > het_components.max(1);
+    if dist == Distribution::Block && pattern.contains('.') && ordered_nodes {
+        let per_node = counts.iter().copied().max().unwrap_or(1);
+        bail!(
+            "this Slurm lays block distributions out in network-topology order (SLURM_TOPOLOGY_ADDR_PATTERN {}), which a task cannot see: use srun -m plane={per_node} (the same blocks in node-list order) or -m cyclic",
+            shown(pattern)
+        );
+    }
+    Ok(())
+}
+
 /// The global ids of the tasks on `node`, in local order: what Slurm gives
 /// that node as SLURM_GTIDS.
 pub fn ranks_on(placements: &[Placement], node: u32) -> impl Iterator<Item = u32> + '_ {
@@ -273,6 +299,40 @@ mod tests {
                 .to_string();
             assert!(e.contains(why), "{file}: {e}");
         }
+    }
+
+    #[test]
+    fn topology_ordered_blocks_are_refused() {
+        // Measured on Slurm 26.05 with topology/tree (s1 = node[1,3], s2 =
+        // node2): `srun -N3 -n6` runs ranks 2,3 on node3 and 4,5 on node2.
+        let tree = "switch.switch.node";
+        let e = check_topology(Distribution::Block, tree, &[2, 2, 2], 0).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "network-topology order (SLURM_TOPOLOGY_ADDR_PATTERN \"switch.switch.node\")"
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("-m plane=2"), "{e}");
+        let e = check_topology(Distribution::Block, tree, &[3, 1, 1], 0).unwrap_err();
+        assert!(e.to_string().contains("-m plane=3"), "{e}");
+        // Nothing to order, or an order Slurm keeps.
+        for (dist, pattern, counts, het) in [
+            (Distribution::Block, "node", &[2, 2][..], 0),
+            (Distribution::Block, tree, &[4], 0),
+            (Distribution::Block, tree, &[1, 3], 2),
+            (Distribution::Cyclic, tree, &[2, 2, 2], 0),
+            (Distribution::Plane(2), tree, &[2, 2, 2], 0),
+            (Distribution::Arbitrary, tree, &[2, 2, 2], 0),
+        ] {
+            assert_eq!(
+                check_topology(dist, pattern, counts, het),
+                Ok(()),
+                "{dist:?} {pattern} {counts:?}"
+            );
+        }
+        // A het component of two nodes is ordered by topology as well.
+        assert!(check_topology(Distribution::Block, tree, &[1, 2, 1], 2).is_err());
     }
 
     #[test]

@@ -118,6 +118,9 @@ impl Cluster {
         };
         let dist =
             Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?;
+        if let Some(pattern) = &step.block_topology {
+            layout::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
+        }
         let placements = match (dist, &step.hostfile) {
             (Distribution::Arbitrary, Some(file)) => {
                 layout::place_listed(&hosts, &counts, &hostfile_hosts(file)?)?

@@ -53,6 +53,10 @@ pub struct Step {
     pub het_nodelists: Vec<String>,
     /// The contents of SLURM_HOSTFILE, read for an arbitrary distribution.
     pub hostfile: Option<String>,
+    /// SLURM_TOPOLOGY_ADDR_PATTERN (`node`, or `switch.switch.node` under
+    /// topology/tree), read only where Slurm fills the nodes of a block
+    /// distribution in topology order (the cfg build.rs sets from 25.05 on).
+    pub block_topology: Option<String>,
 }
 
 impl Step {
@@ -73,6 +77,11 @@ impl Step {
             node_gpus: None,
             het_nodelists: het_nodelists(source)?,
             hostfile: None,
+            block_topology: if cfg!(slurm_blocks_follow_topology) {
+                source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?
+            } else {
+                None
+            },
         };
         if let Some(dist) = &step.distribution
             && dist.starts_with("arbitrary")

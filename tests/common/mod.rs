@@ -22,26 +22,34 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Brings the testbed up once per test run; a testbed that cannot start fails
-/// the tests, it never skips them.
-fn ensure_up() {
+/// The plugin builds the testbed mounts at /opt/tf-cluster: TFC_PLUGIN_DIR
+/// (docker/matrix.sh points it at the build for each Slurm version), else
+/// target/release.
+pub fn plugin_dir() -> PathBuf {
+    std::env::var_os("TFC_PLUGIN_DIR")
+        .map(|d| repo().join(d))
+        .unwrap_or_else(|| repo().join("target/release"))
+}
+
+/// Brings the testbed up once per test run, with the network topology
+/// `topology` (docker/testbed.sh TFC_TOPOLOGY) or none; a testbed that cannot
+/// start fails the tests, it never skips them.
+fn ensure_up(topology: Option<&str>) {
     static UP: OnceLock<()> = OnceLock::new();
     UP.get_or_init(|| {
-        // docker/testbed.sh mounts TFC_PLUGIN_DIR (a build for another Slurm,
-        // as tests/run.sh does per version), else target/release.
-        let dir = std::env::var_os("TFC_PLUGIN_DIR")
-            .map(|d| repo().join(d))
-            .unwrap_or_else(|| repo().join("target/release"));
-        let so = dir.join("libtf_cluster.so");
+        let so = plugin_dir().join("libtf_cluster.so");
         assert!(
             so.exists(),
             "{} is missing: run `cargo build --release` first",
             so.display()
         );
-        let out = Command::new(repo().join("docker/testbed.sh"))
-            .arg("up")
-            .output()
-            .expect("running docker/testbed.sh up");
+        let mut up = Command::new(repo().join("docker/testbed.sh"));
+        up.arg("up");
+        match topology {
+            Some(t) => up.env("TFC_TOPOLOGY", t),
+            None => up.env_remove("TFC_TOPOLOGY"),
+        };
+        let out = up.output().expect("running docker/testbed.sh up");
         assert!(
             out.status.success(),
             "the Slurm testbed did not come up:\n{}{}",
@@ -53,7 +61,14 @@ fn ensure_up() {
 
 /// Shared access to the testbed (the plugstack.conf in force is the default).
 pub fn testbed() -> RwLockReadGuard<'static, ()> {
-    ensure_up();
+    ensure_up(None);
+    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`testbed`] under the network topology `topology` (a test binary uses
+/// either this or the others: the testbed is brought up once per binary).
+pub fn testbed_with_topology(topology: &str) -> RwLockReadGuard<'static, ()> {
+    ensure_up(Some(topology));
     PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -62,7 +77,7 @@ pub fn testbed() -> RwLockReadGuard<'static, ()> {
 pub struct Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
 
 pub fn exclusive() -> Exclusive {
-    ensure_up();
+    ensure_up(None);
     Exclusive(PLUGSTACK.write().unwrap_or_else(|e| e.into_inner()))
 }
 
