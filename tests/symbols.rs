@@ -6,12 +6,19 @@ use std::process::Command;
 
 #[test]
 fn exports_only_the_plugin_symbols_and_used_hooks() {
-    let so = concat!(env!("CARGO_MANIFEST_DIR"), "/target/release/libtf_cluster.so");
+    let so = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/release/libtf_cluster.so"
+    );
     let out = Command::new("nm")
         .args(["-D", "--defined-only", so])
         .output()
         .expect("nm (binutils) runs");
-    assert!(out.status.success(), "nm {so}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "nm {so}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let symbols: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2).map(String::from))
