@@ -3,13 +3,18 @@
 //! ordinals in their place.
 
 use super::error::{Result, bail, shown};
+use super::number::push_padded;
+use super::scan::fields;
 use super::settings::Settings;
 
 /// How the GPUs of a node are shared among its tasks. `per_task == 0` means
 /// CPU-only: CUDA_VISIBLE_DEVICES stays as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuPlan {
-    tokens: Vec<String>,
+    /// The node's GPU tokens joined by commas (one string, not one per GPU),
+    list: String,
+    /// and how many there are.
+    count: usize,
     per_task: usize,
 }
 
@@ -17,7 +22,8 @@ impl GpuPlan {
     /// A plan that leaves CUDA_VISIBLE_DEVICES alone.
     pub fn untouched() -> GpuPlan {
         GpuPlan {
-            tokens: Vec::new(),
+            list: String::new(),
+            count: 0,
             per_task: 0,
         }
     }
@@ -31,34 +37,55 @@ impl GpuPlan {
         probed: Option<u32>,
         max_local_tasks: u32,
     ) -> Result<GpuPlan> {
-        let given = parse_tokens(visible.unwrap_or(""))?;
-        let tokens: Vec<String> = match (settings.gpus_per_node, visible) {
-            (Some(n), _) if !given.is_empty() => {
-                if n as usize > given.len() {
+        let given = visible.unwrap_or("");
+        let given_count = count_tokens(given)?;
+        let mut plan = GpuPlan::untouched();
+        match (settings.gpus_per_node, visible) {
+            (Some(n), _) if given_count > 0 => {
+                if n as usize > given_count {
                     bail!(
                         "gpus-per-node is {n} but Slurm gave this step {} GPU(s) on this node (CUDA_VISIBLE_DEVICES={})",
-                        given.len(),
+                        given_count,
                         visible.unwrap_or_default()
                     );
                 }
-                given[..n as usize].iter().map(|t| t.to_string()).collect()
+                // The first n tokens joined by commas: the list up to its n-th comma.
+                let end = token_end(given, given_count, n as usize);
+                plan.list = given[..end].to_string();
+                plan.count = n as usize;
             }
-            (Some(n), _) => (0..n).map(|i| i.to_string()).collect(),
-            (None, Some(_)) => given.iter().map(|t| t.to_string()).collect(),
-            (None, None) => (0..probed.unwrap_or(0)).map(|i| i.to_string()).collect(),
-        };
-        let per_task = match settings.gpus_per_task {
+            (Some(n), _) => plan.ordinals(n),
+            (None, Some(_)) => {
+                plan.list = given.to_string();
+                plan.count = given_count;
+            }
+            (None, None) => plan.ordinals(probed.unwrap_or(0)),
+        }
+        let tokens = plan.count;
+        plan.per_task = match settings.gpus_per_task {
             Some(n) => n as usize,
-            None => tokens.len() / max_local_tasks.max(1) as usize,
+            None => tokens / max_local_tasks.max(1) as usize,
         };
-        if per_task * max_local_tasks as usize > tokens.len() {
+        let per_task = plan.per_task;
+        if per_task * max_local_tasks as usize > tokens {
             bail!(
                 "{per_task} GPU(s) per task × {max_local_tasks} task(s) on a node needs {} GPUs, but the node has {}",
                 per_task * max_local_tasks as usize,
-                tokens.len()
+                tokens
             );
         }
-        Ok(GpuPlan { tokens, per_task })
+        Ok(plan)
+    }
+
+    /// Tokens `0`, `1`, … `n-1`.
+    fn ordinals(&mut self, n: u32) {
+        for i in 0..n {
+            if i > 0 {
+                self.list.push(',');
+            }
+            push_padded(&mut self.list, u64::from(i), 0);
+        }
+        self.count = n as usize;
     }
 
     /// The CUDA_VISIBLE_DEVICES of local task `local`, or None to leave it.
@@ -66,9 +93,28 @@ impl GpuPlan {
         if self.per_task == 0 {
             return None;
         }
+        // The tokens of one task are consecutive: their part of the list is
+        // them joined by commas.
         let first = local as usize * self.per_task;
-        Some(self.tokens[first..first + self.per_task].join(","))
+        let last = first + self.per_task;
+        assert!(last <= self.count, "local task {local} has no GPUs");
+        let start = if first == 0 {
+            0
+        } else {
+            token_end(&self.list, self.count, first) + 1
+        };
+        let end = token_end(&self.list, self.count, last);
+        Some(self.list[start..end].to_string())
     }
+}
+
+/// Where the first `n` of the `count` tokens of `list` end.
+fn token_end(list: &str, count: usize, n: usize) -> usize {
+    if n == count {
+        return list.len();
+    }
+    let commas = list.bytes().enumerate().filter(|&(_, b)| b == b',');
+    commas.map(|(i, _)| i).nth(n - 1).unwrap_or(list.len())
 }
 
 /// Whether the node's GPUs must be counted: only when GPUs are to be set and
@@ -80,16 +126,18 @@ pub fn needs_probe(settings: &Settings, visible: Option<&str>, bound_by_slurm: b
         && visible.is_none()
 }
 
-/// `0,1` / `GPU-8e2c…` / `MIG-…/1/0`; empty means no GPUs.
-fn parse_tokens(list: &str) -> Result<Vec<&str>> {
+/// Checks `0,1` / `GPU-8e2c…` / `MIG-…/1/0` and counts its tokens; empty
+/// means no GPUs.
+fn count_tokens(list: &str) -> Result<usize> {
     if list.is_empty() {
-        return Ok(Vec::new());
+        return Ok(0);
     }
-    let tokens: Vec<&str> = list.split(',').collect();
-    for t in &tokens {
+    let mut count = 0;
+    for t in fields(list, b',') {
         let ok = !t.is_empty()
-            && t.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/' | ':' | '.'));
+            && t.bytes().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'/' | b':' | b'.')
+            });
         if !ok {
             bail!(
                 "bad CUDA_VISIBLE_DEVICES {}: {} is not a GPU id",
@@ -97,8 +145,9 @@ fn parse_tokens(list: &str) -> Result<Vec<&str>> {
                 shown(t)
             );
         }
+        count += 1;
     }
-    Ok(tokens)
+    Ok(count)
 }
 
 #[cfg(test)]

@@ -11,10 +11,18 @@
 //! list costs a few allocations, not 10,000.
 
 use super::error::{Error, Result, bail, shown};
-use super::number::push_padded;
+use super::number::{Counter, digits, push_fixed, push_padded_bytes};
+use super::scan::{fields, split_once};
 
 /// Bracket groups allowed in one name (bounds the expansion's recursion).
 const MAX_GROUPS: usize = 8;
+
+/// Longest name text before the last number that is copied at a fixed size.
+const HEAD_PIECE: usize = 32;
+
+/// Names whose room is reserved up front; longer lists grow as they go (a
+/// caller may allow any number of names).
+const RESERVE_NAMES: u64 = 1 << 16;
 
 /// The expanded names of a hostlist, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,19 +39,30 @@ struct Range {
 }
 
 /// One item such as `r[1-2]n[01-04]-ib`: `literals` around `groups`
-/// (literals[i] precedes groups[i]; one more literal ends the name).
+/// (literals[i] precedes groups[i]; one more literal ends the name). A group
+/// is kept as its checked text (`01-04`) and read again where it is
+/// expanded, which costs less than storing its ranges.
 #[derive(Debug)]
 struct Item<'a> {
-    literals: Vec<&'a str>,
-    groups: Vec<Vec<Range>>,
+    literals: [&'a str; MAX_GROUPS + 1],
+    groups: [&'a str; MAX_GROUPS],
+    k: usize,
+    /// How many names it gives,
+    count: u64,
+    /// and the longest of them.
+    longest: usize,
 }
 
 impl Item<'_> {
-    fn count(&self) -> u64 {
-        self.groups.iter().fold(1u64, |n, g| {
-            n.saturating_mul(g.iter().map(|r| r.hi - r.lo + 1).sum())
-        })
+    fn group(&self, g: usize) -> impl Iterator<Item = Range> + '_ {
+        fields(self.groups[g], b',').map(|r| parse_range(r).expect("parse_item checked the ranges"))
     }
+}
+
+/// The names as they are written out: one buffer and where each name ends.
+struct Names {
+    buf: Vec<u8>,
+    ends: Vec<u32>,
 }
 
 impl HostList {
@@ -54,21 +73,34 @@ impl HostList {
         if list.is_empty() {
             bail!("the host list is empty");
         }
-        let mut hosts = HostList {
-            buf: String::with_capacity(list.len()),
+        check_brackets(list).map_err(bad)?;
+        let mut names = Names {
+            buf: Vec::new(),
             ends: Vec::new(),
         };
-        for text in split_top_level(list).map_err(bad)? {
+        let mut head = Vec::new();
+        for text in top_level_items(list) {
             let item = parse_item(text).map_err(bad)?;
-            if item.count().saturating_add(hosts.len() as u64) > max_hosts as u64 {
+            let count = item.count;
+            if count.saturating_add(names.ends.len() as u64) > max_hosts as u64 {
                 return Err(bad(Error::new(format!("more than {max_hosts} hosts"))));
             }
-            hosts.expand(&item, &mut [(0, 0); MAX_GROUPS], 0);
+            let reserve = count.min(RESERVE_NAMES) as usize;
+            names.ends.reserve(reserve);
+            // Fixed-size copies write up to a piece beyond the name.
+            names
+                .buf
+                .reserve(reserve * item.longest + HEAD_PIECE + Counter::SIZE);
+            names.expand(&item, &mut head, &mut [(0, 0); MAX_GROUPS], 0);
         }
-        if hosts.is_empty() {
+        if names.ends.is_empty() {
             bail!("the host list {} names no host", shown(list));
         }
-        Ok(hosts)
+        Ok(HostList {
+            // Only the checked name characters and digits: ASCII.
+            buf: String::from_utf8(names.buf).expect("host names are ASCII"),
+            ends: names.ends,
+        })
     }
 
     /// A list of names already expanded.
@@ -101,80 +133,194 @@ impl HostList {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// The names, one after the other.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        self.buf.as_bytes()
+    }
+
+    /// Where name `i` starts and ends in [`HostList::as_bytes`].
+    pub(crate) fn span(&self, i: usize) -> (usize, usize) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        (start, self.ends[i] as usize)
+    }
+
+    /// The length of the longest name.
+    pub fn longest(&self) -> usize {
+        let mut start = 0;
+        let mut longest = 0;
+        for &end in &self.ends {
+            longest = longest.max(end - start);
+            start = end;
+        }
+        longest as usize
+    }
+}
+
+impl Names {
     /// Appends every name of `item`, choosing the value of one bracket
     /// group per level; `chosen[g]` holds group g's value and width. Slurm
     /// varies the last group fastest, then the first, second, …, so the
-    /// levels take groups k-2, k-3, …, 0, then k-1.
-    fn expand(&mut self, item: &Item, chosen: &mut [(u64, usize); MAX_GROUPS], level: usize) {
-        let k = item.groups.len();
-        if level == k {
-            for (g, literal) in item.literals.iter().enumerate() {
-                self.buf.push_str(literal);
-                if let Some(&(n, width)) = chosen[..k].get(g) {
-                    push_padded(&mut self.buf, n, width);
-                }
-            }
+    /// levels take groups k-2, k-3, …, 0, then k-1. At the last level the
+    /// name up to the last group is the same for every name (`head`, written
+    /// in `scratch` when there are several groups) and the last group's
+    /// number counts up in place.
+    fn expand(
+        &mut self,
+        item: &Item,
+        scratch: &mut Vec<u8>,
+        chosen: &mut [(u64, usize); MAX_GROUPS],
+        level: usize,
+    ) {
+        let k = item.k;
+        if k == 0 {
+            self.buf.extend_from_slice(item.literals[0].as_bytes());
             self.ends.push(self.buf.len() as u32);
             return;
         }
-        let g = if level == k - 1 { k - 1 } else { k - 2 - level };
-        for r in &item.groups[g] {
+        if level == k - 1 {
+            let head = if k == 1 {
+                item.literals[0].as_bytes()
+            } else {
+                scratch.clear();
+                for (g, &(n, width)) in chosen[..k - 1].iter().enumerate() {
+                    scratch.extend_from_slice(item.literals[g].as_bytes());
+                    push_padded_bytes(scratch, n, width);
+                }
+                scratch.extend_from_slice(item.literals[k - 1].as_bytes());
+                &scratch[..]
+            };
+            let tail = item.literals[k].as_bytes();
+            // Names are copied in pieces of fixed size (a few moves each).
+            let mut head_piece = [0u8; HEAD_PIECE];
+            let short = head.len() <= HEAD_PIECE;
+            if short {
+                head_piece[..head.len()].copy_from_slice(head);
+            }
+            for r in item.group(k - 1) {
+                let mut number = Counter::new(r.lo, r.width);
+                let mut n = r.lo;
+                loop {
+                    if short {
+                        push_fixed(&mut self.buf, &head_piece, head.len());
+                    } else {
+                        self.buf.extend_from_slice(head);
+                    }
+                    let (digits, len) = number.padded();
+                    push_fixed(&mut self.buf, digits, len);
+                    if !tail.is_empty() {
+                        self.buf.extend_from_slice(tail);
+                    }
+                    self.ends.push(self.buf.len() as u32);
+                    if n == r.hi {
+                        break;
+                    }
+                    n += 1;
+                    number.increment();
+                }
+            }
+            return;
+        }
+        let g = k - 2 - level;
+        for r in item.group(g) {
             for n in r.lo..=r.hi {
                 chosen[g] = (n, r.width);
-                self.expand(item, chosen, level + 1);
+                self.expand(item, scratch, chosen, level + 1);
             }
         }
     }
 }
 
-/// Splits at commas and blanks outside brackets, dropping empty items.
-fn split_top_level(list: &str) -> Result<Vec<&str>> {
-    let mut items = Vec::new();
-    let (mut depth, mut start) = (0u8, 0);
+/// Refuses brackets that are nested, unopened or never closed.
+fn check_brackets(list: &str) -> Result<()> {
+    let mut depth = 0u8;
     for (i, b) in list.bytes().enumerate() {
         match b {
             b'[' if depth == 0 => depth = 1,
             b'[' => bail!("nested '[' at byte {i}"),
             b']' if depth == 1 => depth = 0,
             b']' => bail!("']' without '[' at byte {i}"),
-            b',' | b' ' | b'\t' if depth == 0 => {
-                items.push(&list[start..i]);
-                start = i + 1;
-            }
             _ => {}
         }
     }
     if depth != 0 {
         bail!("'[' is never closed");
     }
-    items.push(&list[start..]);
-    items.retain(|s| !s.is_empty());
-    Ok(items)
+    Ok(())
 }
 
-/// `r[1-2]n[01-04]-ib` → literals r, n, -ib around two groups.
+/// The items of a list whose brackets are checked: split at commas and
+/// blanks outside brackets, empty items dropped.
+fn top_level_items(list: &str) -> impl Iterator<Item = &str> {
+    let mut start = 0;
+    let mut depth = 0u8;
+    let mut bytes = list.bytes().enumerate();
+    std::iter::from_fn(move || {
+        for (i, b) in bytes.by_ref() {
+            match b {
+                b'[' => depth = 1,
+                b']' => depth = 0,
+                // ASCII: character boundaries on both sides.
+                b',' | b' ' | b'\t' if depth == 0 => {
+                    let item = &list[start..i];
+                    start = i + 1;
+                    return Some(item);
+                }
+                _ => {}
+            }
+        }
+        let item = &list[start..];
+        start = list.len();
+        (!item.is_empty()).then_some(item)
+    })
+    .filter(|s| !s.is_empty())
+}
+
+/// `r[1-2]n[01-04]-ib` → literals r, n, -ib around two groups, each checked;
+/// with the number of names it gives and the length of the longest.
 fn parse_item(text: &str) -> Result<Item<'_>> {
     let mut item = Item {
-        literals: Vec::new(),
-        groups: Vec::new(),
+        literals: [""; MAX_GROUPS + 1],
+        groups: [""; MAX_GROUPS],
+        k: 0,
+        count: 1,
+        longest: 0,
     };
     let mut rest = text;
-    while let Some(open) = rest.find('[') {
-        let close = rest.find(']').expect("split_top_level checked brackets");
-        item.literals.push(check_name_text(&rest[..open])?);
-        item.groups.push(parse_ranges(&rest[open + 1..close])?);
+    while let Some(open) = rest.bytes().position(|b| b == b'[') {
+        let close = rest.bytes().position(|b| b == b']');
+        let close = close.expect("check_brackets checked brackets");
+        let literal = check_name_text(&rest[..open])?;
+        let group = &rest[open + 1..close];
+        let (mut names, mut longest) = (0u64, 0);
+        for r in fields(group, b',') {
+            let r = parse_range(r)?;
+            names += r.hi - r.lo + 1;
+            longest = longest.max(r.width.max(digits(r.hi)));
+        }
         rest = &rest[close + 1..];
-        if item.groups.len() > MAX_GROUPS {
+        if item.k == MAX_GROUPS {
             bail!("more than {MAX_GROUPS} bracket groups in {}", shown(text));
         }
+        item.literals[item.k] = literal;
+        item.groups[item.k] = group;
+        item.k += 1;
+        item.count = item.count.saturating_mul(names);
+        item.longest += literal.len() + longest;
     }
-    item.literals.push(check_name_text(rest)?);
+    item.literals[item.k] = check_name_text(rest)?;
+    item.longest += rest.len();
     Ok(item)
 }
 
 /// Node names are letters, digits, '-', '_' and '.': anything else (spaces,
 /// quotes, ':' that would break `host:port`) is refused rather than passed on.
 fn check_name_text(text: &str) -> Result<&str> {
+    if text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Ok(text);
+    }
     match text
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
@@ -184,30 +330,27 @@ fn check_name_text(text: &str) -> Result<&str> {
     }
 }
 
-/// `1-3,7,010-012` inside brackets.
-fn parse_ranges(text: &str) -> Result<Vec<Range>> {
-    text.split(',')
-        .map(|r| {
-            let (lo, hi) = r.split_once('-').unwrap_or((r, r));
-            let lo_n = parse_bound(lo, r)?;
-            let hi_n = parse_bound(hi, r)?;
-            if lo_n > hi_n {
-                bail!("range [{r}] runs backwards");
-            }
-            Ok(Range {
-                lo: lo_n,
-                hi: hi_n,
-                width: lo.len(),
-            })
-        })
-        .collect()
+/// One range of a bracket group: `1-3`, `7` or `010-012`.
+fn parse_range(r: &str) -> Result<Range> {
+    let (lo, hi) = split_once(r, b'-').unwrap_or((r, r));
+    let lo_n = parse_bound(lo, r)?;
+    let hi_n = parse_bound(hi, r)?;
+    if lo_n > hi_n {
+        bail!("range [{r}] runs backwards");
+    }
+    Ok(Range {
+        lo: lo_n,
+        hi: hi_n,
+        width: lo.len(),
+    })
 }
 
 fn parse_bound(digits: &str, range: &str) -> Result<u64> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 18 {
         bail!("range [{range}] is not of the form N or N-M");
     }
-    Ok(digits.parse().expect("at most 18 ASCII digits fit a u64"))
+    // At most 18 ASCII digits: they fit a u64.
+    Ok(digits.bytes().fold(0, |n, b| n * 10 + u64::from(b - b'0')))
 }
 
 #[cfg(test)]

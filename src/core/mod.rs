@@ -9,6 +9,7 @@ pub mod layout;
 mod number;
 pub mod ports;
 pub mod roles;
+mod scan;
 pub mod settings;
 pub mod step;
 pub mod tasks_per_node;
@@ -150,7 +151,7 @@ impl Cluster {
             gpus,
             rpc_layer: settings.rpc_layer.clone(),
         };
-        cluster.check_this_node(step)?;
+        cluster.check_this_node(step, &counts)?;
         Ok(cluster)
     }
 
@@ -161,7 +162,7 @@ impl Cluster {
     /// Compares the computed ranks of this node with SLURM_GTIDS, the ground
     /// truth: a mismatch (an arbitrary or topology-ordered layout) must fail
     /// the task rather than give it a wrong TF_CONFIG.
-    fn check_this_node(&self, step: &Step) -> Result<()> {
+    fn check_this_node(&self, step: &Step, counts: &[u32]) -> Result<()> {
         let (Some(node_id), Some(gtids)) = (&step.node_id, &step.gtids) else {
             return Ok(());
         };
@@ -172,10 +173,7 @@ impl Cluster {
                 self.hosts.len()
             );
         }
-        let computed = layout::ranks_on(&self.placements, node);
-        let mut given = gtids.split(',');
-        let same = computed.map(Some).eq(given.by_ref().map(parse_u32));
-        if !same {
+        if !self.node_has(node, counts[node as usize], gtids) {
             let computed: Vec<String> = layout::ranks_on(&self.placements, node)
                 .map(|r| r.to_string())
                 .collect();
@@ -187,6 +185,25 @@ impl Cluster {
             );
         }
         Ok(())
+    }
+
+    /// Whether `gtids` lists the ranks on `node` in local order, as
+    /// `layout::ranks_on` does, without a pass over every rank: the node runs
+    /// `count` ranks, the one of local index k being the k-th in rank order,
+    /// so the list must have `count` entries, the k-th placed at (node, k).
+    fn node_has(&self, node: u32, count: u32, gtids: &str) -> bool {
+        let mut local = 0u32;
+        for given in scan::fields(gtids, b',') {
+            let Some(rank) = parse_u32(given) else {
+                return false;
+            };
+            let here = Placement { node, local };
+            if local == count || self.placements.get(rank as usize) != Some(&here) {
+                return false;
+            }
+            local += 1;
+        }
+        local == count
     }
 
     /// Host and port of `rank`.
@@ -225,17 +242,20 @@ impl Cluster {
                 self.num_tasks()
             );
         };
+        let names: usize = self.roles.iter().map(|r| r.name.len() + 6).sum();
+        let table = tf_config::Table::new(&self.hosts, &self.ports);
         let mut first = 0usize;
         let jobs = self.roles.iter().map(|r| {
             let ranks = first..first + r.count as usize;
             first = ranks.end;
             tf_config::Job {
                 name: r.name.as_str(),
-                addresses: ranks.map(|rank| self.address(rank)),
+                addresses: self.placements[ranks].iter().map(|p| (p.node, p.local)),
             }
         });
-        let capacity = self.placements.len() * (self.hosts.get(0).len() + 9);
-        let tf_config = tf_config::render(jobs, role, index, self.rpc_layer.as_deref(), capacity);
+        let rpc_layer = self.rpc_layer.as_deref();
+        let tasks = self.placements.len();
+        let tf_config = tf_config::render_table(&table, jobs, role, index, rpc_layer, tasks, names);
         tf_config::check_size(&tf_config, self.num_tasks())?;
         Ok(Injection {
             tf_config,

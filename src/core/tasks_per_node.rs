@@ -3,6 +3,7 @@
 
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
+use super::scan::fields;
 
 /// Expands the list, refusing more than `max_nodes` entries.
 pub fn parse(text: &str, max_nodes: usize) -> Result<Vec<u32>> {
@@ -10,8 +11,8 @@ pub fn parse(text: &str, max_nodes: usize) -> Result<Vec<u32>> {
         bail!("SLURM_STEP_TASKS_PER_NODE is empty");
     }
     let mut counts = Vec::new();
-    for item in text.split(',') {
-        let (count, repeat) = match item.split_once("(x") {
+    for item in fields(text, b',') {
+        let (count, repeat) = match split_repeat(item) {
             None => (item, "1"),
             Some((count, rest)) => match rest.strip_suffix(')') {
                 Some(repeat) => (count, repeat),
@@ -42,6 +43,12 @@ pub fn parse(text: &str, max_nodes: usize) -> Result<Vec<u32>> {
         counts.extend(std::iter::repeat_n(count, repeat as usize));
     }
     Ok(counts)
+}
+
+/// `item.split_once("(x")`, without a substring searcher for two bytes.
+fn split_repeat(item: &str) -> Option<(&str, &str)> {
+    let at = item.as_bytes().windows(2).position(|w| w == b"(x")?;
+    Some((&item[..at], &item[at + 2..]))
 }
 
 #[cfg(test)]
