@@ -18,5 +18,6 @@ for f in tests/*.rs; do
     esac
 done
 cargo test --release --lib --bins --examples --benches "${host_tests[@]}"
+bash tests/memcheck.sh
 # The testbed binaries, against each Slurm with the plugin built for it.
 bash docker/matrix.sh
