@@ -117,8 +117,16 @@ impl Cluster {
         } else {
             layout::het_order(&hosts, &counts, &step.het_nodelists)?
         };
-        let dist =
-            Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?;
+        // Each component of a heterogeneous step has its own distribution,
+        // and a task sees only its own (Slurm even reports `cyclic` for a
+        // one-task component). Components are laid out in blocks, which
+        // Slurm's defaults always amount to; a node whose component really is
+        // laid out otherwise fails the SLURM_GTIDS check below.
+        let dist = if step.het_nodelists.is_empty() {
+            Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?
+        } else {
+            Distribution::Block
+        };
         if let Some(pattern) = &step.block_topology {
             layout::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
         }
@@ -177,8 +185,13 @@ impl Cluster {
             let computed: Vec<String> = layout::ranks_on(&self.placements, node)
                 .map(|r| r.to_string())
                 .collect();
+            let hint = if step.het_nodelists.is_empty() {
+                ""
+            } else {
+                " (heterogeneous steps need block layouts in every component)"
+            };
             bail!(
-                "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}",
+                "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}{hint}",
                 self.hosts.get(node as usize),
                 computed.join(","),
                 shown(gtids)
@@ -319,5 +332,50 @@ fn parse_number(text: &str, name: &str) -> Result<u32> {
     match parse_u32(text) {
         Some(n) => Ok(n),
         None => bail!("{name} is {}, not a number", shown(text)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task of `srun -n1 -w node3 : -N2 -n3 -w node1,node2`, as measured on
+    /// the testbed: the first component's task sees `cyclic`.
+    fn het_task(procid: &str, node_id: &str, gtids: &str, dist: &str) -> Step {
+        Step {
+            procid: Some(procid.into()),
+            num_tasks: Some("4".into()),
+            nodelist: Some("node[1-3]".into()),
+            tasks_per_node: Some("2,1(x2)".into()),
+            distribution: Some(dist.into()),
+            node_id: Some(node_id.into()),
+            gtids: Some(gtids.into()),
+            het_nodelists: vec!["node3".into(), "node[1-2]".into()],
+            ..Step::default()
+        }
+    }
+
+    #[test]
+    fn het_components_agree_whatever_distribution_they_report() {
+        let settings = Settings {
+            roles: roles::RoleSpec::parse("ps:1,worker:3").unwrap(),
+            ..Settings::default()
+        };
+        let want = r#"{"cluster":{"ps":["node3:8888"],"worker":["node1:8888","node1:8889","node2:8888"]},"#;
+        for step in [
+            het_task("0", "0", "0", "cyclic"),
+            het_task("1", "1", "1,2", "block"),
+            het_task("3", "2", "3", "block"),
+        ] {
+            let tf = resolve(&settings, &step).unwrap().tf_config;
+            assert!(tf.starts_with(want), "{tf}");
+        }
+        // A component really laid out cyclically is caught on its nodes.
+        let e = resolve(&settings, &het_task("1", "1", "1,3", "cyclic")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("heterogeneous steps need block layouts"),
+            "{e}"
+        );
     }
 }
