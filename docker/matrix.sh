@@ -14,12 +14,14 @@
 #        the plugin, and the fault-injection build tests/testbed_hardening.rs
 #        loads, into target/slurm-S/release (built with this host's Rust: its
 #        glibc is older than any suite's, so the .so loads in each)
-#   3. TFC_SUITE=S TFC_PREFIX=tfc-S TFC_PLUGIN_DIR=target/slurm-S/release \
+#   3. TFC_SUITE=S TFC_PREFIX=tfc-ID-S TFC_PLUGIN_DIR=target/slurm-S/release \
 #        cargo test --release --test testbed --test testbed_… …
 #        the test binaries are the host build's (they only drive srun through
-#        docker/testbed.sh); the testbed tfc-S comes up on the first test and
-#        is removed afterwards (TFC_KEEP=1 keeps it)
-# The default testbed (prefix tfc, docker/run) is never touched.
+#        docker/testbed.sh); the testbed comes up on the first test and is
+#        removed afterwards (TFC_KEEP=1 keeps it)
+# ID is a hash of this checkout's path (TFC_MATRIX_PREFIX=P gives P-S instead), so
+# runs from two checkouts on one Docker host never share a testbed; the default
+# testbed (prefix tfc, docker/run) is never touched. The prefixes are printed.
 #
 # Any failure (a suite that cannot be built, started or tested) fails the run after
 # the remaining suites have run; nothing is skipped. Times per suite are printed at
@@ -40,11 +42,17 @@ done
 
 log() { echo "matrix[$1]: ${*:2}" >&2; }
 
+prefix=${TFC_MATRIX_PREFIX:-tfc-$(printf %s "$repo" | sha256sum | cut -c1-6)}
+# One run at a time per checkout: they would share testbeds and target dirs.
+mkdir -p target
+exec 9>target/.matrix.lock
+flock -n 9 || { echo "matrix: another docker/matrix.sh is running in $repo" >&2; exit 1; }
+
 # Runs one suite; returns non-zero on the first failing stage.
 run_suite() {
     local suite=$1 dir=target/slurm-$1 t0=$SECONDS
-    local -a env=(TFC_SUITE="$suite" TFC_PREFIX="tfc-$suite" TFC_PLUGIN_DIR="$dir/release")
-    log "$suite" "image and Slurm headers"
+    local -a env=(TFC_SUITE="$suite" TFC_PREFIX="$prefix-$suite" TFC_PLUGIN_DIR="$dir/release")
+    log "$suite" "image and Slurm headers (testbed $prefix-$suite)"
     env "${env[@]}" docker/testbed.sh headers "$dir/include" || return 1
     local v
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
@@ -80,7 +88,7 @@ for suite in "${suites[@]}"; do
     else
         TIMES+=("$suite total $((SECONDS - t0))s: FAILED")
         failed+=("$suite")
-        log "$suite" "FAILED (testbed logs: docker/testbed.sh logs with TFC_PREFIX=tfc-$suite, or docker/run-tfc-$suite/log)"
+        log "$suite" "FAILED (testbed logs: docker/run-$prefix-$suite/log)"
     fi
 done
 printf 'matrix: %s\n' "${TIMES[@]}" >&2
