@@ -19,6 +19,10 @@ fn main() {
         );
     }
     println!("cargo:rerun-if-changed={}", header.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        PathBuf::from(&include).join("slurm/slurm.h").display()
+    );
     let version_h = PathBuf::from(&include).join("slurm/slurm_version.h");
     println!("cargo:rerun-if-changed={}", version_h.display());
     // What differs between the Slurm releases this builds for (22.05, 24.11,
@@ -32,13 +36,20 @@ fn main() {
         println!("cargo:rustc-cfg=slurm_blocks_follow_topology");
     }
 
+    // spank.h for the callbacks; slurm.h for the step layout srun fetches.
     let bindings = bindgen::Builder::default()
-        .header(header.to_string_lossy())
+        .header_contents(
+            "tf_cluster.h",
+            "#include <slurm/spank.h>\n#include <slurm/slurm.h>\n",
+        )
         .clang_arg(format!("-I{include}"))
-        .allowlist_function("spank_(getenv|setenv|option_getopt|option_register|remote|get_item)")
-        .allowlist_function("slurm_(error|info|verbose|debug)")
+        .allowlist_function(
+            "spank_(getenv|setenv|option_getopt|option_register|remote|get_item|strerror)",
+        )
+        .allowlist_function("slurm_(error|info|verbose|debug|strerror|get_errno)")
+        .allowlist_function("slurm_job_step_layout_(get|free)")
         .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t")
-        .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS")
+        .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")
         .layout_tests(false)
         .generate()
         .unwrap_or_else(|e| panic!("bindgen failed on {}: {e}", header.display()));

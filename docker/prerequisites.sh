@@ -3,13 +3,14 @@
 # fails (never skips) when something cannot be had:
 #   libslurm-dev  slurm/spank.h and slurm_version.h, read by build.rs
 #   libclang1-14  what bindgen loads to parse them
+#   libclang-common-14-dev  clang's stddef.h, which slurm.h needs
 #   debootstrap   builds the testbed's base image when no registry is reachable
 #   valgrind      the memory checks (tests/memcheck.sh)
 #   docker        runs the testbed
 set -euo pipefail
 
 need=()
-for pkg in libslurm-dev libclang1-14 debootstrap valgrind; do
+for pkg in libslurm-dev libclang1-14 libclang-common-14-dev debootstrap valgrind; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,15 +1,24 @@
 //! Facts read from the node itself, shared by the plugin and the CLI.
 
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
 use crate::core::{Error, Result};
 
 /// The NVIDIA driver lists one directory per GPU here; reading it costs no
 /// fork (TensorFlow's resolver runs `nvidia-smi`, which slurmstepd must not).
 const NVIDIA_GPUS: &str = "/proc/driver/nvidia/gpus";
 
+/// Largest host file read: one line per task of the largest step whose
+/// TF_CONFIG can fit is far less.
+pub const MAX_USER_FILE: u64 = 1 << 20;
+
 /// The node's GPU count: 0 without the NVIDIA driver.
 pub fn node_gpu_count() -> Result<u32> {
     match std::fs::read_dir(NVIDIA_GPUS) {
-        Ok(entries) => Ok(entries.count() as u32),
+        Ok(entries) => Ok(entries
+            .take(crate::core::gpus::MAX_GPUS as usize + 1)
+            .count() as u32),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(Error::new(format!(
             "cannot count GPUs in {NVIDIA_GPUS}: {e}"
@@ -17,7 +26,69 @@ pub fn node_gpu_count() -> Result<u32> {
     }
 }
 
-/// A file the user named, as the calling process can read it.
+/// A file the user named, as the calling process can read it: a regular
+/// file of at most [`MAX_USER_FILE`] bytes. It is opened without blocking (a
+/// FIFO or a device would otherwise hold the task, unkillable, before exec),
+/// and never read beyond the cap.
 pub fn read_user_file(path: &str) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| Error::new(format!("cannot read {path}: {e}")))
+    let fail = |why: String| Error::new(format!("cannot read {path}: {why}"));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| fail(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "a device or socket"
+        };
+        return Err(fail(format!("it is {what}, not a regular file")));
+    }
+    if meta.len() > MAX_USER_FILE {
+        return Err(fail(format!("larger than {MAX_USER_FILE} bytes")));
+    }
+    let mut text = String::new();
+    file.take(MAX_USER_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(e.to_string()))?;
+    if text.len() as u64 > MAX_USER_FILE {
+        return Err(fail(format!("larger than {MAX_USER_FILE} bytes")));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_small_regular_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("tfc-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("hosts");
+        std::fs::write(&file, "node1\nnode2\n").unwrap();
+        assert_eq!(
+            read_user_file(file.to_str().unwrap()).unwrap(),
+            "node1\nnode2\n"
+        );
+        // A FIFO with no writer: opening it must not block.
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_user_file(fifo.to_str().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("a FIFO, not a regular file"), "{e}");
+        let e = read_user_file("/dev/zero").unwrap_err();
+        assert!(e.to_string().contains("a device"), "{e}");
+        let big = dir.join("big");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_USER_FILE + 1).unwrap();
+        let e = read_user_file(big.to_str().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -2,12 +2,26 @@
 
 use std::fmt;
 
+/// Longest message, in characters: one terminal line or two.
+pub const MAX_MESSAGE: usize = 300;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error(String);
 
 impl Error {
+    /// One readable line whatever the message holds: control characters
+    /// become spaces and the text stops at [`MAX_MESSAGE`] characters.
     pub fn new(message: impl Into<String>) -> Self {
-        Error(message.into())
+        let mut text: String = message
+            .into()
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        if let Some((cut, _)) = text.char_indices().nth(MAX_MESSAGE) {
+            text.truncate(cut);
+            text.push('…');
+        }
+        Error(text)
     }
 
     pub fn message(&self) -> &str {
@@ -40,5 +54,19 @@ pub fn shown(input: &str) -> String {
     match input.char_indices().nth(MAX) {
         None => format!("{input:?}"),
         Some((cut, _)) => format!("{:?}… ({} bytes)", &input[..cut], input.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_bounded_line() {
+        let e = Error::new(format!("a\nb\0c{}", "x".repeat(30_000)));
+        assert!(e.message().starts_with("a b c"), "{e}");
+        assert_eq!(e.message().chars().count(), MAX_MESSAGE + 1);
+        assert!(e.message().ends_with('…'));
+        assert_eq!(Error::new("short").message(), "short");
     }
 }

@@ -7,6 +7,11 @@ use super::number::push_padded;
 use super::scan::fields;
 use super::settings::Settings;
 
+/// Most GPUs a node, a task or Slurm's list may name: far above any real
+/// node, low enough that no count a user gives makes the task build a huge
+/// list before its limits apply.
+pub const MAX_GPUS: u32 = 1024;
+
 /// How the GPUs of a node are shared among its tasks. `per_task == 0` means
 /// CPU-only: CUDA_VISIBLE_DEVICES stays as it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,6 +115,9 @@ impl GpuPlan {
 
 /// Where the first `n` of the `count` tokens of `list` end.
 fn token_end(list: &str, count: usize, n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
     if n == count {
         return list.len();
     }
@@ -146,6 +154,9 @@ fn count_tokens(list: &str) -> Result<usize> {
             );
         }
         count += 1;
+        if count > MAX_GPUS as usize {
+            bail!("CUDA_VISIBLE_DEVICES lists more than {MAX_GPUS} GPUs");
+        }
     }
     Ok(count)
 }
@@ -224,6 +235,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("the node has 0"), "{e}");
+    }
+
+    #[test]
+    fn zero_gpus_per_node_with_a_list_from_slurm() {
+        // `--tf-gpus-per-node=0 --gres=gpu:4`: nothing to share, no wrap-around.
+        let plan = GpuPlan::new(&settings(Some(0), None), Some("0,1,2,3"), None, 2).unwrap();
+        assert_eq!(slices(&plan, 2), [None, None]);
+    }
+
+    #[test]
+    fn long_lists_are_refused() {
+        let list = vec!["0"; MAX_GPUS as usize + 1].join(",");
+        let e = GpuPlan::new(&settings(None, None), Some(&list), None, 1).unwrap_err();
+        assert!(e.to_string().contains("more than 1024 GPUs"), "{e}");
     }
 
     #[test]

@@ -133,6 +133,17 @@ impl HostList {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// A name listed twice, if any (two ranks must never share host:port).
+    pub fn first_duplicate(&self) -> Option<&str> {
+        let mut seen = std::collections::HashSet::with_capacity(self.len());
+        self.iter().find(|&name| !seen.insert(name))
+    }
+
+    /// The index of `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.iter().position(|h| h == name)
+    }
+
     /// The names, one after the other.
     pub(crate) fn as_bytes(&self) -> &[u8] {
         self.buf.as_bytes()

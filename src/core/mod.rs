@@ -12,6 +12,7 @@ pub mod roles;
 mod scan;
 pub mod settings;
 pub mod step;
+pub mod task_map;
 pub mod tasks_per_node;
 pub mod tf_config;
 
@@ -25,6 +26,8 @@ use hostlist::HostList;
 use layout::{Distribution, Placement};
 use number::parse_u32;
 use roles::Role;
+use std::collections::HashMap;
+use task_map::TaskMap;
 
 /// More tasks than this cannot fit TF_CONFIG in one environment variable
 /// (each address takes at least 6 bytes), so larger steps are refused before
@@ -82,6 +85,9 @@ impl Cluster {
         let nodelist = required(&step.nodelist, "SLURM_STEP_NODELIST")?;
         let hosts = HostList::parse(nodelist, MAX_TASKS as usize)
             .map_err(|e| Error::new(format!("SLURM_STEP_NODELIST: {e}")))?;
+        if let Some(dup) = hosts.first_duplicate() {
+            bail!("SLURM_STEP_NODELIST names {dup} twice: two tasks would share one address");
+        }
         if hosts.len() != counts.len() {
             bail!(
                 "SLURM_STEP_NODELIST {} names {} node(s) but SLURM_STEP_TASKS_PER_NODE {} gives {} count(s)",
@@ -112,32 +118,9 @@ impl Cluster {
             (None, None) => bail!("SLURM_STEP_NUM_TASKS is not set: not inside a Slurm step?"),
         }
         let roles = settings.roles.for_step(total)?;
-        let (hosts, counts) = if step.het_nodelists.is_empty() {
-            (hosts, counts)
-        } else {
-            layout::het_order(&hosts, &counts, &step.het_nodelists)?
-        };
-        // Each component of a heterogeneous step has its own distribution,
-        // and a task sees only its own (Slurm even reports `cyclic` for a
-        // one-task component). Components are laid out in blocks, which
-        // Slurm's defaults always amount to; a node whose component really is
-        // laid out otherwise fails the SLURM_GTIDS check below.
-        let dist = if step.het_nodelists.is_empty() {
-            Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?
-        } else {
-            Distribution::Block
-        };
-        if let Some(pattern) = &step.block_topology {
-            layout::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
-        }
-        let placements = match (dist, &step.hostfile) {
-            (Distribution::Arbitrary, Some(file)) => {
-                layout::place_listed(&hosts, &counts, &hostfile_hosts(file)?)?
-            }
-            (Distribution::Arbitrary, None) => {
-                bail!("the layout of an arbitrary distribution is only known from SLURM_HOSTFILE")
-            }
-            (dist, _) => layout::place(&counts, dist),
+        let (hosts, counts, placements) = match &step.task_map {
+            Some(map) => from_map(map, &hosts, &counts)?,
+            None => reconstruct(step, hosts, counts)?,
         };
         let max_local = counts.iter().copied().max().unwrap_or(0);
         let ports = ports::ports(settings.port_base, step.resv_ports.as_deref(), max_local)?;
@@ -167,14 +150,22 @@ impl Cluster {
         self.placements.len() as u32
     }
 
-    /// Compares the computed ranks of this node with SLURM_GTIDS, the ground
-    /// truth: a mismatch (an arbitrary or topology-ordered layout) must fail
-    /// the task rather than give it a wrong TF_CONFIG.
+    /// Compares the computed ranks of this node, found by its name
+    /// (SLURMD_NODENAME, else SLURM_NODEID), with SLURM_GTIDS, the ground
+    /// truth: a mismatch must fail the task rather than give it a wrong
+    /// TF_CONFIG.
     fn check_this_node(&self, step: &Step, counts: &[u32]) -> Result<()> {
-        let (Some(node_id), Some(gtids)) = (&step.node_id, &step.gtids) else {
+        let Some(gtids) = &step.gtids else {
             return Ok(());
         };
-        let node = parse_number(node_id, "SLURM_NODEID")?;
+        let node = match (&step.nodename, &step.node_id) {
+            (Some(name), _) => match self.hosts.position(name) {
+                Some(i) => i as u32,
+                None => bail!("this node, {name}, is not among the step's hosts"),
+            },
+            (None, Some(id)) => parse_number(id, "SLURM_NODEID")?,
+            (None, None) => return Ok(()),
+        };
         if node as usize >= self.hosts.len() {
             bail!(
                 "SLURM_NODEID {node} is outside the step's {} node(s)",
@@ -185,10 +176,12 @@ impl Cluster {
             let computed: Vec<String> = layout::ranks_on(&self.placements, node)
                 .map(|r| r.to_string())
                 .collect();
-            let hint = if step.het_nodelists.is_empty() {
-                ""
-            } else {
-                " (heterogeneous steps need block layouts in every component)"
+            let hint = match (&step.task_map, step.het_nodelists.is_empty()) {
+                (Some(_), _) => " (srun's task map disagrees with this node)",
+                (None, false) => {
+                    " (without srun's task map, heterogeneous steps need block layouts in every component)"
+                }
+                (None, true) => "",
             };
             bail!(
                 "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}{hint}",
@@ -270,11 +263,94 @@ impl Cluster {
         let tasks = self.placements.len();
         let tf_config = tf_config::render_table(&table, jobs, role, index, rpc_layer, tasks, names);
         tf_config::check_size(&tf_config, self.num_tasks())?;
+        let cuda_visible_devices = self.gpus.for_local(self.placements[rank as usize].local);
+        if let Some(list) = &cuda_visible_devices {
+            // Slurm would drop a longer one and leave every GPU visible.
+            let size = "CUDA_VISIBLE_DEVICES=".len() + list.len() + 1;
+            if size >= tf_config::ENV_LIMIT {
+                bail!(
+                    "CUDA_VISIBLE_DEVICES would be {size} bytes, over the {}-byte limit of one environment variable",
+                    tf_config::ENV_LIMIT
+                );
+            }
+        }
         Ok(Injection {
             tf_config,
-            cuda_visible_devices: self.gpus.for_local(self.placements[rank as usize].local),
+            cuda_visible_devices,
         })
     }
+}
+
+/// The hosts in node-index order, their counts and every rank's placement,
+/// from srun's map: it must agree with what slurmstepd says of the step.
+fn from_map(
+    map: &TaskMap,
+    nodelist: &HostList,
+    counts: &[u32],
+) -> Result<(HostList, Vec<u32>, Vec<Placement>)> {
+    let mut map_counts = vec![0u32; map.hosts.len()];
+    let placements: Vec<Placement> = map
+        .node_of
+        .iter()
+        .map(|&node| {
+            let local = &mut map_counts[node as usize];
+            *local += 1;
+            Placement {
+                node,
+                local: *local - 1,
+            }
+        })
+        .collect();
+    let given: HashMap<&str, u32> = nodelist.iter().zip(counts.iter().copied()).collect();
+    let agrees = map.hosts.len() == nodelist.len()
+        && map
+            .hosts
+            .iter()
+            .zip(&map_counts)
+            .all(|(host, n)| given.get(host) == Some(n));
+    if !agrees {
+        bail!(
+            "srun's task map does not match SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE: it is not this step's"
+        );
+    }
+    Ok((map.hosts.clone(), map_counts, placements))
+}
+
+/// The layout rebuilt from the step's variables when srun gave no map: the
+/// distribution, the host file or the heterogeneous components' node lists.
+fn reconstruct(
+    step: &Step,
+    hosts: HostList,
+    counts: Vec<u32>,
+) -> Result<(HostList, Vec<u32>, Vec<Placement>)> {
+    let (hosts, counts) = if step.het_nodelists.is_empty() {
+        (hosts, counts)
+    } else {
+        layout::het_order(&hosts, &counts, &step.het_nodelists)?
+    };
+    // Each component of a heterogeneous step has its own distribution, and a
+    // task sees only its own (Slurm even reports `cyclic` for a one-task
+    // component). Components are laid out in blocks, which Slurm's defaults
+    // always amount to; a node whose component really is laid out otherwise
+    // fails the SLURM_GTIDS check.
+    let dist = if step.het_nodelists.is_empty() {
+        Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?
+    } else {
+        Distribution::Block
+    };
+    if let Some(pattern) = &step.block_topology {
+        layout::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
+    }
+    let placements = match (dist, &step.hostfile) {
+        (Distribution::Arbitrary, Some(file)) => {
+            layout::place_listed(&hosts, &counts, &hostfile_hosts(file)?)?
+        }
+        (Distribution::Arbitrary, None) => {
+            bail!("the layout of an arbitrary distribution is only known from SLURM_HOSTFILE")
+        }
+        (dist, _) => layout::place(&counts, dist),
+    };
+    Ok((hosts, counts, placements))
 }
 
 /// What srun checks before anything is launched, knowing the step's task
@@ -301,6 +377,29 @@ pub fn check_before_launch(settings: &Settings, tasks: u32, nodelist: Option<&st
         settings.rpc_layer.as_deref(),
     );
     tf_config::check_min_size(size, tasks)
+}
+
+/// One line for the logs at debug level: what the task was given and why.
+pub fn explain(step: &Step, injection: &Injection) -> String {
+    let layout = match (&step.task_map, step.verdict) {
+        (Some(_), _) => "srun's task map",
+        (None, Some(task_map::Verdict::None)) => "rebuilt (srun could not get the map)",
+        (None, _) => "rebuilt (no map from srun)",
+    };
+    let ports = match &step.resv_ports {
+        Some(list) => format!("reserved {list}"),
+        None => "from the port base".into(),
+    };
+    let gpus = match &injection.cuda_visible_devices {
+        Some(list) => format!("CUDA_VISIBLE_DEVICES={list}"),
+        None => "CUDA_VISIBLE_DEVICES untouched".into(),
+    };
+    format!(
+        "rank {} on {}: layout {layout}, ports {ports}, {gpus}, TF_CONFIG {} bytes",
+        step.procid.as_deref().unwrap_or("?"),
+        step.nodename.as_deref().unwrap_or("?"),
+        injection.tf_config.len()
+    )
 }
 
 /// Resolves one task: its TF_CONFIG and CUDA_VISIBLE_DEVICES.

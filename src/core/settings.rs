@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 
 use super::error::{Result, bail, shown};
+use super::gpus::MAX_GPUS;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
 use super::scan::split_once;
@@ -113,8 +114,17 @@ impl Settings {
                 n @ 1..=65535 => self.port_base = n as u16,
                 _ => bail!("{key}={value}: a port must be 1-65535"),
             },
-            "gpus-per-node" => self.gpus_per_node = Some(number("not a GPU count")?),
-            "gpus-per-task" => self.gpus_per_task = Some(number("not a GPU count")?),
+            "gpus-per-node" | "gpus-per-task" => {
+                let n = number("not a GPU count")?;
+                if n > MAX_GPUS {
+                    bail!("{key}={n}: at most {MAX_GPUS} GPUs");
+                }
+                if key == "gpus-per-node" {
+                    self.gpus_per_node = Some(n);
+                } else {
+                    self.gpus_per_task = Some(n);
+                }
+            }
             "auto-set-gpu" => {
                 self.auto_set_gpu = match value {
                     "true" | "yes" | "1" => true,
@@ -180,6 +190,14 @@ mod tests {
             ("port-base=65536", "port-base=65536: a port must be 1-65535"),
             ("port-base=http", "port-base=\"http\": not a port number"),
             ("gpus-per-node=-1", "gpus-per-node=\"-1\": not a GPU count"),
+            (
+                "gpus-per-node=4294967295",
+                "gpus-per-node=4294967295: at most 1024 GPUs",
+            ),
+            (
+                "gpus-per-task=1025",
+                "gpus-per-task=1025: at most 1024 GPUs",
+            ),
             (
                 "auto-set-gpu=maybe",
                 "auto-set-gpu=\"maybe\": use true or false",

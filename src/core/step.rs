@@ -6,6 +6,7 @@ use super::error::{Result, bail, shown};
 use super::gpus;
 use super::number::parse_u32;
 use super::settings::Settings;
+use super::task_map::{self, Found, TaskMap, Verdict};
 
 /// Components a heterogeneous step may have (Slurm's own limit is 128).
 const MAX_HET_COMPONENTS: u32 = 128;
@@ -20,6 +21,17 @@ pub trait Source {
     fn gpu_count(&mut self) -> Result<u32>;
     /// A file named by the user (SLURM_HOSTFILE), read as the user.
     fn read_file(&mut self, path: &str) -> Result<String>;
+    /// The task's job and step ids. The plugin asks Slurm (S_JOB_ID,
+    /// S_JOB_STEPID), which no user can forge; by default they are read from
+    /// SLURM_JOB_ID and SLURM_STEP_ID.
+    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
+        let job = self.var("SLURM_JOB_ID")?;
+        let step = self.var("SLURM_STEP_ID")?;
+        Ok(job
+            .as_deref()
+            .and_then(parse_u32)
+            .zip(step.as_deref().and_then(parse_u32)))
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,6 +65,13 @@ pub struct Step {
     pub het_nodelists: Vec<String>,
     /// The contents of SLURM_HOSTFILE, read for an arbitrary distribution.
     pub hostfile: Option<String>,
+    /// SLURMD_NODENAME: the node this task runs on, set by slurmd.
+    pub nodename: Option<String>,
+    /// srun's task map for this very step ([`task_map::VAR`]); a map made for
+    /// another step (inherited by a nested srun) is left out.
+    pub task_map: Option<TaskMap>,
+    /// srun's verdict when it gave no map (None: no word from srun at all).
+    pub verdict: Option<Verdict>,
     /// SLURM_TOPOLOGY_ADDR_PATTERN (`node`, or `switch.switch.node` under
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order (the cfg build.rs sets from 25.05 on).
@@ -62,6 +81,13 @@ pub struct Step {
 impl Step {
     /// Reads the step from `source`.
     pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Step> {
+        let (task_map, verdict) = from_srun(source)?;
+        if matches!(verdict, Some(Verdict::Skip | Verdict::Refused)) {
+            return Ok(Step {
+                verdict,
+                ..Step::default()
+            });
+        }
         let mut step = Step {
             procid: source.var("SLURM_PROCID")?,
             num_tasks: source.var("SLURM_STEP_NUM_TASKS")?,
@@ -77,14 +103,19 @@ impl Step {
             node_gpus: None,
             het_nodelists: het_nodelists(source)?,
             hostfile: None,
+            nodename: source.var("SLURMD_NODENAME")?,
+            task_map,
+            verdict,
             block_topology: if cfg!(slurm_blocks_follow_topology) {
                 source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?
             } else {
                 None
             },
         };
+        // With srun's map the host file is never needed (nor read).
         if let Some(dist) = &step.distribution
             && dist.starts_with("arbitrary")
+            && step.task_map.is_none()
         {
             let Some(path) = source.var("SLURM_HOSTFILE")? else {
                 bail!(
@@ -102,6 +133,24 @@ impl Step {
         }
         Ok(step)
     }
+}
+
+/// srun's map or verdict for this step, if srun left one.
+fn from_srun(source: &mut impl Source) -> Result<(Option<TaskMap>, Option<Verdict>)> {
+    let Some(text) = source.var(task_map::VAR)? else {
+        return Ok((None, None));
+    };
+    let Some((job, step)) = source.job_step()? else {
+        bail!(
+            "{} is set but the task's job and step ids are unknown",
+            task_map::VAR
+        );
+    };
+    Ok(match TaskMap::decode(&text, job, step)? {
+        Found::Ours(map) => (Some(map), None),
+        Found::Verdict(v) => (None, Some(v)),
+        Found::Other => (None, None),
+    })
 }
 
 /// The node list of each component of a heterogeneous step (Slurm 22.05 says

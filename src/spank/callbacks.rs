@@ -1,14 +1,18 @@
 //! The SPANK entry points. Each one runs its body inside [`guard`], so no
 //! panic crosses into Slurm, and each decides where a failure is allowed:
-//! srun (`local_user_init`) and the task (`task_init`) may fail a step;
-//! remote init must never fail, as that drains the node of a batch job.
+//! only the task (`task_init`) may fail a step. srun (`local_user_init`)
+//! runs after slurmctld created the step, and a failure there would leave
+//! the step running; remote init must never fail, as that drains the node of
+//! a batch job.
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use super::bindings as sys;
-use super::handle::{self, Spank};
-use super::{fault, logger, options};
+use super::handle::{self, Spank, callback};
+use super::{fault, logger, options, srun};
+use crate::core::task_map::{self, Verdict};
 use crate::core::{self, Error, Result, Settings, Source, Step};
 
 #[unsafe(no_mangle)]
@@ -22,8 +26,21 @@ pub static plugin_version: c_uint = sys::SLURM_VERSION_NUMBER;
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
 
-/// Runs `body`; an error is logged once and becomes -1, a panic becomes -1
-/// after the panic hook logged it.
+/// The `--tf-cluster` value that turns off a spec inherited from the job.
+pub const OFF: &str = "off";
+
+/// slurmstepd could not register the options, so it cannot tell whether a
+/// step asked for the plugin: task_init then fails the steps srun marked.
+static REGISTRATION_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// srun: how often `--tf-cluster`'s callback ran. srun reads the value
+/// sbatch/salloc handed down first, then its own command line: one call with
+/// the inherited variable set means the spec was only inherited.
+static CLUSTER_CALLS: AtomicU32 = AtomicU32::new(0);
+
+/// Runs `body`; an error is logged once and becomes -1 (an empty message is
+/// not logged: srun already said why), a panic becomes -1 after the panic
+/// hook logged it.
 fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()>) -> c_int {
     let run = || {
         fault::inject(hook, spank);
@@ -32,7 +49,9 @@ fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()>) -
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            log::error!("{e}");
+            if !e.message().is_empty() {
+                log::error!("{e}");
+            }
             -1
         }
         Err(_) => -1,
@@ -42,15 +61,27 @@ fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()>) -
 /// Every context: register the options (srun/sbatch/salloc show them in
 /// `--help`, slurmstepd needs them to read their values).
 #[unsafe(no_mangle)]
-pub extern "C" fn slurm_spank_init(sp: sys::spank_t, _ac: c_int, _av: *mut *mut c_char) -> c_int {
+pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     logger::install();
-    let spank = Spank::new(sp);
-    let rc = guard("init", Some(&spank), || {
-        spank.register(&options::CLUSTER)?;
-        options::SETTINGS.iter().try_for_each(|o| spank.register(o))
-    });
-    // A failure in slurmstepd's init drains the node: report, never fail there.
-    if spank.remote() { 0 } else { rc }
+    callback(sp, ac, av, |spank| {
+        let rc = guard("init", Some(spank), || {
+            if fault::active("register", Some(spank)) {
+                return Err(Error::new("spank_option_register: fault injected"));
+            }
+            spank.register(&options::CLUSTER)?;
+            options::SETTINGS.iter().try_for_each(|o| spank.register(o))
+        });
+        // A failure in slurmstepd's init drains the node: remember it, fail
+        // the tasks that asked for the plugin instead.
+        if spank.remote() {
+            if rc != 0 {
+                REGISTRATION_FAILED.store(true, Ordering::Relaxed);
+            }
+            0
+        } else {
+            rc
+        }
+    })
 }
 
 /// An option's value, checked as soon as srun/sbatch/salloc parse it, so a
@@ -64,49 +95,45 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
         // SAFETY: Slurm passes NULL or a NUL-terminated option value.
         let value = unsafe { handle::option_value(optarg) }?;
         match options::knob_of(val) {
-            None => core::roles::RoleSpec::parse(value).map(drop),
+            None => {
+                CLUSTER_CALLS.fetch_add(1, Ordering::Relaxed);
+                if value != OFF {
+                    core::roles::RoleSpec::parse(&value)?;
+                }
+                Ok(())
+            }
             Some(knob) => Settings::default()
-                .set(knob.key, value)
+                .set(knob.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}"))),
         }
     })
 }
 
-/// srun, after the step's layout exists and before anything is launched:
-/// refuse a step whose spec cannot work, with one line, launching nothing.
+/// srun, after slurmctld created the step and before anything is launched:
+/// check the spec against the step, fetch the step's task map, and hand the
+/// tasks the map or a verdict. It never fails (see the module comment).
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_local_user_init(
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    let spank = Spank::new(sp);
-    guard("local_user_init", Some(&spank), || {
-        let Some(settings) = step_settings(&spank, ac, av)? else {
-            return Ok(());
-        };
-        // A heterogeneous step calls this once per component, whose task
-        // count is the component's: the whole step's is srun's SLURM_NTASKS.
-        let het =
-            std::env::var_os("SLURM_HET_SIZE").or_else(|| std::env::var_os("SLURM_PACK_SIZE"));
-        let tasks = match het {
-            None => spank.total_task_count()?,
-            Some(_) => match std::env::var("SLURM_NTASKS")
-                .ok()
-                .and_then(|n| n.parse().ok())
-            {
-                Some(n) => n,
-                None => return Ok(()),
-            },
-        };
-        // The allocation's nodes bound the step's host names (not so for a
-        // het component's list, which leaves out the others).
-        let nodelist = std::env::var("SLURM_NODELIST")
-            .ok()
-            .filter(|_| het.is_none());
-        core::check_before_launch(&settings, tasks, nodelist.as_deref())?;
-        Ok(())
+    callback(sp, ac, av, |spank| {
+        guard("local_user_init", Some(spank), || {
+            let settings = match step_settings(spank) {
+                Ok(Some(settings)) => Ok(settings),
+                Ok(None) => return Ok(()),
+                Err(e) => Err(e),
+            };
+            srun::decide(spank, settings, inherited_only())
+        });
+        0
     })
+}
+
+/// Whether srun's `--tf-cluster` came only from the job (sbatch/salloc).
+fn inherited_only() -> bool {
+    std::env::var_os(options::INHERITED_VAR).is_some() && CLUSTER_CALLS.load(Ordering::Relaxed) <= 1
 }
 
 /// slurmstepd, in each task just before exec, as the user: compute and set
@@ -118,29 +145,51 @@ pub extern "C" fn slurm_spank_task_init(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    let spank = Spank::new(sp);
-    guard("task_init", Some(&spank), || {
-        // The batch script, salloc's interactive step and the extern step
-        // inherit the job's options but are not TensorFlow tasks.
-        if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
-            return Ok(());
-        }
-        let Some(settings) = step_settings(&spank, ac, av)? else {
-            return Ok(());
-        };
-        let step = Step::gather(&settings, &mut Task(&spank))?;
-        let injection = core::resolve(&settings, &step)?;
-        for (name, value) in injection.vars() {
-            spank.setenv(name, value)?;
-        }
-        Ok(())
+    callback(sp, ac, av, |spank| {
+        guard("task_init", Some(spank), || {
+            if REGISTRATION_FAILED.load(Ordering::Relaxed) {
+                return fail_closed(spank);
+            }
+            let Some(settings) = step_settings(spank)? else {
+                return Ok(());
+            };
+            // The batch script, salloc's interactive step and the extern step
+            // inherit the job's options but are not TensorFlow tasks.
+            if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
+                return Ok(());
+            }
+            let step = Step::gather(&settings, &mut Task(spank))?;
+            match step.verdict {
+                Some(Verdict::Skip) => return Ok(()),
+                // srun printed why, once for the step.
+                Some(Verdict::Refused) => return Err(Error::new("")),
+                _ => {}
+            }
+            let injection = core::resolve(&settings, &step)?;
+            for (name, value) in injection.vars() {
+                spank.setenv(name, value)?;
+            }
+            log::debug!("{}", core::explain(&step, &injection));
+            Ok(())
+        })
     })
 }
 
-/// The task as slurmstepd shows it.
-struct Task<'a>(&'a Spank);
+/// Without the options, whether a step asked for the plugin is unknown: the
+/// steps srun marked did, and fail rather than run without TF_CONFIG.
+fn fail_closed(spank: &Spank) -> Result<()> {
+    match spank.getenv(task_map::VAR)? {
+        None => Ok(()),
+        Some(_) => Err(Error::new(
+            "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
+        )),
+    }
+}
 
-impl Source for Task<'_> {
+/// The task as slurmstepd shows it.
+struct Task<'s, 'a>(&'s Spank<'a>);
+
+impl Source for Task<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         self.0.getenv(name)
     }
@@ -152,15 +201,24 @@ impl Source for Task<'_> {
     fn read_file(&mut self, path: &str) -> Result<String> {
         crate::probe::read_user_file(path)
     }
+
+    /// From Slurm itself, not from variables the user could set.
+    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
+        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
+    }
 }
 
 /// The step's settings (site defaults from plugstack.conf, then the step's
-/// options), or None when the step did not ask for the plugin.
-fn step_settings(spank: &Spank, ac: c_int, av: *mut *mut c_char) -> Result<Option<Settings>> {
+/// options), or None when the step did not ask for the plugin or said
+/// `--tf-cluster=off`.
+fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
     let Some(spec) = spank.getopt(&options::CLUSTER)? else {
         return Ok(None);
     };
-    let mut settings = Settings::from_admin_args(handle::args(ac, av)?)?;
+    if spec == OFF {
+        return Ok(None);
+    }
+    let mut settings = Settings::from_admin_args(spank.args()?)?;
     settings.roles = core::roles::RoleSpec::parse(&spec)?;
     for (option, knob) in options::SETTINGS.iter().zip(&core::settings::KNOBS) {
         if let Some(value) = spank.getopt(option)? {

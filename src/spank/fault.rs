@@ -1,22 +1,29 @@
-//! Deliberate panics, to prove the panic guard of every hook on a real Slurm
+//! Deliberate faults, to prove the plugin's handling of them on a real Slurm
 //! (feature `fault-injection`, built only for the tests). With
-//! `TF_CLUSTER_FAULT=<hook>` in srun's or the task's environment, that hook
-//! panics. Without the feature this is an empty function.
+//! `TF_CLUSTER_FAULT=<name>` in srun's or the task's environment, hook
+//! `<name>` panics, and the named fault points ([`active`]) fire. Without
+//! the feature both are empty functions.
 
 use super::handle::Spank;
 
 #[cfg(feature = "fault-injection")]
-pub fn inject(hook: &str, spank: Option<&Spank>) {
+pub fn active(name: &str, spank: Option<&Spank>) -> bool {
     const VAR: &str = "TF_CLUSTER_FAULT";
     let wanted = match spank {
         Some(s) if s.remote() => s.getenv(VAR).ok().flatten(),
         _ => std::env::var(VAR).ok(),
     };
-    if wanted.as_deref() == Some(hook) {
-        panic!("fault injected in {hook}");
-    }
+    wanted.as_deref() == Some(name)
 }
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
-pub fn inject(_hook: &str, _spank: Option<&Spank>) {}
+pub fn active(_name: &str, _spank: Option<&Spank>) -> bool {
+    false
+}
+
+pub fn inject(hook: &str, spank: Option<&Spank>) {
+    if active(hook, spank) {
+        panic!("fault injected in {hook}");
+    }
+}

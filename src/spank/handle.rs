@@ -1,6 +1,9 @@
 //! A small safe wrapper over the SPANK handle Slurm passes to every callback.
+//! A [`Spank`] exists only inside [`callback`]: the handle and the plugstack
+//! arguments it lends out cannot outlive the call Slurm made.
 
 use std::ffi::{CStr, CString, c_char, c_int};
+use std::marker::PhantomData;
 use std::ptr;
 
 use super::bindings as sys;
@@ -10,23 +13,44 @@ use crate::core::{Error, Result};
 /// must stay under 128 KiB): a hostile one fails instead of growing without end.
 const MAX_VALUE: usize = 1 << 20;
 
-pub struct Spank(sys::spank_t);
+/// Longest option value accepted: a role spec of any sensible size is far
+/// shorter, and every message quoting one stays one line.
+const MAX_OPTION: usize = 4096;
 
-impl Spank {
-    pub fn new(sp: sys::spank_t) -> Spank {
-        Spank(sp)
-    }
+pub struct Spank<'a> {
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+    _callback: PhantomData<&'a ()>,
+}
 
+/// Runs `body` with the handle of the callback Slurm is making; the handle
+/// cannot escape `body` (its lifetime is chosen here, not by the caller).
+pub fn callback<R>(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+    body: impl for<'a> FnOnce(&Spank<'a>) -> R,
+) -> R {
+    body(&Spank {
+        sp,
+        ac,
+        av,
+        _callback: PhantomData,
+    })
+}
+
+impl<'a> Spank<'a> {
     /// True in slurmstepd, false in srun/sbatch/salloc.
     pub fn remote(&self) -> bool {
-        // SAFETY: `self.0` is the handle Slurm passed to the running callback.
-        unsafe { sys::spank_remote(self.0) == 1 }
+        // SAFETY: `self.sp` is the handle Slurm passed to the running callback.
+        unsafe { sys::spank_remote(self.sp) == 1 }
     }
 
     /// Registers an option; Slurm keeps the pointer, hence `'static`.
     pub fn register(&self, option: &'static super::options::SpankOption) -> Result<()> {
         // SAFETY: the option lives for the whole process and Slurm only reads it.
-        let rc = unsafe { sys::spank_option_register(self.0, option.as_ptr()) };
+        let rc = unsafe { sys::spank_option_register(self.sp, option.as_ptr()) };
         check(rc, "spank_option_register")
     }
 
@@ -35,10 +59,10 @@ impl Spank {
     pub fn getopt(&self, option: &'static super::options::SpankOption) -> Result<Option<String>> {
         let mut arg: *mut c_char = ptr::null_mut();
         // SAFETY: valid handle and option; Slurm sets `arg` to a string it owns or NULL.
-        let rc = unsafe { sys::spank_option_getopt(self.0, option.as_ptr(), &mut arg) };
+        let rc = unsafe { sys::spank_option_getopt(self.sp, option.as_ptr(), &mut arg) };
         match rc {
             // SAFETY: `arg` is NULL or a NUL-terminated string owned by Slurm.
-            sys::ESPANK_SUCCESS => unsafe { option_value(arg) }.map(|v| Some(v.to_string())),
+            sys::ESPANK_SUCCESS => unsafe { option_value(arg) }.map(Some),
             sys::slurm_err_t_ESPANK_ERROR => Ok(None),
             rc => Err(spank_error(rc, "spank_option_getopt")),
         }
@@ -52,7 +76,7 @@ impl Spank {
             // SAFETY: `buf` is writable for `buf.len()` bytes; Slurm NUL-terminates within it.
             let rc = unsafe {
                 sys::spank_getenv(
-                    self.0,
+                    self.sp,
                     cname.as_ptr(),
                     buf.as_mut_ptr().cast(),
                     buf.len() as c_int,
@@ -84,7 +108,7 @@ impl Spank {
         let cvalue =
             CString::new(value).map_err(|_| Error::new(format!("{name}: value with NUL")))?;
         // SAFETY: valid handle and NUL-terminated strings; Slurm copies them.
-        let rc = unsafe { sys::spank_setenv(self.0, cname.as_ptr(), cvalue.as_ptr(), 1) };
+        let rc = unsafe { sys::spank_setenv(self.sp, cname.as_ptr(), cvalue.as_ptr(), 1) };
         check(rc, &format!("spank_setenv({name})"))
     }
 
@@ -96,7 +120,12 @@ impl Spank {
         )
     }
 
-    /// The step id (slurmstepd), special ids included.
+    /// The job id (srun: the first component's in a heterogeneous step).
+    pub fn job_id(&self) -> Result<u32> {
+        self.item_u32(sys::spank_item_S_JOB_ID, "S_JOB_ID")
+    }
+
+    /// The step id, special ids included.
     pub fn step_id(&self) -> Result<u32> {
         self.item_u32(sys::spank_item_S_JOB_STEPID, "S_JOB_STEPID")
     }
@@ -105,27 +134,53 @@ impl Spank {
     fn item_u32(&self, item: sys::spank_item_t, name: &str) -> Result<u32> {
         let mut value: u32 = 0;
         // SAFETY: `item` takes one `uint32_t *` argument.
-        let rc = unsafe { sys::spank_get_item(self.0, item, &mut value as *mut u32) };
+        let rc = unsafe { sys::spank_get_item(self.sp, item, &mut value as *mut u32) };
         check(rc, &format!("spank_get_item({name})"))?;
         Ok(value)
     }
+
+    /// The plugin's arguments from plugstack.conf, alive for the callback.
+    pub fn args(&self) -> Result<Vec<&'a str>> {
+        if self.av.is_null() || self.ac <= 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: Slurm passes `ac` valid NUL-terminated strings in `av`, alive
+        // for the callback, which 'a cannot outlive (see `callback`).
+        let raw = unsafe { std::slice::from_raw_parts(self.av, self.ac as usize) };
+        raw.iter()
+            .map(|&p| {
+                // SAFETY: see above.
+                unsafe { CStr::from_ptr(p) }
+                    .to_str()
+                    .map_err(|_| Error::new("plugstack.conf argument is not valid UTF-8"))
+            })
+            .collect()
+    }
 }
 
-/// An option's argument as Slurm hands it over. A bare option given to
-/// sbatch/salloc reaches the job's steps as the text "(null)" (Slurm prints
-/// the NULL argument into SLURM_SPANK_OPTION_…): that means no argument.
+/// An option's argument as Slurm hands it over, copied. A bare option given
+/// to sbatch/salloc reaches the job's steps as the text "(null)" (Slurm
+/// prints the NULL argument into SLURM_SPANK_OPTION_…): that means no
+/// argument.
 ///
 /// # Safety
 /// `arg` is NULL or points to a NUL-terminated string alive for the call.
-pub unsafe fn option_value<'a>(arg: *const c_char) -> Result<&'a str> {
+pub unsafe fn option_value(arg: *const c_char) -> Result<String> {
     if arg.is_null() {
-        return Ok("");
+        return Ok(String::new());
     }
     // SAFETY: see the function's contract.
-    let value = unsafe { CStr::from_ptr(arg) }
+    let value = unsafe { CStr::from_ptr(arg) };
+    if value.count_bytes() > MAX_OPTION {
+        return Err(Error::new(format!(
+            "an option value of {} bytes is longer than the {MAX_OPTION} accepted",
+            value.count_bytes()
+        )));
+    }
+    let value = value
         .to_str()
         .map_err(|_| Error::new("option value is not valid UTF-8"))?;
-    Ok(if value == "(null)" { "" } else { value })
+    Ok(if value == "(null)" { "" } else { value }.to_string())
 }
 
 fn utf8(value: &CStr, what: &str) -> Result<String> {
@@ -143,24 +198,31 @@ fn check(rc: sys::spank_err_t, what: &str) -> Result<()> {
     }
 }
 
+/// `what: <Slurm's text for rc>`.
 fn spank_error(rc: sys::spank_err_t, what: &str) -> Error {
-    Error::new(format!("{what} failed with SPANK error {rc}"))
+    // SAFETY: spank_strerror returns a static string (or NULL) for any code.
+    let text = unsafe { sys::spank_strerror(rc) };
+    let text = if text.is_null() {
+        format!("SPANK error {rc}")
+    } else {
+        // SAFETY: a NUL-terminated static string.
+        unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    Error::new(format!("{what}: {text}"))
 }
 
-/// The plugin's arguments from plugstack.conf.
-pub fn args<'a>(argc: c_int, argv: *mut *mut c_char) -> Result<Vec<&'a str>> {
-    if argv.is_null() || argc <= 0 {
-        return Ok(Vec::new());
+/// Slurm's text for the last error of a libslurm call (errno).
+pub fn slurm_errno_text() -> String {
+    // SAFETY: both only read thread-local state; slurm_strerror returns a
+    // static string.
+    unsafe {
+        let text = sys::slurm_strerror(sys::slurm_get_errno());
+        if text.is_null() {
+            "unknown error".into()
+        } else {
+            CStr::from_ptr(text).to_string_lossy().into_owned()
+        }
     }
-    // SAFETY: Slurm passes `argc` valid NUL-terminated strings in `argv`, alive
-    // for the callback.
-    let raw = unsafe { std::slice::from_raw_parts(argv, argc as usize) };
-    raw.iter()
-        .map(|&p| {
-            // SAFETY: see above.
-            unsafe { CStr::from_ptr(p) }
-                .to_str()
-                .map_err(|_| Error::new("plugstack.conf argument is not valid UTF-8"))
-        })
-        .collect()
 }

@@ -5,5 +5,7 @@ mod bindings;
 mod callbacks;
 mod fault;
 mod handle;
+mod layout;
 mod logger;
 mod options;
+mod srun;

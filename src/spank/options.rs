@@ -33,6 +33,10 @@ const fn option(knob: &Knob, val: c_int, has_arg: c_int) -> SpankOption {
     }))
 }
 
+/// How sbatch/salloc hand `--tf-cluster` to the job's steps: srun reads it
+/// before its own command line.
+pub const INHERITED_VAR: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_cluster";
+
 /// has_arg 2: the argument is optional (`--tf-cluster` alone = all workers).
 pub static CLUSTER: SpankOption = option(&CLUSTER_OPTION, CLUSTER_VAL, 2);
 

@@ -1,0 +1,452 @@
+//! The step's task map: which node runs every rank, as srun learnt it from
+//! slurmctld (`slurm_job_step_layout_get`) and hands to every task in one
+//! variable, [`VAR`]. With it no task has to rebuild the layout from what it
+//! can see, so every distribution (topology-ordered blocks, cyclic, plane,
+//! arbitrary, heterogeneous components) is exact.
+//!
+//! Format (version 1), fields separated by `;`:
+//!
+//! ```text
+//! 1;JOB.STEP;HOSTS;RUNS          e.g. 1;4242.0;node[1-3];0*3,2,1
+//! 1;JOB.STEP;VERDICT             none | skip | refused
+//! ```
+//!
+//! A verdict instead of a map: `none`, srun could not get the layout (the
+//! tasks rebuild it, as without srun); `skip`, the step inherited a spec
+//! that does not fit it (nothing is set); `refused`, srun refused the step
+//! and said why (every task fails before exec; srun cannot refuse the step
+//! itself, as Slurm would keep the created step running).
+//!
+//! - `JOB.STEP`: the job and step the map was made for; a task of any other
+//!   step (a nested srun, a value the user set) ignores it.
+//! - `HOSTS`: a Slurm hostlist naming the step's nodes, node index i being the
+//!   i-th name.
+//! - `RUNS`: the node index of every rank in rank order, as comma-separated
+//!   terms `A[-B][*K][xR]`: the nodes A to B (ascending or descending), each
+//!   repeated K times, the whole repeated R times. A block step of 512 nodes
+//!   with 8 tasks each is `0-511*8`, a cyclic one `0-511x8`, plane=2
+//!   `0-511*2x4`.
+
+use super::MAX_TASKS;
+use super::error::{Result, bail, shown};
+use super::hostlist::HostList;
+use super::number::parse_u32;
+
+/// The variable srun sets and every task of the step inherits.
+/// (A `SLURM_` name: srun passes those to the tasks even with --export=NONE.)
+pub const VAR: &str = "SLURM_TF_CLUSTER_MAP";
+
+/// Longest map srun hands out (and a task reads): far above a regular layout
+/// (a few dozen bytes), below what one variable may hold beside TF_CONFIG.
+pub const MAX_LEN: usize = 64 * 1024;
+
+/// A step's ranks and the nodes they run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskMap {
+    pub job: u32,
+    pub step: u32,
+    pub hosts: HostList,
+    /// Node index (into `hosts`) of each rank.
+    pub node_of: Vec<u32>,
+}
+
+/// What a variable found in a task's environment says about this step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Made by srun for this very step.
+    Ours(TaskMap),
+    /// srun's verdict for this step.
+    Verdict(Verdict),
+    /// Made for another step (inherited from an outer step): not evidence.
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No map: rebuild the layout.
+    None,
+    /// Leave the step alone.
+    Skip,
+    /// Fail every task.
+    Refused,
+}
+
+impl Verdict {
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::None => "none",
+            Verdict::Skip => "skip",
+            Verdict::Refused => "refused",
+        }
+    }
+
+    /// The variable's value for step `job`.`step`.
+    pub fn encode(self, job: u32, step: u32) -> String {
+        format!("1;{job}.{step};{}", self.word())
+    }
+}
+
+impl TaskMap {
+    /// The map from each node's global task ids, as Slurm's step layout gives
+    /// them (`tids[i]` runs on node `i`); every rank 0..n must appear once.
+    pub fn from_tids(job: u32, step: u32, hosts: HostList, tids: &[Vec<u32>]) -> Result<TaskMap> {
+        if tids.len() != hosts.len() {
+            bail!(
+                "the step layout names {} node(s) but gives tasks for {}",
+                hosts.len(),
+                tids.len()
+            );
+        }
+        let total: usize = tids.iter().map(Vec::len).sum();
+        if total > MAX_TASKS as usize {
+            bail!("the step layout has {total} tasks, more than {MAX_TASKS}");
+        }
+        let mut node_of = vec![u32::MAX; total];
+        for (node, ids) in tids.iter().enumerate() {
+            for &rank in ids {
+                match node_of.get_mut(rank as usize) {
+                    Some(slot) if *slot == u32::MAX => *slot = node as u32,
+                    _ => bail!("the step layout gives task {rank} twice or out of range"),
+                }
+            }
+        }
+        TaskMap::new(job, step, hosts, node_of)
+    }
+
+    /// Checks that the hosts are distinct and each runs a task.
+    pub fn new(job: u32, step: u32, hosts: HostList, node_of: Vec<u32>) -> Result<TaskMap> {
+        if let Some(dup) = hosts.first_duplicate() {
+            bail!("the task map names node {dup} twice");
+        }
+        let mut used = vec![false; hosts.len()];
+        for &n in &node_of {
+            match used.get_mut(n as usize) {
+                Some(u) => *u = true,
+                None => bail!("the task map places a task on node index {n}, beyond its hosts"),
+            }
+        }
+        if let Some(i) = used.iter().position(|u| !u) {
+            bail!("the task map's node {} runs no task", hosts.get(i));
+        }
+        Ok(TaskMap {
+            job,
+            step,
+            hosts,
+            node_of,
+        })
+    }
+
+    /// The map as the variable's value, `hosts_text` being the step's
+    /// hostlist as Slurm wrote it (names in node-index order).
+    pub fn encode(&self, hosts_text: &str) -> String {
+        format!(
+            "1;{}.{};{hosts_text};{}",
+            self.job,
+            self.step,
+            encode_runs(&self.node_of)
+        )
+    }
+
+    /// Reads the variable's value; `job`/`step` are the task's own (from
+    /// Slurm's items, not its environment).
+    pub fn decode(text: &str, job: u32, step: u32) -> Result<Found> {
+        let bad = |why: &str| -> Result<Found> { bail!("bad {VAR} {}: {why}", shown(text)) };
+        if text.len() > MAX_LEN {
+            return bad(&format!("longer than {MAX_LEN} bytes"));
+        }
+        let mut fields = text.split(';');
+        let (Some(version), Some(id), Some(hosts), runs, None) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
+            return bad("not 1;JOB.STEP;HOSTS;RUNS");
+        };
+        if version != "1" {
+            return bad("unknown version (is srun's tf-cluster the same build as the node's?)");
+        }
+        let Some((j, s)) = id.split_once('.') else {
+            return bad("no JOB.STEP");
+        };
+        let (Some(j), Some(s)) = (parse_u32(j), parse_u32(s)) else {
+            return bad("JOB.STEP is not two numbers");
+        };
+        if (j, s) != (job, step) {
+            return Ok(Found::Other);
+        }
+        let Some(runs) = runs else {
+            return match [Verdict::None, Verdict::Skip, Verdict::Refused]
+                .into_iter()
+                .find(|v| v.word() == hosts)
+            {
+                Some(v) => Ok(Found::Verdict(v)),
+                None => bad("not 1;JOB.STEP;HOSTS;RUNS nor a verdict"),
+            };
+        };
+        let hosts = HostList::parse(hosts, MAX_TASKS as usize)
+            .map_err(|e| super::Error::new(format!("{VAR}: {e}")))?;
+        let node_of = decode_runs(runs, hosts.len())
+            .map_err(|e| super::Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
+        Ok(Found::Ours(TaskMap::new(job, step, hosts, node_of)?))
+    }
+
+    /// The ranks on node `node`, in local order.
+    pub fn ranks_on(&self, node: u32) -> impl Iterator<Item = u32> + '_ {
+        (0..self.node_of.len() as u32).filter(move |&r| self.node_of[r as usize] == node)
+    }
+}
+
+/// One term `A[-B][*K][xR]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Term {
+    first: u32,
+    last: u32,
+    each: u32,
+    times: u32,
+}
+
+impl Term {
+    fn nodes(&self) -> impl Iterator<Item = u32> + use<> {
+        let (a, b) = (self.first, self.last);
+        let span: Box<dyn Iterator<Item = u32>> = if a <= b {
+            Box::new(a..=b)
+        } else {
+            Box::new((b..=a).rev())
+        };
+        let each = self.each;
+        span.flat_map(move |n| std::iter::repeat_n(n, each as usize))
+    }
+
+    fn len(&self) -> u64 {
+        (u64::from(self.first.abs_diff(self.last)) + 1)
+            * u64::from(self.each)
+            * u64::from(self.times)
+    }
+}
+
+fn encode_runs(node_of: &[u32]) -> String {
+    // Runs of one node, then runs of consecutive nodes with equal lengths,
+    // then repeats of equal terms.
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for &n in node_of {
+        match runs.last_mut() {
+            Some((node, len)) if *node == n => *len += 1,
+            _ => runs.push((n, 1)),
+        }
+    }
+    let mut terms: Vec<Term> = Vec::new();
+    for (node, len) in runs {
+        if let Some(t) = terms.last_mut()
+            && t.times == 1
+            && t.each == len
+        {
+            let ascending = t.first <= t.last && t.last.checked_add(1) == Some(node);
+            let descending = t.first >= t.last && t.last.checked_sub(1) == Some(node);
+            let single = t.first == t.last;
+            if (ascending || descending) && (single || (t.first < t.last) == ascending) {
+                t.last = node;
+                continue;
+            }
+        }
+        terms.push(Term {
+            first: node,
+            last: node,
+            each: len,
+            times: 1,
+        });
+    }
+    let mut out: Vec<Term> = Vec::new();
+    for t in terms {
+        match out.last_mut() {
+            Some(prev) if Term { times: 1, ..*prev } == t => prev.times += 1,
+            _ => out.push(t),
+        }
+    }
+    let text: Vec<String> = out
+        .iter()
+        .map(|t| {
+            let mut s = t.first.to_string();
+            if t.last != t.first {
+                s += &format!("-{}", t.last);
+            }
+            if t.each != 1 {
+                s += &format!("*{}", t.each);
+            }
+            if t.times != 1 {
+                s += &format!("x{}", t.times);
+            }
+            s
+        })
+        .collect();
+    text.join(",")
+}
+
+fn decode_runs(text: &str, nodes: usize) -> Result<Vec<u32>> {
+    let mut terms = Vec::new();
+    let mut total = 0u64;
+    for item in text.split(',') {
+        let (rest, times) = suffix(item, 'x')?;
+        let (rest, each) = suffix(rest, '*')?;
+        let (first, last) = match rest.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(rest)?, number(rest)?),
+        };
+        if first.max(last) as usize >= nodes {
+            bail!(
+                "node index {} but the map has {nodes} node(s)",
+                first.max(last)
+            );
+        }
+        let term = Term {
+            first,
+            last,
+            each,
+            times,
+        };
+        total += term.len();
+        if total > u64::from(MAX_TASKS) {
+            bail!("more than {MAX_TASKS} tasks");
+        }
+        terms.push(term);
+    }
+    let mut node_of = Vec::with_capacity(total as usize);
+    for t in terms {
+        for _ in 0..t.times {
+            node_of.extend(t.nodes());
+        }
+    }
+    Ok(node_of)
+}
+
+/// `text` split at its last `sep`, the count after it (1 when absent; 0 is
+/// refused: an empty term is never written).
+fn suffix(text: &str, sep: char) -> Result<(&str, u32)> {
+    match text.rsplit_once(sep) {
+        None => Ok((text, 1)),
+        Some((rest, n)) => match number(n)? {
+            0 => bail!("a count of 0 in {}", shown(text)),
+            n => Ok((rest, n)),
+        },
+    }
+}
+
+fn number(text: &str) -> Result<u32> {
+    match parse_u32(text) {
+        Some(n) => Ok(n),
+        None => bail!("{} is not a number", shown(text)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &str) -> HostList {
+        HostList::parse(list, 1000).unwrap()
+    }
+
+    fn round_trip(node_of: &[u32], nodes: &str) -> String {
+        let map = TaskMap::new(7, 3, hosts(nodes), node_of.to_vec()).unwrap();
+        let text = map.encode(nodes);
+        assert_eq!(
+            TaskMap::decode(&text, 7, 3).unwrap(),
+            Found::Ours(map),
+            "{text}"
+        );
+        text
+    }
+
+    #[test]
+    fn layouts_encode_to_runs() {
+        // The examples measured on Slurm: srun -N3 -n5 (block), -m cyclic,
+        // and 26.05's topology order (node1, node3, node2).
+        assert_eq!(
+            round_trip(&[0, 1, 1, 1, 2], "node[1-3]"),
+            "1;7.3;node[1-3];0,1*3,2"
+        );
+        assert_eq!(
+            round_trip(&[0, 1, 2, 1, 1], "node[1-3]"),
+            "1;7.3;node[1-3];0-2,1*2"
+        );
+        assert_eq!(
+            round_trip(&[0, 0, 0, 2, 1], "node[1-3]"),
+            "1;7.3;node[1-3];0*3,2-1"
+        );
+        // Plane=2 over 3 nodes, 12 tasks; descending nodes.
+        let plane: Vec<u32> = (0..12).map(|r| (r / 2) % 3).collect();
+        assert_eq!(round_trip(&plane, "n[1-3]"), "1;7.3;n[1-3];0-2*2x2");
+        assert_eq!(round_trip(&[2, 1, 0], "n[1-3]"), "1;7.3;n[1-3];2-0");
+    }
+
+    #[test]
+    fn thousands_of_tasks_stay_small() {
+        let block: Vec<u32> = (0..4096).map(|r| r / 8).collect();
+        let cyclic: Vec<u32> = (0..4096).map(|r| r % 512).collect();
+        let nodes = "n[0-511]";
+        assert_eq!(round_trip(&block, nodes), "1;7.3;n[0-511];0-511*8");
+        assert_eq!(round_trip(&cyclic, nodes), "1;7.3;n[0-511];0-511x8");
+    }
+
+    #[test]
+    fn from_tids_is_the_layout() {
+        let tids = [vec![0], vec![1, 3, 4], vec![2]];
+        let map = TaskMap::from_tids(1, 0, hosts("node[1-3]"), &tids).unwrap();
+        assert_eq!(map.node_of, [0, 1, 2, 1, 1]);
+        assert_eq!(map.ranks_on(1).collect::<Vec<_>>(), [1, 3, 4]);
+        for bad in [
+            vec![vec![0], vec![0]],
+            vec![vec![0], vec![2]],
+            vec![vec![0]],
+        ] {
+            assert!(
+                TaskMap::from_tids(1, 0, hosts("n[1-2]"), &bad).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn verdicts_round_trip() {
+        for v in [Verdict::None, Verdict::Skip, Verdict::Refused] {
+            let text = v.encode(7, 3);
+            assert_eq!(TaskMap::decode(&text, 7, 3).unwrap(), Found::Verdict(v));
+            assert_eq!(TaskMap::decode(&text, 7, 4).unwrap(), Found::Other);
+        }
+    }
+
+    #[test]
+    fn another_steps_map_is_not_evidence() {
+        assert_eq!(TaskMap::decode("1;7.2;n1;0", 7, 3).unwrap(), Found::Other);
+        assert_eq!(TaskMap::decode("1;8.3;n1;0", 7, 3).unwrap(), Found::Other);
+    }
+
+    #[test]
+    fn bad_maps_are_refused() {
+        for (text, why) in [
+            ("", "not 1;JOB.STEP"),
+            ("1;7.3;maybe", "nor a verdict"),
+            ("2;7.3;n1;0", "unknown version"),
+            ("1;7;n1;0", "no JOB.STEP"),
+            ("1;7.3;n1;0;", "not 1;JOB.STEP"),
+            ("1;7.3;n[1-2];0", "node n2 runs no task"),
+            ("1;7.3;n1,n1;0-1", "names node n1 twice"),
+            ("1;7.3;n1;1", "node index 1"),
+            ("1;7.3;n1;0x0", "a count of 0"),
+            ("1;7.3;n1;0*4294967295x4294967295", "more than"),
+            ("1;7.3;n1;0,", "\"\" is not a number"),
+            ("1;7.3;n[1-2];0--1", "is not a number"),
+        ] {
+            let e = TaskMap::decode(text, 7, 3).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let long = format!("1;7.3;n1;{}", "0,".repeat(MAX_LEN));
+        assert!(
+            TaskMap::decode(&long, 7, 3)
+                .unwrap_err()
+                .to_string()
+                .contains("longer than")
+        );
+    }
+}
