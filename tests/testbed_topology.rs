@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-
-use common::{Run, exec, srun, testbed_with_topology};
+use common::{exec, srun, testbed_with_topology};
 
 /// Slurm's major.minor on the testbed, from `srun --version` (`slurm-wlm 26.05.5`).
 fn slurm_version() -> (u32, u32) {
@@ -22,70 +20,46 @@ fn slurm_version() -> (u32, u32) {
     }
 }
 
-/// The distinct `tf-cluster:` messages of a run.
-fn messages(run: &Run) -> BTreeSet<String> {
-    run.stderr
-        .lines()
-        .filter_map(|l| l.split_once("tf-cluster: ").map(|(_, m)| m.to_string()))
-        .collect()
-}
-
-/// A block layout over three nodes: where Slurm orders it by topology, every
-/// task refuses alike (the nodes whose ranks happen to match must not inject
-/// a TF_CONFIG naming the others wrongly); elsewhere each task's TF_CONFIG is
-/// Slurm's real placement.
+/// Plain `srun --tf-cluster` block layouts, which 26.05 orders by topology
+/// (node1, node3, node2): srun's task map makes every task's TF_CONFIG
+/// Slurm's real placement, on every version, whichever node runs rank 0.
 #[test]
 fn block_layouts_under_a_topology() {
     let _t = testbed_with_topology("tree");
-    let args = ["-N3", "-n6", "--ntasks-per-node=2", "--resv-ports=0"];
-    let plain = srun(&args);
-    plain.assert_ran(6);
-    let with: Vec<&str> = args.iter().copied().chain(["--tf-cluster"]).collect();
-    let run = srun(&with);
     let version = slurm_version();
-    if version >= (25, 5) {
-        if version >= (26, 5) {
+    let cases: [(&[&str], u32); 3] = [
+        (&["-N3", "-n6", "--ntasks-per-node=2"], 6),
+        (&["-N3", "-n5"], 5),
+        (&["-N2", "-n3", "-w", "node[2-3]"], 3),
+    ];
+    for (args, n) in cases {
+        let mut args = args.to_vec();
+        args.push("--resv-ports=0");
+        let plain = srun(&args);
+        plain.assert_ran(n);
+        if version >= (26, 5) && n == 6 {
             assert_eq!(
                 plain.hosts(),
                 ["node1", "node1", "node3", "node3", "node2", "node2"],
-                "Slurm {version:?} ordered the block layout by topology (measured on 26.05)"
+                "Slurm {version:?} orders blocks by topology"
             );
         }
-        assert_ne!(run.code, Some(0), "the step should fail");
-        assert!(
-            run.tasks.is_empty(),
-            "a task ran with a TF_CONFIG: {:?}",
-            run.tasks
-        );
-        let msgs = messages(&run);
-        assert_eq!(msgs.len(), 1, "want one message: {}", run.stderr);
-        let msg = msgs.into_iter().next().unwrap();
-        assert!(
-            msg.contains(
-                "network-topology order (SLURM_TOPOLOGY_ADDR_PATTERN \"switch.switch.node\")"
-            ) && msg
-                .ends_with("use srun -m plane=2 (the same blocks in node-list order) or -m cyclic"),
-            "{msg}"
-        );
-        // Every task was refused, on every node.
-        let refusals = run
-            .stderr
-            .lines()
-            .filter(|l| l.contains("tf-cluster: this Slurm lays block distributions out"))
-            .count();
-        assert_eq!(refusals, 6, "{}", run.stderr);
-    } else {
-        assert_eq!(
-            plain.hosts(),
-            ["node1", "node1", "node2", "node2", "node3", "node3"],
-            "Slurm {version:?} keeps node-list order"
-        );
-        run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
+        args.push("--tf-cluster=chief:1,worker:2");
+        if n != 3 {
+            args.pop();
+            args.push("--tf-cluster");
+        }
+        let run = srun(&args);
+        if n == 3 {
+            run.assert_ran(3)
+                .assert_tf_config(&[("chief", 1), ("worker", 2)], 8888);
+        } else {
+            run.assert_ran(n).assert_tf_config(&[("worker", n)], 8888);
+        }
     }
 }
 
-/// The ways out the refusal names, and layouts topology cannot reorder, work
-/// on every version.
+/// Layouts topology cannot reorder work on every version too.
 #[test]
 fn name_ordered_layouts_under_a_topology() {
     let _t = testbed_with_topology("tree");

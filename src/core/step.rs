@@ -93,29 +93,34 @@ impl Step {
             num_tasks: source.var("SLURM_STEP_NUM_TASKS")?,
             nodelist: source.var("SLURM_STEP_NODELIST")?,
             tasks_per_node: source.var("SLURM_STEP_TASKS_PER_NODE")?,
-            distribution: source.var("SLURM_DISTRIBUTION")?,
-            plane_size: source.var("SLURM_DIST_PLANESIZE")?,
+            distribution: None,
+            plane_size: None,
             node_id: source.var("SLURM_NODEID")?,
             gtids: source.var("SLURM_GTIDS")?,
             resv_ports: source.var("SLURM_STEP_RESV_PORTS")?,
             cuda_visible_devices: source.var("CUDA_VISIBLE_DEVICES")?,
             gpus_bound_by_slurm: source.var("SLURMD_TRES_BIND")?.is_some(),
             node_gpus: None,
-            het_nodelists: het_nodelists(source)?,
+            het_nodelists: Vec::new(),
             hostfile: None,
             nodename: source.var("SLURMD_NODENAME")?,
             task_map,
             verdict,
-            block_topology: if cfg!(slurm_blocks_follow_topology) {
-                source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?
-            } else {
-                None
-            },
+            block_topology: None,
         };
-        // With srun's map the host file is never needed (nor read).
+        // Without srun's map, the layout is rebuilt from variables a user
+        // could also set: each is only a hint, checked against SLURM_GTIDS
+        // and SLURMD_NODENAME. With the map none of them is read.
+        if step.task_map.is_none() {
+            step.distribution = source.var("SLURM_DISTRIBUTION")?;
+            step.plane_size = source.var("SLURM_DIST_PLANESIZE")?;
+            step.het_nodelists = het_nodelists(source)?;
+            if cfg!(slurm_blocks_follow_topology) {
+                step.block_topology = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
+            }
+        }
         if let Some(dist) = &step.distribution
             && dist.starts_with("arbitrary")
-            && step.task_map.is_none()
         {
             let Some(path) = source.var("SLURM_HOSTFILE")? else {
                 bail!(

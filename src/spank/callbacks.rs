@@ -1,9 +1,10 @@
 //! The SPANK entry points. Each one runs its body inside [`guard`], so no
 //! panic crosses into Slurm, and each decides where a failure is allowed:
-//! only the task (`task_init`) may fail a step. srun (`local_user_init`)
-//! runs after slurmctld created the step, and a failure there would leave
-//! the step running; remote init must never fail, as that drains the node of
-//! a batch job.
+//! srun (`local_user_init`) runs after slurmctld created the step: inside an
+//! existing allocation a failure there would leave the step running (Slurm
+//! has no public call to complete it), so srun hands its verdict to the
+//! tasks and `task_init` fails them; remote init must never fail, as that
+//! drains the node of a batch job.
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -37,6 +38,10 @@ static REGISTRATION_FAILED: AtomicBool = AtomicBool::new(false);
 /// sbatch/salloc handed down first, then its own command line: one call with
 /// the inherited variable set means the spec was only inherited.
 static CLUSTER_CALLS: AtomicU32 = AtomicU32::new(0);
+
+/// srun started outside any allocation (and without --jobid): it allocates
+/// for itself, and its exit ends the job.
+static OWN_ALLOCATION: AtomicBool = AtomicBool::new(false);
 
 /// Runs `body`; an error is logged once and becomes -1 (an empty message is
 /// not logged: srun already said why), a panic becomes -1 after the panic
@@ -79,6 +84,7 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
             }
             0
         } else {
+            OWN_ALLOCATION.store(outside_any_allocation(), Ordering::Relaxed);
             rc
         }
     })
@@ -111,7 +117,8 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
 
 /// srun, after slurmctld created the step and before anything is launched:
 /// check the spec against the step, fetch the step's task map, and hand the
-/// tasks the map or a verdict. It never fails (see the module comment).
+/// tasks the map or a verdict. It fails only when srun made its own
+/// allocation (see the module comment and srun::Context).
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_local_user_init(
     sp: sys::spank_t,
@@ -119,21 +126,32 @@ pub extern "C" fn slurm_spank_local_user_init(
     av: *mut *mut c_char,
 ) -> c_int {
     callback(sp, ac, av, |spank| {
-        guard("local_user_init", Some(spank), || {
+        let context = srun::Context {
+            inherited: std::env::var_os(options::INHERITED_VAR).is_some()
+                && CLUSTER_CALLS.load(Ordering::Relaxed) <= 1,
+            own_allocation: OWN_ALLOCATION.load(Ordering::Relaxed),
+        };
+        let rc = guard("local_user_init", Some(spank), || {
             let settings = match step_settings(spank) {
                 Ok(Some(settings)) => Ok(settings),
                 Ok(None) => return Ok(()),
                 Err(e) => Err(e),
             };
-            srun::decide(spank, settings, inherited_only())
+            srun::decide(spank, settings, context)
         });
-        0
+        if context.own_allocation { rc } else { 0 }
     })
 }
 
-/// Whether srun's `--tf-cluster` came only from the job (sbatch/salloc).
-fn inherited_only() -> bool {
-    std::env::var_os(options::INHERITED_VAR).is_some() && CLUSTER_CALLS.load(Ordering::Relaxed) <= 1
+/// srun's environment names no job and its command line no --jobid. A
+/// `--jobid` among the program's own arguments only makes this false, the
+/// safe side.
+fn outside_any_allocation() -> bool {
+    let in_job = ["SLURM_JOB_ID", "SLURM_JOBID"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    let jobid_arg = std::env::args_os().any(|a| a.as_encoded_bytes().starts_with(b"--jobid"));
+    !in_job && !jobid_arg
 }
 
 /// slurmstepd, in each task just before exec, as the user: compute and set

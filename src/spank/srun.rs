@@ -9,19 +9,32 @@ use super::{fault, layout};
 use crate::core::task_map::{self, MAX_LEN, Verdict};
 use crate::core::{self, Error, Result, Settings};
 
-/// Decides for step `settings` (Err: the step's options were unreadable),
-/// `inherited`: the spec came only from the job, not from this srun.
-pub fn decide(spank: &Spank, settings: Result<Settings>, inherited: bool) -> Result<()> {
+/// Where srun runs, as its environment said at its start.
+#[derive(Clone, Copy)]
+pub struct Context {
+    /// The spec came only from the job (sbatch/salloc), not from this srun.
+    pub inherited: bool,
+    /// srun made the allocation for this step itself: when srun exits, it
+    /// ends the job and so the step, so it may refuse before launch. Inside
+    /// an existing allocation the created step would stay behind.
+    pub own_allocation: bool,
+}
+
+/// Decides for step `settings` (Err: the step's options were unreadable).
+/// Err: refuse now (srun exits, nothing launched); Ok: srun launches, the
+/// tasks apply the variable.
+pub fn decide(spank: &Spank, settings: Result<Settings>, context: Context) -> Result<()> {
     let job = spank.job_id()?;
     let step = spank.step_id()?;
     let value = match settings.and_then(|s| map_for(spank, &s, job, step)) {
         Ok(value) => value,
-        Err(e) if inherited => {
+        Err(e) if context.inherited => {
             log::warn!(
                 "{e}; the --tf-cluster inherited from the job is not applied to this step (give this srun --tf-cluster=SPEC, or --tf-cluster=off)"
             );
             Verdict::Skip.encode(job, step)
         }
+        Err(e) if context.own_allocation => return Err(e),
         Err(e) => {
             log::error!("{e}");
             Verdict::Refused.encode(job, step)
