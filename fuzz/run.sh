@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 seconds=${1:-600}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(role_spec hostlist tasks_per_node reserved_ports gpu_list admin_args resolve)
+[ ${#targets[@]} -gt 0 ] || targets=(role_spec hostlist tasks_per_node reserved_ports gpu_list admin_args resolve task_map)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O

@@ -19,5 +19,11 @@ for f in tests/*.rs; do
 done
 cargo test --release --lib --bins --examples --benches "${host_tests[@]}"
 bash tests/memcheck.sh
+# The parsers' property tests again with overflow checks on (a wrap-around
+# that release builds would hide panics here), and a short run of every
+# fuzz target (a crash, leak, timeout or OOM fails).
+CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
+    cargo test --release --lib --test properties
+bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
 # The testbed binaries, against each Slurm with the plugin built for it.
 bash docker/matrix.sh

@@ -91,7 +91,7 @@ fn bad_input_matrix() {
         ("gpus on a CPU step", vec![], vec!["-n1", "--tf-cluster", "--tf-gpus-per-task=1"], "needs 1 GPUs, but the node has 0"),
         ("auto-set-gpu text", vec![], vec!["-n1", "--tf-cluster", "--tf-auto-set-gpu=yesno"], "auto-set-gpu=\"yesno\": use true or false"),
         ("rpc layer quote", vec![], vec!["-n1", "--tf-cluster", "--tf-rpc-layer=a\"b"], "not an rpc layer name"),
-        ("rpc layer 10 KB", vec![], vec!["-n1", "--tf-cluster", &long_rpc], "not an rpc layer name"),
+        ("rpc layer 10 KB", vec![], vec!["-n1", "--tf-cluster", &long_rpc], "is longer than the 4096 accepted"),
         // Hostile values a user can set before srun (exported het variables
         // are harmless with srun's map: hostile_values_are_harmless).
         ("resv ports garbage", vec!["SLURM_STEP_RESV_PORTS=junk"], vec!["-n1", "--resv-ports=0", "--tf-cluster"], "bad SLURM_STEP_RESV_PORTS \"junk\""),
@@ -358,8 +358,8 @@ fn fifty_concurrent_steps() {
     assert_no_node_drained();
 }
 
-/// After a hostile case: no node left service, no step of `job` (if any)
-/// still listed, and the next good step on `node` runs.
+/// After a hostile case: no node left service, no step still listed (the
+/// callers hold the testbed alone), and the next good step on `node` runs.
 fn assert_healthy(case: &str, node: &str) {
     assert_no_node_drained();
     let steps = exec(&["squeue", "-h", "-s", "-o", "%i %j"]);
@@ -378,7 +378,7 @@ fn assert_healthy(case: &str, node: &str) {
 /// the allocation's next step runs at once.
 #[test]
 fn a_refused_step_inside_an_allocation_does_not_outlive_srun() {
-    let _t = testbed();
+    let _t = exclusive();
     let script = r#"srun -n2 --tf-cluster=ps:1 true; echo "rc=$?"; squeue -h -s -j "$SLURM_JOB_ID" -o 'STEP %i'; timeout 60 srun -n2 --tf-cluster hostname; echo "next=$?""#;
     let out = exec(&["salloc", "-N1", "-n2", "-w", "node3", "bash", "-c", script]);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -410,7 +410,7 @@ fn a_refused_step_inside_an_allocation_does_not_outlive_srun() {
 /// a spec given to that srun itself is still refused.
 #[test]
 fn an_inherited_spec_never_breaks_a_helper_step() {
-    let _t = testbed();
+    let _t = exclusive();
     let probe = common::PROBE.replace('\'', r"'\''");
     let wrap = format!(
         "srun -n1 hostname; echo helper=$?; srun -n1 --tf-cluster=off bash -c '{probe}'; srun -n1 --tf-cluster=ps:2 true; echo explicit=$?; srun bash -c '{probe}'"
@@ -454,7 +454,7 @@ fn an_inherited_spec_never_breaks_a_helper_step() {
 /// (the map withheld by a fault) it is refused at once.
 #[test]
 fn a_fifo_host_file_never_blocks_a_task() {
-    let _t = testbed();
+    let _t = exclusive();
     exec(&[
         "bash",
         "-c",
@@ -470,7 +470,7 @@ fn a_fifo_host_file_never_blocks_a_task() {
 /// refused by srun's option parser, as plugstack arguments too.
 #[test]
 fn huge_counts_are_refused_before_anything_runs() {
-    let _t = testbed();
+    let _t = exclusive();
     for (arg, why) in [
         (
             "--tf-gpus-per-node=4294967295",
@@ -506,7 +506,7 @@ fn huge_counts_are_refused_before_anything_runs() {
 /// mislead any task: srun's map is the truth.
 #[test]
 fn faked_het_variables_cannot_misplace_rank_0() {
-    let _t = testbed();
+    let _t = exclusive();
     let export = "--export=ALL,SLURM_HET_SIZE=2,SLURM_JOB_NODELIST_HET_GROUP_0=node2,SLURM_JOB_NODELIST_HET_GROUP_1=node1";
     let run = srun(&[
         "-N2",
@@ -522,11 +522,12 @@ fn faked_het_variables_cannot_misplace_rank_0() {
     assert_healthy("faked het", "node1");
 }
 
-/// Finding 6: 3,000 roles for one task: one line of at most 300 characters.
+/// Finding 6: 500 roles for one task: one line of at most 300 characters
+/// (a longer spec is refused as an option value over 4096 bytes).
 #[test]
 fn a_huge_spec_gives_one_short_line() {
-    let _t = testbed();
-    let spec: Vec<String> = (0..3000).map(|i| format!("r{i}:1")).collect();
+    let _t = exclusive();
+    let spec: Vec<String> = (0..500).map(|i| format!("r{i}:1")).collect();
     let arg = format!("--tf-cluster={}", spec.join(","));
     let run = srun(&["-N1", "-n1", "-w", "node1", &arg]);
     run.assert_refused("but the step has 1");
@@ -538,4 +539,66 @@ fn a_huge_spec_gives_one_short_line() {
     let msg = line.split_once("tf-cluster: ").unwrap().1;
     assert!(msg.chars().count() <= 301, "{} chars", msg.chars().count());
     assert_healthy("3000 roles", "node1");
+}
+
+/// Without srun's map (withheld by a fault in the test build), the tasks
+/// rebuild the layout and every hostile hint is checked, never trusted:
+/// a FIFO host file is refused at once (finding 2), faked het variables
+/// fail rank 0's node-name check (finding 5); registration failing in
+/// slurmstepd fails the step that asked (finding 8) and no other.
+#[test]
+fn without_the_map_hostile_hints_fail_closed() {
+    let bed = exclusive();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
+    let no_map = "TF_CLUSTER_FAULT=layout_rpc";
+    let run = srun_env(&[no_map], &["-N2", "-n4", "--tf-cluster"]);
+    run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+    exec(&[
+        "bash",
+        "-c",
+        "rm -f /home/alice/fifo && mkfifo /home/alice/fifo",
+    ]);
+    let fifo = "--export=ALL,SLURM_DISTRIBUTION=arbitrary,SLURM_HOSTFILE=/home/alice/fifo";
+    let run = srun_env(
+        &[no_map],
+        &["-N1", "-n1", "-w", "node1", fifo, "--tf-cluster"],
+    );
+    assert_clean_failure("fifo without map", &run, "a FIFO, not a regular file");
+    let het = "--export=ALL,SLURM_HET_SIZE=2,SLURM_JOB_NODELIST_HET_GROUP_0=node2,SLURM_JOB_NODELIST_HET_GROUP_1=node1";
+    let run = srun_env(
+        &[no_map],
+        &[
+            "-N2",
+            "-n2",
+            "-w",
+            "node[1-2]",
+            "--resv-ports=0",
+            het,
+            "--tf-cluster=chief:1,worker:1",
+        ],
+    );
+    assert!(
+        run.tasks.iter().all(|t| t.tf_config.is_none()),
+        "{:?}",
+        run.tasks
+    );
+    assert!(
+        run.stderr.contains("is not the one Slurm made"),
+        "{}",
+        run.stderr
+    );
+    let reg = "--export=ALL,TF_CLUSTER_FAULT=register";
+    let run = srun(&["-N1", "-n1", "-w", "node2", reg, "--tf-cluster"]);
+    assert_clean_failure(
+        "registration failed",
+        &run,
+        "could not register the plugin's options",
+    );
+    srun(&["-N1", "-n1", "-w", "node2", reg]).assert_ran(1);
+    let garbage = srun_env(
+        &["TF_CLUSTER_FAULT=map_garbage"],
+        &["-N1", "-n1", "--tf-cluster"],
+    );
+    assert_clean_failure("garbage map", &garbage, "bad SLURM_TF_CLUSTER_MAP runs");
+    assert_healthy("no map", "node2");
 }

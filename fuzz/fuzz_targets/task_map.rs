@@ -1,0 +1,15 @@
+#![no_main]
+//! SLURM_TF_CLUSTER_MAP as a task reads it: never panics, never expands
+//! beyond the task bound, and a map it accepts encodes back to itself.
+
+use libfuzzer_sys::fuzz_target;
+use tf_cluster::core::MAX_TASKS;
+use tf_cluster::core::task_map::{Found, TaskMap};
+
+fuzz_target!(|text: &str| {
+    let Ok(Found::Ours(map)) = TaskMap::decode(text, 7, 3) else { return };
+    assert!(map.node_of.len() <= MAX_TASKS as usize);
+    let hosts = text.split(';').nth(2).unwrap();
+    let again = map.encode(hosts);
+    assert_eq!(TaskMap::decode(&again, 7, 3).unwrap(), Found::Ours(map));
+});
