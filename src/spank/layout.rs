@@ -32,11 +32,12 @@ impl Drop for Owned {
 /// The layout of step `step` of job `job` (component `het_comp`, or the whole
 /// step with `sys::NO_VAL`), and how long slurmctld took to give it.
 pub fn fetch(job: u32, step: u32, het_comp: u32) -> Result<(Component, Duration)> {
-    let mut id = sys::slurm_step_id_t {
-        job_id: job,
-        step_id: step,
-        step_het_comp: het_comp,
-    };
+    // SAFETY: plain integers; from 24.11 on the struct also has `sluid`, which
+    // stays 0 (unknown, not compared).
+    let mut id: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
+    id.job_id = job;
+    id.step_id = step;
+    id.step_het_comp = het_comp;
     let start = Instant::now();
     // SAFETY: `id` is a valid step id; the result is NULL or a layout we own.
     let layout = unsafe { sys::slurm_job_step_layout_get(&mut id) };
