@@ -213,14 +213,14 @@ fn spank_error(rc: sys::spank_err_t, what: &str) -> Error {
     Error::new(format!("{what}: {text}"))
 }
 
-/// Slurm's text for the last error of a libslurm call (errno).
+/// Slurm's text for the last error of a libslurm call (it sets errno).
 pub fn slurm_errno_text() -> String {
-    // SAFETY: both only read thread-local state; slurm_strerror returns a
-    // static string.
+    let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    // SAFETY: slurm_strerror returns a static string for any code.
     unsafe {
-        let text = sys::slurm_strerror(sys::slurm_get_errno());
+        let text = sys::slurm_strerror(code);
         if text.is_null() {
-            "unknown error".into()
+            format!("error {code}")
         } else {
             CStr::from_ptr(text).to_string_lossy().into_owned()
         }
