@@ -530,7 +530,7 @@ fn a_huge_spec_gives_one_short_line() {
     let spec: Vec<String> = (0..500).map(|i| format!("r{i}:1")).collect();
     let arg = format!("--tf-cluster={}", spec.join(","));
     let run = srun(&["-N1", "-n1", "-w", "node1", &arg]);
-    run.assert_refused("but the step has 1");
+    run.assert_refused("--tf-cluster asks for 500 tasks (r0:1,r1:1");
     let line = run
         .stderr
         .lines()
