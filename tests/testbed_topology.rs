@@ -27,12 +27,17 @@ fn slurm_version() -> (u32, u32) {
 fn block_layouts_under_a_topology() {
     let _t = testbed_with_topology("tree");
     let version = slurm_version();
-    let cases: [(&[&str], u32); 3] = [
-        (&["-N3", "-n6", "--ntasks-per-node=2"], 6),
-        (&["-N3", "-n5"], 5),
-        (&["-N2", "-n3", "-w", "node[2-3]"], 3),
+    type Case<'a> = (&'a [&'a str], u32, &'a [(&'a str, u32)]);
+    let cases: [Case; 3] = [
+        (&["-N3", "-n6", "--ntasks-per-node=2"], 6, &[("worker", 6)]),
+        (&["-N3", "-n5"], 5, &[("worker", 5)]),
+        (
+            &["-N2", "-n3", "-w", "node[2-3]"],
+            3,
+            &[("chief", 1), ("worker", 2)],
+        ),
     ];
-    for (args, n) in cases {
+    for (args, n, roles) in cases {
         let mut args = args.to_vec();
         args.push("--resv-ports=0");
         let plain = srun(&args);
@@ -44,18 +49,13 @@ fn block_layouts_under_a_topology() {
                 "Slurm {version:?} orders blocks by topology"
             );
         }
-        args.push("--tf-cluster=chief:1,worker:2");
-        if n != 3 {
-            args.pop();
-            args.push("--tf-cluster");
-        }
-        let run = srun(&args);
-        if n == 3 {
-            run.assert_ran(3)
-                .assert_tf_config(&[("chief", 1), ("worker", 2)], 8888);
+        let spec = if n == 3 {
+            "--tf-cluster=chief:1,worker:2"
         } else {
-            run.assert_ran(n).assert_tf_config(&[("worker", n)], 8888);
-        }
+            "--tf-cluster"
+        };
+        args.push(spec);
+        srun(&args).assert_ran(n).assert_tf_config(roles, 8888);
     }
 }
 

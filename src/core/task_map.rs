@@ -191,11 +191,6 @@ impl TaskMap {
             .map_err(|e| super::Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
         Ok(Found::Ours(TaskMap::new(job, step, hosts, node_of)?))
     }
-
-    /// The ranks on node `node`, in local order.
-    pub fn ranks_on(&self, node: u32) -> impl Iterator<Item = u32> + '_ {
-        (0..self.node_of.len() as u32).filter(move |&r| self.node_of[r as usize] == node)
-    }
 }
 
 /// One term `A[-B][*K][xR]`.
@@ -394,7 +389,6 @@ mod tests {
         let tids = [vec![0], vec![1, 3, 4], vec![2]];
         let map = TaskMap::from_tids(1, 0, hosts("node[1-3]"), &tids).unwrap();
         assert_eq!(map.node_of, [0, 1, 2, 1, 1]);
-        assert_eq!(map.ranks_on(1).collect::<Vec<_>>(), [1, 3, 4]);
         for bad in [
             vec![vec![0], vec![0]],
             vec![vec![0], vec![2]],

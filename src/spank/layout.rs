@@ -11,7 +11,7 @@ use crate::core::hostlist::HostList;
 use crate::core::task_map::TaskMap;
 use crate::core::{Error, MAX_TASKS, Result};
 
-/// One component's layout, as Slurm gave it.
+/// A step's layout, as Slurm gave it.
 pub struct Component {
     /// The node list as Slurm wrote it (node index i = the i-th name).
     pub nodes: String,
@@ -29,15 +29,15 @@ impl Drop for Owned {
     }
 }
 
-/// The layout of step `step` of job `job` (component `het_comp`, or the whole
-/// step with `sys::NO_VAL`), and how long slurmctld took to give it.
-pub fn fetch(job: u32, step: u32, het_comp: u32) -> Result<(Component, Duration)> {
+/// The layout of step `step` of job `job`, and how long slurmctld took to
+/// give it.
+pub fn fetch(job: u32, step: u32) -> Result<(Component, Duration)> {
     // SAFETY: plain integers; from 24.11 on the struct also has `sluid`, which
     // stays 0 (unknown, not compared).
     let mut id: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
     id.job_id = job;
     id.step_id = step;
-    id.step_het_comp = het_comp;
+    id.step_het_comp = sys::NO_VAL;
     let start = Instant::now();
     // SAFETY: `id` is a valid step id; the result is NULL or a layout we own.
     let layout = unsafe { sys::slurm_job_step_layout_get(&mut id) };
@@ -82,39 +82,13 @@ pub fn fetch(job: u32, step: u32, het_comp: u32) -> Result<(Component, Duration)
     Ok((Component { nodes: list, tids }, took))
 }
 
-/// One map for the components of a step, in component order (a node may
-/// serve several), and its node list text.
-pub fn merge(job: u32, step: u32, components: &[Component]) -> Result<(TaskMap, String)> {
-    let mut names: Vec<String> = Vec::new();
-    let mut tids: Vec<Vec<u32>> = Vec::new();
-    for c in components {
-        let hosts = HostList::parse(&c.nodes, MAX_TASKS as usize)?;
-        if hosts.len() != c.tids.len() {
-            return Err(Error::new(format!(
-                "the step layout's node list {} has {} names for {} nodes",
-                c.nodes,
-                hosts.len(),
-                c.tids.len()
-            )));
-        }
-        for (host, ids) in hosts.iter().zip(&c.tids) {
-            match names.iter().position(|n| n == host) {
-                Some(i) => tids[i].extend_from_slice(ids),
-                None => {
-                    names.push(host.to_string());
-                    tids.push(ids.clone());
-                }
-            }
-        }
+impl Component {
+    /// The step's task map, and its node list text.
+    pub fn into_map(self, job: u32, step: u32) -> Result<(TaskMap, String)> {
+        let hosts = HostList::parse(&self.nodes, MAX_TASKS as usize)?;
+        Ok((
+            TaskMap::from_tids(job, step, hosts, &self.tids)?,
+            self.nodes,
+        ))
     }
-    for ids in &mut tids {
-        ids.sort_unstable();
-    }
-    let text = if components.len() == 1 {
-        components[0].nodes.clone()
-    } else {
-        names.join(",")
-    };
-    let hosts = HostList::from_names(names.iter().map(String::as_str));
-    Ok((TaskMap::from_tids(job, step, hosts, &tids)?, text))
 }

@@ -64,7 +64,7 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
     let fetched = if fault::active("layout_rpc", Some(spank)) {
         Err(Error::new("slurmctld gave no layout: fault injected"))
     } else {
-        layout::fetch(job, step, super::bindings::NO_VAL)
+        layout::fetch(job, step)
     };
     let (component, took) = match fetched {
         Ok(got) => got,
@@ -76,7 +76,7 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
             return Ok(Verdict::None.encode(job, step));
         }
     };
-    let (map, hosts_text) = layout::merge(job, step, std::slice::from_ref(&component))?;
+    let (map, hosts_text) = component.into_map(job, step)?;
     core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
