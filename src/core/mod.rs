@@ -353,6 +353,30 @@ fn reconstruct(
     Ok((hosts, counts, placements))
 }
 
+/// srun's check of a heterogeneous step. Slurm runs srun's
+/// `local_user_init` once for the whole step and hands what it sets to one
+/// component's tasks only (srun.c, `_launch_one_app`: "Run pre-launch once
+/// for entire hetjob"); the other components rebuild the layout, in blocks
+/// over the components' node lists in component order. This refuses a step
+/// whose real map differs from that rebuild, before anything runs.
+pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[String]) -> Result<()> {
+    let mut counts = vec![0u32; map.hosts.len()];
+    for &n in &map.node_of {
+        counts[n as usize] += 1;
+    }
+    let (hosts, counts) = layout::het_order(&map.hosts, &counts, het_nodelists)?;
+    let rebuilt = layout::place(&counts, Distribution::Block);
+    for (rank, (p, &node)) in rebuilt.iter().zip(&map.node_of).enumerate() {
+        let (guess, real) = (hosts.get(p.node as usize), map.hosts.get(node as usize));
+        if guess != real {
+            bail!(
+                "rank {rank} of this heterogeneous step runs on {real}, not on {guess} as the components that srun's task map cannot reach would take it: Slurm hands srun's variables to one component only, so lay out every component in blocks (-m block) or run the components as separate steps"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// What srun checks before anything is launched, knowing the step's task
 /// count and the allocation's node list (the step runs on some of its nodes):
 /// the spec must cover the tasks, and TF_CONFIG must be able to fit.
@@ -452,6 +476,50 @@ mod tests {
             het_nodelists: vec!["node3".into(), "node[1-2]".into()],
             ..Step::default()
         }
+    }
+
+    /// `srun -n1 -w node3 : -n4 -w node[1-2] -m cyclic|block`: srun merges
+    /// the components' layouts, and refuses the one the components without
+    /// its map would rebuild differently.
+    #[test]
+    fn het_maps_are_merged_and_checked_against_the_rebuild() {
+        let one = |list: &str| HostList::parse(list, 10).unwrap();
+        let nodelists = ["node3".to_string(), "node[1-2]".to_string()];
+        let cyclic = TaskMap::from_components(
+            5,
+            0,
+            &[
+                (one("node3"), vec![vec![0]]),
+                (one("node[1-2]"), vec![vec![0, 2], vec![1, 3]]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            cyclic.hosts.iter().collect::<Vec<_>>(),
+            ["node3", "node1", "node2"]
+        );
+        assert_eq!(cyclic.node_of, [0, 1, 2, 1, 2]);
+        let e = check_het_rebuild(&cyclic, &nodelists)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("rank 2 of this heterogeneous step runs on node2, not on node1"),
+            "{e}"
+        );
+        let block = TaskMap::from_components(
+            5,
+            0,
+            &[
+                (one("node3"), vec![vec![0]]),
+                (one("node[1-2]"), vec![vec![0, 1], vec![2, 3]]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(block.node_of, [0, 1, 1, 2, 2]);
+        check_het_rebuild(&block, &nodelists).unwrap();
+        // A component's task ids beyond its own count are Slurm's error.
+        let e = TaskMap::from_components(5, 0, &[(one("node1"), vec![vec![0, 2]])]).unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
     }
 
     #[test]

@@ -113,6 +113,52 @@ impl TaskMap {
         TaskMap::new(job, step, hosts, node_of)
     }
 
+    /// The map of a heterogeneous step from its components' layouts, in
+    /// component order: component k's task ids count from the tasks of the
+    /// components before it (as SLURM_PROCID does). A node shared by two
+    /// components appears once.
+    pub fn from_components(
+        job: u32,
+        step: u32,
+        components: &[(HostList, Vec<Vec<u32>>)],
+    ) -> Result<TaskMap> {
+        let mut names: Vec<&str> = Vec::new();
+        let mut tids: Vec<Vec<u32>> = Vec::new();
+        let mut offset = 0u32;
+        for (hosts, rows) in components {
+            if rows.len() != hosts.len() {
+                bail!(
+                    "a component's layout names {} node(s) but gives tasks for {}",
+                    hosts.len(),
+                    rows.len()
+                );
+            }
+            let mut size = 0u32;
+            for (host, row) in hosts.iter().zip(rows) {
+                let node = match names.iter().position(|&n| n == host) {
+                    Some(i) => i,
+                    None => {
+                        names.push(host);
+                        tids.push(Vec::new());
+                        names.len() - 1
+                    }
+                };
+                for &t in row {
+                    let Some(rank) = offset.checked_add(t).filter(|&r| r < MAX_TASKS) else {
+                        bail!("the heterogeneous step has more than {MAX_TASKS} tasks");
+                    };
+                    tids[node].push(rank);
+                }
+                size += row.len() as u32;
+            }
+            offset = offset.saturating_add(size);
+        }
+        for row in &mut tids {
+            row.sort_unstable();
+        }
+        TaskMap::from_tids(job, step, HostList::from_names(names), &tids)
+    }
+
     /// Checks that the hosts are distinct and each runs a task.
     pub fn new(job: u32, step: u32, hosts: HostList, node_of: Vec<u32>) -> Result<TaskMap> {
         if let Some(dup) = hosts.first_duplicate() {

@@ -91,4 +91,9 @@ impl Component {
             self.nodes,
         ))
     }
+
+    /// The hosts and each one's task ids, for merging components.
+    pub fn into_parts(self) -> Result<(HostList, Vec<Vec<u32>>)> {
+        Ok((HostList::parse(&self.nodes, MAX_TASKS as usize)?, self.tids))
+    }
 }

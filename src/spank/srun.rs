@@ -49,24 +49,10 @@ pub fn decide(spank: &Spank, settings: Result<Settings>, context: Context) -> Re
 /// The variable's value for a step that may run: the map, or `none` when
 /// Slurm gave none (the tasks then rebuild the layout).
 fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<String> {
-    // A heterogeneous step calls this once, for one component, and the
-    // variable reaches that component's tasks only: they all rebuild.
-    let het = std::env::var_os("SLURM_HET_SIZE").or_else(|| std::env::var_os("SLURM_PACK_SIZE"));
-    if het.is_some() {
-        let tasks = std::env::var("SLURM_NTASKS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| Error::new("heterogeneous step without SLURM_NTASKS"))?;
-        core::check_before_launch(settings, tasks, None)?;
-        log::info!("heterogeneous step: the tasks rebuild the layout");
-        return Ok(Verdict::None.encode(job, step));
+    if let Some(components) = het_components()? {
+        return het_map_for(spank, settings, job, step, &components);
     }
-    let fetched = if fault::active("layout_rpc", Some(spank)) {
-        Err(Error::new("slurmctld gave no layout: fault injected"))
-    } else {
-        layout::fetch(job, step)
-    };
-    let (component, took) = match fetched {
+    let (component, took) = match fetch(spank, job, step) {
         Ok(got) => got,
         Err(e) => {
             let tasks = spank.total_task_count()?;
@@ -95,4 +81,91 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
         value.len()
     );
     Ok(value)
+}
+
+/// The job id and node list of each component of a heterogeneous job, in
+/// component order, from the variables srun and salloc set for it (None: not
+/// a heterogeneous step). Slurm 22.05 says PACK where later releases say HET.
+fn het_components() -> Result<Option<Vec<(u32, String)>>> {
+    let var = |het: &str, pack: &str| std::env::var(het).or_else(|_| std::env::var(pack)).ok();
+    let Some(size) = var("SLURM_HET_SIZE", "SLURM_PACK_SIZE") else {
+        return Ok(None);
+    };
+    let size: u32 = match size.parse() {
+        Ok(n @ 1..=128) => n,
+        _ => {
+            return Err(Error::new(format!(
+                "SLURM_HET_SIZE is {size:?}, not a component count"
+            )));
+        }
+    };
+    (0..size)
+        .map(|k| {
+            let job = var(
+                &format!("SLURM_JOB_ID_HET_GROUP_{k}"),
+                &format!("SLURM_JOB_ID_PACK_GROUP_{k}"),
+            )
+            .and_then(|j| j.parse().ok());
+            let nodes = var(
+                &format!("SLURM_JOB_NODELIST_HET_GROUP_{k}"),
+                &format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"),
+            );
+            match (job, nodes) {
+                (Some(job), Some(nodes)) => Ok((job, nodes)),
+                _ => Err(Error::new(format!(
+                    "heterogeneous job without the job id or node list of component {k}"
+                ))),
+            }
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// A heterogeneous step: one RPC per component gives the whole step's map,
+/// which must equal what the components srun's map cannot reach rebuild
+/// (core::check_het_rebuild). Without the layouts, every task rebuilds.
+fn het_map_for(
+    spank: &Spank,
+    settings: &Settings,
+    job: u32,
+    step: u32,
+    components: &[(u32, String)],
+) -> Result<String> {
+    let start = std::time::Instant::now();
+    let mut layouts = Vec::with_capacity(components.len());
+    for &(component_job, _) in components {
+        match fetch(spank, component_job, step) {
+            Ok((component, _)) => layouts.push(component.into_parts()?),
+            Err(e) => {
+                let tasks: u32 = std::env::var("SLURM_NTASKS")
+                    .ok()
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| Error::new("heterogeneous step without SLURM_NTASKS"))?;
+                core::check_before_launch(settings, tasks, None)?;
+                log::info!("{e}: the tasks rebuild the layout");
+                return Ok(Verdict::None.encode(job, step));
+            }
+        }
+    }
+    let map = task_map::TaskMap::from_components(job, step, &layouts)?;
+    let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
+    core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
+    let nodelists: Vec<String> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
+    core::check_het_rebuild(&map, &nodelists)?;
+    let value = map.encode(&hosts_text);
+    log::info!(
+        "task map of heterogeneous step {job}.{step} ({} components) from slurmctld in {} µs, {} bytes",
+        components.len(),
+        start.elapsed().as_micros(),
+        value.len()
+    );
+    Ok(value)
+}
+
+/// The layout of step `job`.`step` from slurmctld (or the injected fault).
+fn fetch(spank: &Spank, job: u32, step: u32) -> Result<(layout::Component, std::time::Duration)> {
+    if fault::active("layout_rpc", Some(spank)) {
+        return Err(Error::new("slurmctld gave no layout: fault injected"));
+    }
+    layout::fetch(job, step)
 }
