@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{exec, srun, srun_env, testbed};
+use std::process::{Command, Output};
+
+use common::{PROBE, exec, parse_run, repo, srun, srun_env, testbed};
 
 /// `-m cyclic`: ranks alternate over the nodes.
 #[test]
@@ -96,4 +98,117 @@ fn heterogeneous_step() {
         run.tasks[0].host, "node3",
         "rank 0 is the first component's"
     );
+}
+
+/// A heterogeneous step with a cyclic component: Slurm hands srun's task map
+/// to one component only, and the others would rebuild blocks, so srun
+/// refuses the step before anything runs and names the fix.
+#[test]
+fn heterogeneous_step_with_a_cyclic_component_is_refused_before_launch() {
+    let _t = testbed();
+    let run = srun(&[
+        "-n1",
+        "-w",
+        "node3",
+        ":",
+        "-N2",
+        "-n4",
+        "-w",
+        "node1,node2",
+        "-m",
+        "cyclic",
+        "--tf-cluster",
+    ]);
+    run.assert_refused("rank 2 of this heterogeneous step runs on node2, not on node1");
+    assert!(run.stderr.contains("-m block"), "{}", run.stderr);
+}
+
+/// `-m arbitrary` with a SLURM_HOSTFILE that exists only where srun runs:
+/// srun's map carries the layout, no node reads the file.
+#[test]
+fn arbitrary_with_a_host_file_only_where_srun_runs() {
+    let _t = testbed();
+    let file = "/tmp/hostfile-only-on-the-submit-host";
+    let made = exec(&[
+        "bash",
+        "-c",
+        &format!("printf 'node3\\nnode1\\nnode3\\nnode2\\n' > {file}"),
+    ]);
+    assert!(made.status.success(), "{made:?}");
+    for node in ["node1", "node2", "node3"] {
+        let seen = Command::new(repo().join("docker/testbed.sh"))
+            .args(["node-exec", node, "test", "-e", file])
+            .status()
+            .unwrap();
+        assert_eq!(seen.code(), Some(1), "{file} must not exist on {node}");
+    }
+    let var = format!("SLURM_HOSTFILE={file}");
+    let run = srun_env(
+        &[&var],
+        &["-n4", "-m", "arbitrary", "--tf-cluster=chief:1,worker:3"],
+    );
+    run.assert_ran(4)
+        .assert_tf_config(&[("chief", 1), ("worker", 3)], 8888);
+    assert_eq!(run.hosts(), ["node3", "node1", "node3", "node2"]);
+}
+
+/// `bash -c SCRIPT` in an allocation of all three nodes, as alice; the
+/// probe is in a file of the shared /home so nested quoting stays simple.
+fn in_allocation(script: &str) -> Output {
+    let probe = exec(&[
+        "bash",
+        "-c",
+        &format!("cat > probe.sh <<'EOF'\n{PROBE}\nEOF"),
+    ]);
+    assert!(probe.status.success(), "{probe:?}");
+    exec(&["salloc", "-N3", "-n6", "bash", "-c", script])
+}
+
+/// A `--tf-cluster` srun inside a `--tf-cluster` step: the inner step's tasks
+/// inherit the outer step's map and spec, and still get their own step's
+/// layout (cyclic here, where the outer map would say otherwise).
+#[test]
+fn nested_srun_inside_an_allocation_step() {
+    let _t = testbed();
+    let out = in_allocation(
+        "srun --overlap -N1 -n1 -w node1 --tf-cluster=chief:1 bash -c \
+         'srun --overlap -N3 -n6 -m cyclic --tf-cluster=chief:1,worker:5 bash probe.sh'",
+    );
+    let run = parse_run(out);
+    run.assert_ran(6)
+        .assert_tf_config(&[("chief", 1), ("worker", 5)], 8888);
+    let h = run.hosts();
+    assert!(
+        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
+        "not cyclic: {h:?}"
+    );
+}
+
+/// Two `--tf-cluster` steps at once in one allocation, laid out differently:
+/// each step's tasks get their own step's layout.
+#[test]
+fn two_steps_at_once_in_one_allocation() {
+    let _t = testbed();
+    let out = in_allocation(
+        "srun --overlap -n6 -m cyclic --tf-cluster=ps:1,worker:5 bash probe.sh > cyclic.out &
+         srun --overlap -n6 -m block --tf-cluster=ps:2,worker:4 bash probe.sh > block.out &
+         wait; cat cyclic.out; echo SPLIT; cat block.out",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (cyclic, block) = stdout.split_once("SPLIT\n").expect("both steps' output");
+    let part = |text: &str| {
+        parse_run(Output {
+            status: out.status,
+            stdout: text.as_bytes().to_vec(),
+            stderr: out.stderr.clone(),
+        })
+    };
+    let (cyclic, block) = (part(cyclic), part(block));
+    cyclic
+        .assert_ran(6)
+        .assert_tf_config(&[("ps", 1), ("worker", 5)], 8888);
+    block
+        .assert_ran(6)
+        .assert_tf_config(&[("ps", 2), ("worker", 4)], 8888);
+    assert_ne!(cyclic.hosts(), block.hosts(), "the two layouts must differ");
 }
