@@ -2,8 +2,7 @@
 //! `srun --tf-cluster=ps:1,worker:3 …` its TF_CONFIG and CUDA_VISIBLE_DEVICES.
 //!
 //! [`core`] computes them from the step's facts and is plain Rust; `spank` is
-//! the thin shell slurmstepd and srun call into; `probe` reads the node.
+//! the thin shell slurmstepd and srun call into.
 
-pub mod core;
-pub mod probe;
+use tf_cluster_core as core;
 mod spank;

@@ -8,7 +8,7 @@ command -v valgrind >/dev/null || { echo "memcheck: valgrind is not installed" >
 
 vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect)
-cargo build --release --quiet --example resolve_loop
+cargo build --release --quiet -p tf-cluster-core --example resolve_loop
 "${vg[@]}" target/release/examples/resolve_loop 4096 10000
 
 nodes=$(printf 'node[0001-1024]')

@@ -9,7 +9,8 @@ cd "$repo"
 
 bash docker/prerequisites.sh
 cargo build --release
-# What needs no Slurm: every target but the testbed binaries (tests/testbed*.rs).
+# What needs no Slurm: the core and the CLI (every target), and the plugin's
+# own tests but the testbed binaries (tests/testbed*.rs).
 host_tests=()
 for f in tests/*.rs; do
     case $(basename "$f") in
@@ -17,13 +18,14 @@ for f in tests/*.rs; do
     *) host_tests+=(--test "$(basename "$f" .rs)") ;;
     esac
 done
-cargo test --release --lib --bins --examples --benches "${host_tests[@]}"
+cargo test --release -p tf-cluster-core -p tf-cluster-cli --all-targets
+cargo test --release -p tf-cluster --lib "${host_tests[@]}"
 bash tests/memcheck.sh
 # The parsers' property tests again with overflow checks on (a wrap-around
 # that release builds would hide panics here), and a short run of every
 # fuzz target (a crash, leak, timeout or OOM fails).
 CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
-    cargo test --release --lib --test properties
+    cargo test --release -p tf-cluster-core --lib --test properties
 bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
 # The testbed binaries, against each Slurm with the plugin built for it.
 bash docker/matrix.sh

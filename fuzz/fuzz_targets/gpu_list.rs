@@ -3,8 +3,8 @@
 //! slice has the promised size and only Slurm's own tokens.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster::core::Settings;
-use tf_cluster::core::gpus::GpuPlan;
+use tf_cluster_core::Settings;
+use tf_cluster_core::gpus::GpuPlan;
 
 fuzz_target!(|input: (Option<u8>, Option<u8>, u8, Option<u8>, &str)| {
     let (per_node, per_task, tasks, probed, list) = input;

@@ -3,7 +3,7 @@
 //! an empty name or one that needs escaping in TF_CONFIG.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster::core::hostlist::HostList;
+use tf_cluster_core::hostlist::HostList;
 
 fuzz_target!(|list: &str| {
     let Ok(hosts) = HostList::parse(list, 4096) else { return };

@@ -2,7 +2,7 @@
 //! SLURM_STEP_RESV_PORTS and the port base: never panics; every port is valid.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster::core::ports;
+use tf_cluster_core::ports;
 
 fuzz_target!(|input: (u16, u8, &str)| {
     let (base, tasks, list) = input;

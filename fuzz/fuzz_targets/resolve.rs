@@ -4,7 +4,7 @@
 //! task, and small enough for one environment variable.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster::core::{Result, Settings, Source, Step, resolve};
+use tf_cluster_core::{Result, Settings, Source, Step, resolve};
 
 /// Lines of the input are the values of these variables, in order; an empty
 /// line leaves a variable unset. The last lines are settings.
@@ -46,7 +46,7 @@ fuzz_target!(|text: &str| {
     let lines: Vec<&str> = text.split('\n').collect();
     let mut settings = Settings::default();
     if let Some(spec) = lines.get(VARS.len()) {
-        let Ok(roles) = tf_cluster::core::roles::RoleSpec::parse(spec) else { return };
+        let Ok(roles) = tf_cluster_core::roles::RoleSpec::parse(spec) else { return };
         settings.roles = roles;
     }
     for kv in lines.iter().skip(VARS.len() + 2) {

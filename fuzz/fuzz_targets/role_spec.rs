@@ -2,7 +2,7 @@
 //! `--tf-cluster=SPEC`: never panics; an accepted spec round-trips.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster::core::roles::RoleSpec;
+use tf_cluster_core::roles::RoleSpec;
 
 fuzz_target!(|spec: &str| {
     let Ok(parsed) = RoleSpec::parse(spec) else { return };

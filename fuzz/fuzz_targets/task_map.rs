@@ -3,8 +3,8 @@
 //! beyond the task bound, and a map it accepts encodes back to itself.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster::core::MAX_TASKS;
-use tf_cluster::core::task_map::{Found, TaskMap};
+use tf_cluster_core::MAX_TASKS;
+use tf_cluster_core::task_map::{Found, TaskMap};
 
 fuzz_target!(|text: &str| {
     let Ok(Found::Ours(map)) = TaskMap::decode(text, 7, 3) else { return };

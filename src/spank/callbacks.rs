@@ -213,16 +213,20 @@ impl Source for Task<'_, '_> {
     }
 
     fn gpu_count(&mut self) -> Result<u32> {
-        crate::probe::node_gpu_count()
+        crate::core::node::node_gpu_count()
     }
 
     fn read_file(&mut self, path: &str) -> Result<String> {
-        crate::probe::read_user_file(path)
+        crate::core::node::read_user_file(path)
     }
 
     /// From Slurm itself, not from variables the user could set.
     fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
         Ok(Some((self.0.job_id()?, self.0.step_id()?)))
+    }
+
+    fn blocks_follow_topology(&self) -> bool {
+        cfg!(slurm_blocks_follow_topology)
     }
 }
 

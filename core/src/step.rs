@@ -32,6 +32,13 @@ pub trait Source {
             .and_then(parse_u32)
             .zip(step.as_deref().and_then(parse_u32)))
     }
+    /// Whether this Slurm fills the nodes of a block distribution in
+    /// topology order (25.05 on; the plugin knows it from the headers it was
+    /// built with). Then, without srun's map, a task reads
+    /// SLURM_TOPOLOGY_ADDR_PATTERN to refuse what it cannot rebuild.
+    fn blocks_follow_topology(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -115,7 +122,7 @@ impl Step {
             step.distribution = source.var("SLURM_DISTRIBUTION")?;
             step.plane_size = source.var("SLURM_DIST_PLANESIZE")?;
             step.het_nodelists = het_nodelists(source)?;
-            if cfg!(slurm_blocks_follow_topology) {
+            if source.blocks_follow_topology() {
                 step.block_topology = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
             }
         }

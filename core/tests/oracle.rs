@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
-use tf_cluster::core::roles::RoleSpec;
-use tf_cluster::core::{Error, Injection, Settings, Source, Step, resolve};
+use tf_cluster_core::roles::RoleSpec;
+use tf_cluster_core::{Error, Injection, Settings, Source, Step, resolve};
 
 const CASES: &str = include_str!("data/oracle/cases.jsonl");
 const RESULTS: &str = include_str!("data/oracle/tf_2.21_results.jsonl");
@@ -719,11 +719,11 @@ fn settings_of(c: &Case) -> Result<Settings, Error> {
 struct CaseSource<'a>(&'a Case);
 
 impl Source for CaseSource<'_> {
-    fn var(&mut self, name: &str) -> tf_cluster::core::Result<Option<String>> {
+    fn var(&mut self, name: &str) -> tf_cluster_core::Result<Option<String>> {
         Ok(self.0.env.get(name).cloned())
     }
 
-    fn gpu_count(&mut self) -> tf_cluster::core::Result<u32> {
+    fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
         let smi = &self.0.nvidia_smi;
         match smi["mode"].as_str() {
             None | Some("missing") => Ok(0),
@@ -736,7 +736,7 @@ impl Source for CaseSource<'_> {
         }
     }
 
-    fn read_file(&mut self, path: &str) -> tf_cluster::core::Result<String> {
+    fn read_file(&mut self, path: &str) -> tf_cluster_core::Result<String> {
         Err(Error::new(format!("oracle: no case reads a file ({path})")))
     }
 }
@@ -893,7 +893,7 @@ const T02: &str = "t02n13,t02n41,t02n43";
 struct Env<'a>(&'a [(&'a str, &'a str)]);
 
 impl Source for Env<'_> {
-    fn var(&mut self, name: &str) -> tf_cluster::core::Result<Option<String>> {
+    fn var(&mut self, name: &str) -> tf_cluster_core::Result<Option<String>> {
         Ok(self
             .0
             .iter()
@@ -901,11 +901,11 @@ impl Source for Env<'_> {
             .map(|(_, v)| v.to_string()))
     }
 
-    fn gpu_count(&mut self) -> tf_cluster::core::Result<u32> {
+    fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
         Err(Error::new("nvidia-smi must not be needed"))
     }
 
-    fn read_file(&mut self, path: &str) -> tf_cluster::core::Result<String> {
+    fn read_file(&mut self, path: &str) -> tf_cluster_core::Result<String> {
         Err(Error::new(format!("no file {path}")))
     }
 }

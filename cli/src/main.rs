@@ -5,8 +5,8 @@
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use tf_cluster::core::roles::RoleSpec;
-use tf_cluster::core::{self, Cluster, Error, Result, Settings, Source, Step};
+use tf_cluster_core::roles::RoleSpec;
+use tf_cluster_core::{self as core, Cluster, Error, Result, Settings, Source, Step};
 
 #[derive(Parser)]
 #[command(
@@ -88,11 +88,11 @@ impl Source for Environment {
     }
 
     fn gpu_count(&mut self) -> Result<u32> {
-        tf_cluster::probe::node_gpu_count()
+        core::node::node_gpu_count()
     }
 
     fn read_file(&mut self, path: &str) -> Result<String> {
-        tf_cluster::probe::read_user_file(path)
+        core::node::read_user_file(path)
     }
 }
 

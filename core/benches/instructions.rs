@@ -55,17 +55,17 @@ struct Counted<'a> {
     names: Vec<String>,
 }
 
-impl tf_cluster::core::Source for Counted<'_> {
-    fn var(&mut self, name: &str) -> tf_cluster::core::Result<Option<String>> {
+impl tf_cluster_core::Source for Counted<'_> {
+    fn var(&mut self, name: &str) -> tf_cluster_core::Result<Option<String>> {
         self.names.push(name.to_string());
         self.env.var(name)
     }
 
-    fn gpu_count(&mut self) -> tf_cluster::core::Result<u32> {
+    fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
         self.env.gpu_count()
     }
 
-    fn read_file(&mut self, path: &str) -> tf_cluster::core::Result<String> {
+    fn read_file(&mut self, path: &str) -> tf_cluster_core::Result<String> {
         self.env.read_file(path)
     }
 }
@@ -126,7 +126,7 @@ fn run_loop(tasks: u32, n: u64) {
 /// Allocations, bytes allocated, variables looked up and TF_CONFIG's length
 /// for one resolution.
 fn count_one(tasks: u32) -> (u64, u64, Vec<String>, usize) {
-    use tf_cluster::core::{Settings, Step, resolve, roles::RoleSpec};
+    use tf_cluster_core::{Settings, Step, resolve, roles::RoleSpec};
     let env = common::task_env(tasks, tasks / 2);
     let spec = common::spec(tasks);
     let mut source = Counted {

@@ -6,6 +6,7 @@ mod error;
 pub mod gpus;
 pub mod hostlist;
 pub mod layout;
+pub mod node;
 mod number;
 pub mod ports;
 pub mod roles;

@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
-use crate::core::{Error, Result};
+use crate::{Error, Result};
 
 /// The NVIDIA driver lists one directory per GPU here; reading it costs no
 /// fork (TensorFlow's resolver runs `nvidia-smi`, which slurmstepd must not).
@@ -16,9 +16,7 @@ pub const MAX_USER_FILE: u64 = 1 << 20;
 /// The node's GPU count: 0 without the NVIDIA driver.
 pub fn node_gpu_count() -> Result<u32> {
     match std::fs::read_dir(NVIDIA_GPUS) {
-        Ok(entries) => Ok(entries
-            .take(crate::core::gpus::MAX_GPUS as usize + 1)
-            .count() as u32),
+        Ok(entries) => Ok(entries.take(crate::gpus::MAX_GPUS as usize + 1).count() as u32),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(Error::new(format!(
             "cannot count GPUs in {NVIDIA_GPUS}: {e}"

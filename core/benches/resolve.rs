@@ -6,7 +6,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use tf_cluster::core::hostlist::HostList;
+use tf_cluster_core::hostlist::HostList;
 
 mod common;
 

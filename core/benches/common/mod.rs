@@ -3,8 +3,8 @@
 //! node, `--tf-cluster=chief:1,worker:N-1`, the plugstack.conf line's
 //! `port-base=8888`. Everything slurmstepd gives the task, nothing more.
 
-use tf_cluster::core::roles::RoleSpec;
-use tf_cluster::core::{self, Error, Injection, Result, Settings, Source, Step};
+use tf_cluster_core::roles::RoleSpec;
+use tf_cluster_core::{self as core, Error, Injection, Result, Settings, Source, Step};
 
 pub const TASKS_PER_NODE: u32 = 4;
 

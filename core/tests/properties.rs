@@ -2,9 +2,9 @@
 //! writes, in any of its forms, reads back as what it means.
 
 use proptest::prelude::*;
-use tf_cluster::core::hostlist::HostList;
-use tf_cluster::core::roles::{Role, RoleSpec};
-use tf_cluster::core::{ports, tasks_per_node};
+use tf_cluster_core::hostlist::HostList;
+use tf_cluster_core::roles::{Role, RoleSpec};
+use tf_cluster_core::{ports, tasks_per_node};
 
 /// Slurm's run-length form of per-node counts: `2(x3),1`.
 fn compress(counts: &[u32]) -> String {
