@@ -65,6 +65,10 @@ int spank_option_getopt(void *s, void *o, char **a) { return 0; }
 int spank_option_register(void *s, void *o) { return 0; }
 int spank_remote(void *s) { return 0; }
 int spank_setenv(void *s, const char *n, const char *v, int o) { return 0; }
+const char *spank_strerror(int e) { return ""; }
+char *slurm_strerror(int e) { return ""; }
+void *slurm_job_step_layout_get(void *id) { return 0; }
+void slurm_job_step_layout_free(void *l) {}
 static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

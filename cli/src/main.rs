@@ -4,8 +4,9 @@
 
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Arg, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use tf_cluster_core::roles::RoleSpec;
+use tf_cluster_core::settings::{CLUSTER, SETTINGS};
 use tf_cluster_core::{self as core, Cluster, Error, Result, Settings, Source, Step};
 
 #[derive(Parser)]
@@ -27,47 +28,64 @@ enum Command {
     Explain(Options),
 }
 
-#[derive(Args)]
+/// The plugin's options, from the core's table of settings: `--tf-cluster`
+/// and `--tf-<key>` (also `--<key>`) for each setting.
 struct Options {
-    /// Roles as role:count[,role:count…] (default: every task a worker).
-    #[arg(long = "tf-cluster", value_name = "SPEC", num_args = 0..=1, default_missing_value = "")]
-    tf_cluster: Option<String>,
-    /// First port of each node's tasks (default 8888; Slurm's reserved ports win).
-    #[arg(long, value_name = "N")]
-    port_base: Option<String>,
-    /// GPUs to share on each node (default: from CUDA_VISIBLE_DEVICES or the driver).
-    #[arg(long, value_name = "N")]
-    gpus_per_node: Option<String>,
-    /// GPUs per task (default: GPUs per node / most tasks on a node).
-    #[arg(long, value_name = "N")]
-    gpus_per_task: Option<String>,
-    /// Whether to set CUDA_VISIBLE_DEVICES.
-    #[arg(long, value_name = "true|false")]
-    auto_set_gpu: Option<String>,
-    /// rpc_layer to put in TF_CONFIG, e.g. grpc.
-    #[arg(long, value_name = "NAME")]
-    rpc_layer: Option<String>,
+    spec: Option<String>,
+    given: Vec<(&'static str, String)>,
+}
+
+impl FromArgMatches for Options {
+    fn from_arg_matches(m: &ArgMatches) -> std::result::Result<Self, clap::Error> {
+        Ok(Options {
+            spec: m.get_one::<String>(CLUSTER.key).cloned(),
+            given: SETTINGS
+                .iter()
+                .filter_map(|s| Some((s.key, m.get_one::<String>(s.key)?.clone())))
+                .collect(),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> std::result::Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for Options {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cluster = Arg::new(CLUSTER.key)
+            .long("tf-cluster")
+            .value_name(CLUSTER.arg)
+            .help(CLUSTER.help)
+            .num_args(0..=1)
+            .default_missing_value("");
+        SETTINGS.iter().fold(cmd.arg(cluster), |cmd, s| {
+            cmd.arg(
+                Arg::new(s.key)
+                    .long(format!("tf-{}", s.key))
+                    .alias(s.key)
+                    .value_name(s.arg)
+                    .help(s.help),
+            )
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 impl Options {
     fn settings(&self) -> Result<Settings> {
         let mut settings = Settings {
-            roles: RoleSpec::parse(self.tf_cluster.as_deref().unwrap_or(""))?,
+            roles: RoleSpec::parse(self.spec.as_deref().unwrap_or(""))?,
             ..Settings::default()
         };
-        let given = [
-            ("port-base", &self.port_base),
-            ("gpus-per-node", &self.gpus_per_node),
-            ("gpus-per-task", &self.gpus_per_task),
-            ("auto-set-gpu", &self.auto_set_gpu),
-            ("rpc-layer", &self.rpc_layer),
-        ];
-        for (key, value) in given {
-            if let Some(value) = value {
-                settings
-                    .set(key, value)
-                    .map_err(|e| Error::new(format!("--{e}")))?;
-            }
+        for (key, value) in &self.given {
+            settings
+                .set(key, value)
+                .map_err(|e| Error::new(format!("--tf-{e}")))?;
         }
         Ok(settings)
     }

@@ -2,8 +2,6 @@
 //! (plugstack.conf arguments) and per-step values (srun/sbatch/salloc options).
 //! Later sources win: built-in defaults < plugstack.conf < options.
 
-use std::ffi::CStr;
-
 use super::error::{Result, bail, shown};
 use super::gpus::MAX_GPUS;
 use super::number::parse_u32;
@@ -36,57 +34,94 @@ impl Default for Settings {
     }
 }
 
-/// One setting: its plugstack.conf key, its srun/sbatch/salloc option
-/// (`--tf-<key>`), the option's argument name and its `--help` line (C strings,
-/// because Slurm keeps pointers to them).
-pub struct Knob {
+/// One setting. This table is the only declaration: the SPANK shell makes
+/// `--tf-<key>=<arg>` options of srun, sbatch and salloc from it, admins
+/// write `key=value` in plugstack.conf, and the CLI takes `--tf-<key>`.
+pub struct Setting {
     pub key: &'static str,
-    pub option: &'static CStr,
-    pub arg: &'static CStr,
-    pub help: &'static CStr,
+    /// The argument's name in `--help`.
+    pub arg: &'static str,
+    pub help: &'static str,
+    set: fn(&mut Settings, &str) -> std::result::Result<(), String>,
 }
 
-/// The step's role spec, the option that turns the plugin on.
-pub const CLUSTER_OPTION: Knob = Knob {
+/// The option that turns the plugin on, with the step's roles: a step gives
+/// it (`--tf-cluster[=ROLE:N,…]`), a site cannot.
+pub const CLUSTER: Setting = Setting {
     key: "cluster",
-    option: c"tf-cluster",
-    arg: c"ROLE:N,...",
-    help: c"tf-cluster: set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
+    arg: "ROLE:N,...",
+    help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
+    set: |_, _| Err("is given per step (--tf-cluster), not as a setting".into()),
 };
 
-/// Every setting but the role spec, which only a step can give.
-pub const KNOBS: [Knob; 5] = [
-    Knob {
+/// Every setting but the role spec.
+pub const SETTINGS: [Setting; 5] = [
+    Setting {
         key: "port-base",
-        option: c"tf-port-base",
-        arg: c"N",
-        help: c"tf-cluster: first port of each node's tasks (default 8888; reserved ports win)",
+        arg: "N",
+        help: "first port of each node's tasks (default 8888; reserved ports win)",
+        set: |s, v| {
+            s.port_base = match parse_u32(v) {
+                Some(n @ 1..=65535) => n as u16,
+                Some(_) => return Err(format!("{v}: a port must be 1-65535")),
+                None => return Err(format!("{}: not a port number", shown(v))),
+            };
+            Ok(())
+        },
     },
-    Knob {
+    Setting {
         key: "gpus-per-node",
-        option: c"tf-gpus-per-node",
-        arg: c"N",
-        help: c"tf-cluster: GPUs to share on each node (default: Slurm's CUDA_VISIBLE_DEVICES)",
+        arg: "N",
+        help: "GPUs to share on each node (default: Slurm's CUDA_VISIBLE_DEVICES)",
+        set: |s, v| {
+            s.gpus_per_node = Some(gpu_count(v)?);
+            Ok(())
+        },
     },
-    Knob {
+    Setting {
         key: "gpus-per-task",
-        option: c"tf-gpus-per-task",
-        arg: c"N",
-        help: c"tf-cluster: GPUs per task (default: GPUs per node / most tasks on a node)",
+        arg: "N",
+        help: "GPUs per task (default: GPUs per node / most tasks on a node)",
+        set: |s, v| {
+            s.gpus_per_task = Some(gpu_count(v)?);
+            Ok(())
+        },
     },
-    Knob {
+    Setting {
         key: "auto-set-gpu",
-        option: c"tf-auto-set-gpu",
-        arg: c"true|false",
-        help: c"tf-cluster: set each task's CUDA_VISIBLE_DEVICES (default true)",
+        arg: "true|false",
+        help: "set each task's CUDA_VISIBLE_DEVICES (default true)",
+        set: |s, v| {
+            s.auto_set_gpu = match v {
+                "true" | "yes" | "1" => true,
+                "false" | "no" | "0" => false,
+                _ => return Err(format!("{}: use true or false", shown(v))),
+            };
+            Ok(())
+        },
     },
-    Knob {
+    Setting {
         key: "rpc-layer",
-        option: c"tf-rpc-layer",
-        arg: c"NAME",
-        help: c"tf-cluster: rpc_layer in TF_CONFIG, e.g. grpc (default: none)",
+        arg: "NAME",
+        help: "rpc_layer in TF_CONFIG, e.g. grpc (default: none)",
+        set: |s, v| {
+            let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '.');
+            if v.is_empty() || v.len() > 64 || !v.chars().all(name) {
+                return Err(format!("{}: not an rpc layer name such as grpc", shown(v)));
+            }
+            s.rpc_layer = Some(v.to_string());
+            Ok(())
+        },
     },
 ];
+
+fn gpu_count(v: &str) -> std::result::Result<u32, String> {
+    match parse_u32(v) {
+        Some(n) if n <= MAX_GPUS => Ok(n),
+        Some(n) => Err(format!("{n}: at most {MAX_GPUS} GPUs")),
+        None => Err(format!("{}: not a GPU count", shown(v))),
+    }
+}
 
 impl Settings {
     /// Site defaults from the plugstack.conf arguments (`port-base=9000 …`).
@@ -103,53 +138,20 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Sets one knob by its key; the error names the key and the value.
+    /// Sets one setting by its key; the error names the key and the value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        let number = |what: &str| match parse_u32(value) {
-            Some(n) => Ok(n),
-            None => bail!("{key}={}: {what}", shown(value)),
-        };
-        match key {
-            "port-base" => match number("not a port number")? {
-                n @ 1..=65535 => self.port_base = n as u16,
-                _ => bail!("{key}={value}: a port must be 1-65535"),
-            },
-            "gpus-per-node" | "gpus-per-task" => {
-                let n = number("not a GPU count")?;
-                if n > MAX_GPUS {
-                    bail!("{key}={n}: at most {MAX_GPUS} GPUs");
-                }
-                if key == "gpus-per-node" {
-                    self.gpus_per_node = Some(n);
-                } else {
-                    self.gpus_per_task = Some(n);
-                }
-            }
-            "auto-set-gpu" => {
-                self.auto_set_gpu = match value {
-                    "true" | "yes" | "1" => true,
-                    "false" | "no" | "0" => false,
-                    _ => bail!("{key}={}: use true or false", shown(value)),
-                }
-            }
-            "rpc-layer" => {
-                let ok = !value.is_empty()
-                    && value.len() <= 64
-                    && value
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '.'));
-                if !ok {
-                    bail!("{key}={}: not an rpc layer name such as grpc", shown(value));
-                }
-                self.rpc_layer = Some(value.to_string());
-            }
-            _ => bail!(
+        let Some(setting) = SETTINGS.iter().find(|s| s.key == key) else {
+            bail!(
                 "unknown key {} (known: {})",
                 shown(key),
-                KNOBS.iter().map(|k| k.key).collect::<Vec<_>>().join(", ")
-            ),
-        }
-        Ok(())
+                SETTINGS
+                    .iter()
+                    .map(|s| s.key)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        };
+        (setting.set)(self, value).map_err(|why| super::Error::new(format!("{key}={why}")))
     }
 }
 
@@ -158,11 +160,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn options_are_tf_dash_key() {
-        for knob in KNOBS.iter().chain([&CLUSTER_OPTION]) {
-            assert_eq!(knob.option.to_str().unwrap(), format!("tf-{}", knob.key));
-            assert!(knob.help.to_str().unwrap().starts_with("tf-cluster: "));
+    fn every_setting_has_a_key_an_argument_and_help() {
+        let keys: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "port-base",
+                "gpus-per-node",
+                "gpus-per-task",
+                "auto-set-gpu",
+                "rpc-layer"
+            ]
+        );
+        for s in SETTINGS.iter().chain([&CLUSTER]) {
+            assert!(!s.arg.is_empty() && !s.help.is_empty(), "{}", s.key);
         }
+        assert!(Settings::default().set("cluster", "ps:1").is_err());
     }
 
     #[test]

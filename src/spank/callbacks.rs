@@ -73,8 +73,7 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
             if fault::active("register", Some(spank)) {
                 return Err(Error::new("spank_option_register: fault injected"));
             }
-            spank.register(&options::CLUSTER)?;
-            options::SETTINGS.iter().try_for_each(|o| spank.register(o))
+            options::all().iter().try_for_each(|o| spank.register(o))
         });
         // A failure in slurmstepd's init drains the node: remember it, fail
         // the tasks that asked for the plugin instead.
@@ -100,7 +99,7 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
     guard("option", None, || {
         // SAFETY: Slurm passes NULL or a NUL-terminated option value.
         let value = unsafe { handle::option_value(optarg) }?;
-        match options::knob_of(val) {
+        match options::setting_of(val) {
             None => {
                 CLUSTER_CALLS.fetch_add(1, Ordering::Relaxed);
                 if value != OFF {
@@ -108,8 +107,8 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
                 }
                 Ok(())
             }
-            Some(knob) => Settings::default()
-                .set(knob.key, &value)
+            Some(setting) => Settings::default()
+                .set(setting.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}"))),
         }
     })
@@ -234,7 +233,7 @@ impl Source for Task<'_, '_> {
 /// options), or None when the step did not ask for the plugin or said
 /// `--tf-cluster=off`.
 fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
-    let Some(spec) = spank.getopt(&options::CLUSTER)? else {
+    let Some(spec) = spank.getopt(options::cluster())? else {
         return Ok(None);
     };
     if spec == OFF {
@@ -242,10 +241,10 @@ fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
     }
     let mut settings = Settings::from_admin_args(spank.args()?)?;
     settings.roles = core::roles::RoleSpec::parse(&spec)?;
-    for (option, knob) in options::SETTINGS.iter().zip(&core::settings::KNOBS) {
+    for (setting, option) in options::settings() {
         if let Some(value) = spank.getopt(option)? {
             settings
-                .set(knob.key, &value)
+                .set(setting.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}")))?;
         }
     }
