@@ -47,6 +47,7 @@ fn topology_plugin_and_plugins() -> (String, Vec<String>) {
 /// Slurm has it, and on older Slurm no topology/block plugin to load at all.
 #[test]
 fn topology_block_is_in_force_where_slurm_has_it() {
+    let _s = topology::serial();
     let _t = testbed_with_topology("block");
     let (plugin, plugins) = topology_plugin_and_plugins();
     // Slurm's tree plugin is there on every version: the listing is real.
@@ -83,6 +84,7 @@ fn topology_block_is_in_force_where_slurm_has_it() {
 /// every task's TF_CONFIG is that placement.
 #[test]
 fn block_layouts_follow_the_blocks() {
+    let _s = topology::serial();
     let _t = testbed_with_topology("block");
     let version = slurm_version();
     let by_version = |v26: &'static [&'static str], older: &'static [&'static str]| {

@@ -21,6 +21,7 @@ use topology::{assert_case, slurm_version};
 /// every task's TF_CONFIG is that placement.
 #[test]
 fn block_layouts_start_where_the_topology_says() {
+    let _s = topology::serial();
     let _t = testbed_with_topology("tree2");
     let topology_order = slurm_version() >= (26, 5);
     let by_version = |topo: &'static [&'static str], names: &'static [&'static str]| {
@@ -62,6 +63,7 @@ const DIR: &str = "/home/alice/tf-topology";
 /// every worker ends with bit-identical weights.
 #[test]
 fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
+    let _s = topology::serial();
     let _t = testbed_with_topology("tree2");
     let topology_order = slurm_version() >= (26, 5);
     let step = ["-N3", "--ntasks-per-node=1"];

@@ -33,3 +33,11 @@ pub fn assert_case(args: &[&str], spec: &str, roles: &[(&str, u32)], hosts: &[&s
     run.assert_ran(n).assert_tf_config(roles, 8888);
     assert_eq!(run.hosts(), hosts, "srun {args:?} ran elsewhere");
 }
+
+/// One test at a time in a topology binary: Slurm picks the nodes of an
+/// `-N2` step by load too, so a step running beside another could land
+/// elsewhere than the placement measured on an otherwise idle testbed.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
