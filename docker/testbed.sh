@@ -61,6 +61,12 @@
 # always loads one). TFC_TOPOLOGY=tree adds TopologyPlugin=topology/tree with the
 # switches s1 = node[1,3] and s2 = node2, under which Slurm 26.05 (not 22.05/24.11)
 # lays block distributions out as node1, node3, node2 (tests/testbed_topology.rs).
+# TFC_TOPOLOGY=tree2: switches s1 = node[2-3], s2 = node1; 26.05 starts block
+# layouts on node2 (node2, node3, node1), so rank 0 is not on node1
+# (tests/testbed_topology_tree2.rs). TFC_TOPOLOGY=block: topology/block with the
+# one-node blocks b1 = node3, b2 = node1, b3 = node2; 26.05 lays blocks out as
+# node3, node1, node2 (tests/testbed_topology_block.rs). Slurm before 23.11 has no
+# topology/block: there `block` configures no topology plugin (with a warning).
 #
 # Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, network tfc,
 # run dir docker/run; another prefix P gives P-ctl …, network P, docker/run-P),

@@ -80,15 +80,26 @@ fn topology_block_is_in_force_where_slurm_has_it() {
 }
 
 /// Plain `srun --tf-cluster` (no -m) block layouts: each placement is the one
-/// measured on every version (26.05 in block order: node3, node1, node2), and
+/// measured on each version (26.05 in block order: node3, node1, node2), and
 /// every task's TF_CONFIG is that placement.
 #[test]
 fn block_layouts_follow_the_blocks() {
     let _s = topology::serial();
     let _t = testbed_with_topology("block");
     let version = slurm_version();
-    let by_version = |v26: &'static [&'static str], older: &'static [&'static str]| {
-        if version >= (26, 5) { v26 } else { older }
+    // Measured placements: 26.05 in block order; 24.11 has the blocks but
+    // keeps name order (choosing nodes and task counts by them); 22.05 has no
+    // topology/block and lays out plain name order.
+    let by_version = |v26: &'static [&'static str],
+                      v24: &'static [&'static str],
+                      v22: &'static [&'static str]| {
+        if version >= (26, 5) {
+            v26
+        } else if version >= (23, 11) {
+            v24
+        } else {
+            v22
+        }
     };
     assert_case(
         &["-N3", "-n6"],
@@ -96,6 +107,7 @@ fn block_layouts_follow_the_blocks() {
         &[("worker", 6)],
         by_version(
             &["node3", "node1", "node2", "node2", "node2", "node2"],
+            &["node1", "node2", "node2", "node2", "node2", "node3"],
             &["node1", "node1", "node1", "node1", "node2", "node3"],
         ),
     );
@@ -106,6 +118,7 @@ fn block_layouts_follow_the_blocks() {
         by_version(
             &["node3", "node3", "node1", "node1", "node2", "node2"],
             &["node1", "node1", "node2", "node2", "node3", "node3"],
+            &["node1", "node1", "node2", "node2", "node3", "node3"],
         ),
     );
     assert_case(
@@ -114,6 +127,7 @@ fn block_layouts_follow_the_blocks() {
         &[("ps", 1), ("worker", 3)],
         by_version(
             &["node3", "node1", "node1", "node1"],
+            &["node1", "node1", "node1", "node3"],
             &["node1", "node1", "node1", "node2"],
         ),
     );
