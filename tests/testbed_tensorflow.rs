@@ -22,9 +22,15 @@ const DIR: &str = "/home/alice/tf-tests";
 
 /// (file name, contents) of everything the jobs need: examples/tensorflow/.
 const FILES: [(&str, &str); 5] = [
-    ("mwms.sbatch", include_str!("../examples/tensorflow/mwms.sbatch")),
+    (
+        "mwms.sbatch",
+        include_str!("../examples/tensorflow/mwms.sbatch"),
+    ),
     ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
-    ("ps.sbatch", include_str!("../examples/tensorflow/ps.sbatch")),
+    (
+        "ps.sbatch",
+        include_str!("../examples/tensorflow/ps.sbatch"),
+    ),
     ("ps.py", include_str!("../examples/tensorflow/ps.py")),
     (
         "show_resolver.py",
@@ -258,8 +264,7 @@ fn parameter_server_strategy_trains_with_variables_on_the_ps() {
 #[test]
 fn docs_show_and_link_the_tested_scripts() {
     let read = |path: &str| {
-        std::fs::read_to_string(common::repo().join(path))
-            .unwrap_or_else(|e| panic!("{path}: {e}"))
+        std::fs::read_to_string(common::repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
     };
     let file = |name: &str| FILES.iter().find(|(n, _)| *n == name).unwrap().1;
     let shows = |doc: &str, name: &str| {
