@@ -58,11 +58,12 @@ fn block_layouts_start_where_the_topology_says() {
 /// Where the TensorFlow program is put on the shared /home.
 const DIR: &str = "/home/alice/tf-topology";
 
-/// Real TensorFlow MultiWorkerMirroredStrategy (tests/tf/mwms.py, the
-/// README's program, verbatim) from a plain `srun --tf-cluster` on 3 nodes:
-/// rank 0, the chief worker, runs where Slurm put it (26.05: node2, not
-/// node1), every worker's resolver sees its TF_CONFIG, the loss goes down and
-/// every worker ends with bit-identical weights.
+/// Real TensorFlow MultiWorkerMirroredStrategy (examples/tensorflow/mwms.py,
+/// the README's program, verbatim, beside the show_resolver.py it imports)
+/// from a plain `srun --tf-cluster` on 3 nodes: rank 0, the chief worker,
+/// runs where Slurm put it (26.05: node2, not node1), every worker's resolver
+/// sees its TF_CONFIG, the loss goes down and every worker ends with
+/// bit-identical weights.
 #[test]
 fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
     let _s = topology::serial();
@@ -82,10 +83,19 @@ fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
     };
     assert_eq!(plain.hosts(), want, "Slurm's placement");
 
-    let script = format!(
-        "set -e; mkdir -p {DIR}; cat > {DIR}/mwms.py <<'TFC_EOF'\n{}\nTFC_EOF\n",
-        include_str!("tf/mwms.py").trim_end()
-    );
+    let mut script = format!("set -e; mkdir -p {DIR}\n");
+    for (name, text) in [
+        ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
+        (
+            "show_resolver.py",
+            include_str!("../examples/tensorflow/show_resolver.py"),
+        ),
+    ] {
+        let text = text.trim_end();
+        script.push_str(&format!(
+            "cat > {DIR}/{name} <<'TFC_EOF'\n{text}\nTFC_EOF\n"
+        ));
+    }
     let out = exec(&["bash", "-c", &script]);
     assert!(
         out.status.success(),
