@@ -8,12 +8,9 @@ use super::error::{bail, shown};
 use super::gpus::GpuPlan;
 use super::hostlist::HostList;
 use super::layout::{self, Distribution, Placement};
-use super::number::parse_u32;
 use super::roles::{self, Role};
 use super::task_map::TaskMap;
-use super::{
-    Error, Injection, MAX_TASKS, Result, Settings, Step, ports, tasks_per_node, tf_config,
-};
+use super::{Injection, MAX_TASKS, Result, Settings, Step, ports, tf_config};
 
 /// The whole step as TensorFlow sees it: every rank's role, host and port.
 #[derive(Debug)]
@@ -40,22 +37,15 @@ pub struct RankInfo<'a> {
 impl Cluster {
     /// Lays out the step and checks it against what Slurm says of this node.
     pub fn new(settings: &Settings, step: &Step) -> Result<Cluster> {
-        let counts = tasks_per_node::parse(
-            required(&step.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE")?,
-            MAX_TASKS as usize,
-        )?;
-        let nodelist = required(&step.nodelist, "SLURM_STEP_NODELIST")?;
-        let hosts = HostList::parse(nodelist, MAX_TASKS as usize)
-            .map_err(|e| Error::new(format!("SLURM_STEP_NODELIST: {e}")))?;
+        let counts = required(step.tasks_per_node.clone(), "SLURM_STEP_TASKS_PER_NODE")?;
+        let hosts = required(step.hosts.clone(), "SLURM_STEP_NODELIST")?;
         if let Some(dup) = hosts.first_duplicate() {
             bail!("SLURM_STEP_NODELIST names {dup} twice: two tasks would share one address");
         }
         if hosts.len() != counts.len() {
             bail!(
-                "SLURM_STEP_NODELIST {} names {} node(s) but SLURM_STEP_TASKS_PER_NODE {} gives {} count(s)",
-                shown(nodelist),
+                "SLURM_STEP_NODELIST names {} node(s) but SLURM_STEP_TASKS_PER_NODE gives {} count(s)",
                 hosts.len(),
-                shown(step.tasks_per_node.as_deref().unwrap_or_default()),
                 counts.len()
             );
         }
@@ -66,9 +56,8 @@ impl Cluster {
             );
         }
         let total = total as u32;
-        match (&step.num_tasks, settings.roles.total()) {
+        match (step.num_tasks, settings.roles.total()) {
             (Some(n), _) => {
-                let n = parse_number(n, "SLURM_STEP_NUM_TASKS")?;
                 if n != total {
                     bail!(
                         "SLURM_STEP_NUM_TASKS is {n} but SLURM_STEP_TASKS_PER_NODE adds up to {total}"
@@ -120,12 +109,12 @@ impl Cluster {
         let Some(gtids) = &step.gtids else {
             return Ok(());
         };
-        let node = match (&step.nodename, &step.node_id) {
+        let node = match (&step.nodename, step.node_id) {
             (Some(name), _) => match self.hosts.position(name) {
                 Some(i) => i as u32,
                 None => bail!("this node, {name}, is not among the step's hosts"),
             },
-            (None, Some(id)) => parse_number(id, "SLURM_NODEID")?,
+            (None, Some(id)) => id,
             (None, None) => return Ok(()),
         };
         if node as usize >= self.hosts.len() {
@@ -134,10 +123,9 @@ impl Cluster {
                 self.hosts.len()
             );
         }
-        if !self.node_has(node, counts[node as usize], gtids) {
-            let computed: Vec<String> = layout::ranks_on(&self.placements, node)
-                .map(|r| r.to_string())
-                .collect();
+        // Slurm lists the node's ranks in local order: the k-th is local task k.
+        let computed: Vec<u32> = layout::ranks_on(&self.placements, node).collect();
+        if computed != *gtids || computed.len() != counts[node as usize] as usize {
             let hint = match (&step.task_map, step.het_nodelists.is_empty()) {
                 (Some(_), _) => " (srun's task map disagrees with this node)",
                 (None, false) => {
@@ -145,33 +133,15 @@ impl Cluster {
                 }
                 (None, true) => "",
             };
+            let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             bail!(
                 "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}{hint}",
                 self.hosts.get(node as usize),
-                computed.join(","),
-                shown(gtids)
+                list(&computed),
+                shown(&list(gtids))
             );
         }
         Ok(())
-    }
-
-    /// Whether `gtids` lists the ranks on `node` in local order, as
-    /// `layout::ranks_on` does, without a pass over every rank: the node runs
-    /// `count` ranks, the one of local index k being the k-th in rank order,
-    /// so the list must have `count` entries, the k-th placed at (node, k).
-    fn node_has(&self, node: u32, count: u32, gtids: &str) -> bool {
-        let mut local = 0u32;
-        for given in gtids.split(',') {
-            let Some(rank) = parse_u32(given) else {
-                return false;
-            };
-            let here = Placement { node, local };
-            if local == count || self.placements.get(rank as usize) != Some(&here) {
-                return false;
-            }
-            local += 1;
-        }
-        local == count
     }
 
     /// Host and port of `rank`.
@@ -300,7 +270,7 @@ fn reconstruct(
     // always amount to; a node whose component really is laid out otherwise
     // fails the SLURM_GTIDS check.
     let dist = if step.het_nodelists.is_empty() {
-        Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?
+        step.distribution
     } else {
         Distribution::Block
     };
@@ -308,9 +278,7 @@ fn reconstruct(
         layout::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
     }
     let placements = match (dist, &step.hostfile) {
-        (Distribution::Arbitrary, Some(file)) => {
-            layout::place_listed(&hosts, &counts, &hostfile_hosts(file)?)?
-        }
+        (Distribution::Arbitrary, Some(listed)) => layout::place_listed(&hosts, &counts, listed)?,
         (Distribution::Arbitrary, None) => {
             bail!("the layout of an arbitrary distribution is only known from SLURM_HOSTFILE")
         }
@@ -325,7 +293,7 @@ fn reconstruct(
 /// for entire hetjob"); the other components rebuild the layout, in blocks
 /// over the components' node lists in component order. This refuses a step
 /// whose real map differs from that rebuild, before anything runs.
-pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[String]) -> Result<()> {
+pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[HostList]) -> Result<()> {
     let mut counts = vec![0u32; map.hosts.len()];
     for &n in &map.node_of {
         counts[n as usize] += 1;
@@ -343,28 +311,11 @@ pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[String]) -> Result<()> 
     Ok(())
 }
 
-/// SLURM_HOSTFILE: one host name or hostlist per line, `#` comments.
-fn hostfile_hosts(text: &str) -> Result<HostList> {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default().trim())
-        .filter(|l| !l.is_empty())
-        .collect();
-    HostList::parse(&lines.join(","), MAX_TASKS as usize)
-        .map_err(|e| Error::new(format!("SLURM_HOSTFILE: {e}")))
-}
-
-pub(crate) fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str> {
+/// A value the step must have.
+pub(crate) fn required<T>(value: Option<T>, name: &str) -> Result<T> {
     match value {
         Some(v) => Ok(v),
         None => bail!("{name} is not set: not inside a Slurm step?"),
-    }
-}
-
-pub(crate) fn parse_number(text: &str, name: &str) -> Result<u32> {
-    match parse_u32(text) {
-        Some(n) => Ok(n),
-        None => bail!("{name} is {}, not a number", shown(text)),
     }
 }
 
@@ -373,20 +324,38 @@ mod tests {
     use super::*;
     use crate::resolve;
 
+    /// A task's variables, as slurmstepd would show them.
+    struct Vars(HashMap<&'static str, String>);
+
+    impl crate::Source for Vars {
+        fn var(&mut self, name: &str) -> Result<Option<String>> {
+            Ok(self.0.get(name).cloned())
+        }
+        fn gpu_count(&mut self) -> Result<u32> {
+            Ok(0)
+        }
+        fn read_file(&mut self, path: &str) -> Result<String> {
+            bail!("no file {path} here")
+        }
+    }
+
     /// A task of `srun -n1 -w node3 : -N2 -n3 -w node1,node2`, as measured on
     /// the testbed: the first component's task sees `cyclic`.
     fn het_task(procid: &str, node_id: &str, gtids: &str, dist: &str) -> Step {
-        Step {
-            procid: Some(procid.into()),
-            num_tasks: Some("4".into()),
-            nodelist: Some("node[1-3]".into()),
-            tasks_per_node: Some("2,1(x2)".into()),
-            distribution: Some(dist.into()),
-            node_id: Some(node_id.into()),
-            gtids: Some(gtids.into()),
-            het_nodelists: vec!["node3".into(), "node[1-2]".into()],
-            ..Step::default()
-        }
+        let vars = [
+            ("SLURM_PROCID", procid),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_STEP_NODELIST", "node[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2,1(x2)"),
+            ("SLURM_DISTRIBUTION", dist),
+            ("SLURM_NODEID", node_id),
+            ("SLURM_GTIDS", gtids),
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "node3"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"),
+        ];
+        let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        Step::gather(&Settings::default(), &mut Vars(vars)).unwrap()
     }
 
     /// `srun -n1 -w node3 : -n4 -w node[1-2] -m cyclic|block`: srun merges
@@ -395,7 +364,7 @@ mod tests {
     #[test]
     fn het_maps_are_merged_and_checked_against_the_rebuild() {
         let one = |list: &str| HostList::parse(list, 10).unwrap();
-        let nodelists = ["node3".to_string(), "node[1-2]".to_string()];
+        let nodelists = [one("node3"), one("node[1-2]")];
         let cyclic = TaskMap::from_components(
             5,
             0,

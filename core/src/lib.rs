@@ -17,8 +17,8 @@ pub mod task_map;
 pub mod tasks_per_node;
 pub mod tf_config;
 
+use cluster::required;
 pub use cluster::{Cluster, RankInfo, check_het_rebuild};
-use cluster::{parse_number, required};
 pub use error::{Error, Result};
 pub use settings::Settings;
 pub use step::{Source, Step};
@@ -93,7 +93,7 @@ pub fn explain(step: &Step, injection: &Injection) -> String {
     };
     format!(
         "rank {} on {}: layout {layout}, ports {ports}, {gpus}, TF_CONFIG {} bytes",
-        step.procid.as_deref().unwrap_or("?"),
+        step.procid.map_or("?".into(), |r| r.to_string()),
         step.nodename.as_deref().unwrap_or("?"),
         injection.tf_config.len()
     )
@@ -101,7 +101,7 @@ pub fn explain(step: &Step, injection: &Injection) -> String {
 
 /// Resolves one task: its TF_CONFIG and CUDA_VISIBLE_DEVICES.
 pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
-    let rank = parse_number(required(&step.procid, "SLURM_PROCID")?, "SLURM_PROCID")?;
+    let rank = required(step.procid, "SLURM_PROCID")?;
     let cluster = Cluster::new(settings, step)?;
     cluster.injection(rank)
 }
