@@ -98,21 +98,6 @@ fn step_without_the_option_is_untouched() {
     );
 }
 
-/// A spec whose counts do not add up to the step is refused by srun.
-#[test]
-fn wrong_sum_is_refused_in_srun() {
-    let _t = testbed();
-    srun(&["-N3", "-n5", "--tf-cluster=ps:1,worker:3"])
-        .assert_refused("--tf-cluster asks for 4 tasks (ps:1,worker:3) but the step has 5");
-}
-
-/// A malformed spec is refused when srun parses its options.
-#[test]
-fn bad_spec_is_refused_in_srun() {
-    let _t = testbed();
-    srun(&["-N1", "-n1", "--tf-cluster=ps:1,,worker:3"]).assert_refused("entry 2 is empty");
-}
-
 /// srun, sbatch and salloc list every option with its description.
 #[test]
 fn help_lists_every_option() {

@@ -5,7 +5,16 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{PROBE, exec, parse_run, repo, srun, srun_env, testbed};
+use common::{PROBE, Run, exec, parse_run, repo, srun, srun_env, testbed};
+
+/// Ranks 0-3 of `run` alternate over the nodes, as `-m cyclic` lays them.
+fn assert_cyclic(run: &Run) {
+    let h = run.hosts();
+    assert!(
+        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
+        "not cyclic: {h:?}"
+    );
+}
 
 /// `-m cyclic`: ranks alternate over the nodes.
 #[test]
@@ -21,11 +30,7 @@ fn cyclic() {
     ]);
     run.assert_ran(6)
         .assert_tf_config(&[("ps", 1), ("worker", 5)], 8888);
-    let h = run.hosts();
-    assert!(
-        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
-        "not cyclic: {h:?}"
-    );
+    assert_cyclic(&run);
 }
 
 /// `-m plane=2`: blocks of two ranks per node per round.
@@ -100,29 +105,6 @@ fn heterogeneous_step() {
     );
 }
 
-/// A heterogeneous step with a cyclic component: Slurm hands srun's task map
-/// to one component only, and the others would rebuild blocks, so srun
-/// refuses the step before anything runs and names the fix.
-#[test]
-fn heterogeneous_step_with_a_cyclic_component_is_refused_before_launch() {
-    let _t = testbed();
-    let run = srun(&[
-        "-n1",
-        "-w",
-        "node3",
-        ":",
-        "-N2",
-        "-n4",
-        "-w",
-        "node1,node2",
-        "-m",
-        "cyclic",
-        "--tf-cluster",
-    ]);
-    run.assert_refused("rank 2 of this heterogeneous step runs on node2, not on node1");
-    assert!(run.stderr.contains("-m block"), "{}", run.stderr);
-}
-
 /// `-m arbitrary` with a SLURM_HOSTFILE that exists only where srun runs:
 /// srun's map carries the layout, no node reads the file.
 #[test]
@@ -177,11 +159,7 @@ fn nested_srun_inside_an_allocation_step() {
     let run = parse_run(out);
     run.assert_ran(6)
         .assert_tf_config(&[("chief", 1), ("worker", 5)], 8888);
-    let h = run.hosts();
-    assert!(
-        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
-        "not cyclic: {h:?}"
-    );
+    assert_cyclic(&run);
 }
 
 /// Two `--tf-cluster` steps at once in one allocation, laid out differently:
