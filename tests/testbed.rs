@@ -17,7 +17,7 @@ fn basic_example_two_nodes_two_tasks_each() {
         "--resv-ports=0",
         "--tf-cluster",
     ]);
-    run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+    run.assert_workers(4);
     let h = run.hosts();
     assert!(h[0] == h[1] && h[2] == h[3] && h[0] != h[2], "{h:?}");
     assert_eq!(
@@ -77,7 +77,7 @@ fn three_nodes_uneven_tasks() {
 fn reserved_ports_are_used() {
     let _t = testbed();
     let run = srun(&["-N3", "-n6", "--ntasks-per-node=2", "--tf-cluster"]);
-    run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
+    run.assert_workers(6);
     assert!(
         run.tasks.iter().all(|t| t.resv_ports.is_some()),
         "MpiParams reserves ports"

@@ -183,7 +183,7 @@ fn hostile_values_are_harmless() {
         "--export=ALL,SLURM_TOPOLOGY_ADDR_PATTERN=switch.node",
     ] {
         let run = srun(&["-N2", "-n4", "--resv-ports=0", export, "--tf-cluster"]);
-        run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+        run.assert_workers(4);
     }
     for var in [
         "SLURM_STEP_NODELIST=garbage[",
@@ -195,7 +195,7 @@ fn hostile_values_are_harmless() {
         "CUDA_VISIBLE_DEVICES=0;rm -rf",
     ] {
         let run = srun_env(&[var], &["-N2", "-n4", "--resv-ports=0", "--tf-cluster"]);
-        run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+        run.assert_workers(4);
         assert_eq!(run.gpus(), [None; 4], "{var}");
     }
 }
@@ -488,20 +488,30 @@ fn an_inherited_spec_never_breaks_a_helper_step() {
     assert_healthy("inherited spec", "node1");
 }
 
+/// A faked arbitrary distribution whose host file is the FIFO [`make_fifo`]
+/// makes.
+const FIFO_HOSTS: &str =
+    "--export=ALL,SLURM_DISTRIBUTION=arbitrary,SLURM_HOSTFILE=/home/alice/fifo";
+
+/// A FIFO at /home/alice/fifo, which no reader may block on.
+fn make_fifo() {
+    let made = exec(&[
+        "bash",
+        "-c",
+        "rm -f /home/alice/fifo && mkfifo /home/alice/fifo",
+    ]);
+    assert!(made.status.success(), "{made:?}");
+}
+
 /// Finding 2: a FIFO as SLURM_HOSTFILE, with a faked arbitrary distribution,
 /// neither blocks nor drains: with srun's map it is never read; without it
 /// (the map withheld by a fault) it is refused at once.
 #[test]
 fn a_fifo_host_file_never_blocks_a_task() {
     let _t = exclusive();
-    exec(&[
-        "bash",
-        "-c",
-        "rm -f /home/alice/fifo && mkfifo /home/alice/fifo",
-    ]);
-    let export = "--export=ALL,SLURM_DISTRIBUTION=arbitrary,SLURM_HOSTFILE=/home/alice/fifo";
-    let run = srun(&["-N1", "-n1", "-w", "node1", export, "--tf-cluster"]);
-    run.assert_ran(1).assert_tf_config(&[("worker", 1)], 8888);
+    make_fifo();
+    let run = srun(&["-N1", "-n1", "-w", "node1", FIFO_HOSTS, "--tf-cluster"]);
+    run.assert_workers(1);
     assert_healthy("fifo with map", "node1");
 }
 
@@ -553,18 +563,17 @@ fn without_the_map_hostile_hints_fail_closed() {
     bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
     let no_map = "TF_CLUSTER_FAULT=layout_rpc";
     let run = srun_env(&[no_map], &["-N2", "-n4", "--tf-cluster"]);
-    run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
-    exec(&[
-        "bash",
-        "-c",
-        "rm -f /home/alice/fifo && mkfifo /home/alice/fifo",
-    ]);
-    let fifo = "--export=ALL,SLURM_DISTRIBUTION=arbitrary,SLURM_HOSTFILE=/home/alice/fifo";
+    run.assert_workers(4);
+    make_fifo();
     let run = srun_env(
         &[no_map],
-        &["-N1", "-n1", "-w", "node1", fifo, "--tf-cluster"],
+        &["-N1", "-n1", "-w", "node1", FIFO_HOSTS, "--tf-cluster"],
     );
-    assert_clean_failure("fifo without map", &run, "a FIFO, not a regular file");
+    assert_clean_failure(
+        "fifo without map",
+        &run,
+        "cannot read /home/alice/fifo: it is a FIFO, not a regular file",
+    );
     let het = "--export=ALL,SLURM_HET_SIZE=2,SLURM_JOB_NODELIST_HET_GROUP_0=node2,SLURM_JOB_NODELIST_HET_GROUP_1=node1";
     let run = srun_env(
         &[no_map],
@@ -593,13 +602,17 @@ fn without_the_map_hostile_hints_fail_closed() {
     assert_clean_failure(
         "registration failed",
         &run,
-        "could not register the plugin's options",
+        "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
     );
     srun(&["-N1", "-n1", "-w", "node2", reg]).assert_ran(1);
     let garbage = srun_env(
         &["TF_CLUSTER_FAULT=map_garbage"],
         &["-N1", "-n1", "--tf-cluster"],
     );
-    assert_clean_failure("garbage map", &garbage, "bad SLURM_TF_CLUSTER_MAP runs");
+    assert_clean_failure(
+        "garbage map",
+        &garbage,
+        "bad SLURM_TF_CLUSTER_MAP runs \"garbage\": \"garbage\" is not a number",
+    );
     assert_healthy("no map", "node2");
 }

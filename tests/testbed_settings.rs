@@ -30,7 +30,7 @@ fn sbatch_options_reach_every_step() {
 fn bare_sbatch_option_reaches_every_step() {
     let _t = testbed();
     let run = sbatch(&["-N3", "-n3", "--tf-cluster"], "");
-    run.assert_ran(3).assert_tf_config(&[("worker", 3)], 8888);
+    run.assert_workers(3);
 }
 
 /// Two steps at once on the same nodes, each with reserved ports: disjoint
@@ -57,7 +57,7 @@ fn concurrent_steps_with_reserved_ports_do_not_clash() {
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     let mut addresses = Vec::new();
     for run in [&a, &b] {
-        run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+        run.assert_workers(4);
         let cluster = &run.tasks[0].tf_config.as_ref().unwrap()["cluster"]["worker"];
         addresses.push(
             cluster
@@ -124,7 +124,7 @@ fn gpus_bound_by_slurm_are_left_alone() {
     let plain = srun(&args);
     let with: Vec<&str> = args.iter().copied().chain(["--tf-cluster"]).collect();
     let run = srun(&with);
-    run.assert_ran(2).assert_tf_config(&[("worker", 2)], 8888);
+    run.assert_workers(2);
     assert_eq!(run.gpus(), plain.assert_ran(2).gpus());
     assert!(run.gpus().iter().all(Option::is_some));
 }
@@ -134,7 +134,7 @@ fn gpus_bound_by_slurm_are_left_alone() {
 fn cpu_only_step() {
     let _t = testbed();
     let run = srun(&["-N3", "-n3", "--tf-cluster"]);
-    run.assert_ran(3).assert_tf_config(&[("worker", 3)], 8888);
+    run.assert_workers(3);
     assert_eq!(run.gpus(), [None; 3]);
 }
 

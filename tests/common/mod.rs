@@ -209,6 +209,11 @@ impl Run {
         messages(&self.stderr)
     }
 
+    /// The step ran `n` tasks, all workers with the default port base.
+    pub fn assert_workers(&self, n: u32) -> &Self {
+        self.assert_ran(n).assert_tf_config(&[("worker", n)], 8888)
+    }
+
     /// Every task's TF_CONFIG is the one Slurm's real placement implies for
     /// `roles` (ranks to roles in order) and ports from `port_base` or from
     /// the ports Slurm reserved.
