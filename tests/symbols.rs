@@ -13,7 +13,13 @@ fn built_plugin() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let deps = exe.parent().expect("the test binary's folder");
     assert!(deps.ends_with("deps"), "{} is not in deps/", exe.display());
-    deps.parent().unwrap().join("libtf_cluster.so")
+    let so = deps.parent().unwrap().join("libtf_cluster.so");
+    assert!(
+        so.exists(),
+        "{} is missing: `cargo build --lib` it with this test's profile and target dir",
+        so.display()
+    );
+    so
 }
 
 #[test]
