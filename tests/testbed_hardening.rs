@@ -208,8 +208,11 @@ fn bad_batch_jobs_drain_nothing() {
     let out = exec(&["sbatch", "-n1", "--tf-cluster=ps:x", "--wrap", "true"]);
     assert_ne!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("tf-cluster: bad --tf-cluster \"ps:x\": role ps has count \"x\""),
+    assert_eq!(
+        messages(&err),
+        [format!(
+            "bad --tf-cluster \"ps:x\": role ps has count \"x\" (not a whole number ≥ 1){EXPECTED}"
+        )],
         "{err}"
     );
     let run = sbatch(
