@@ -361,7 +361,8 @@ start_container() {
     host=$(host_of "$name")
     local args=(
         -d --name "$name" --hostname "$host"
-        --network "$NET" --network-alias "$host"
+        # host-ib: the node's name on the "fast network" (host-template={}-ib).
+        --network "$NET" --network-alias "$host" --network-alias "$host-ib"
         --label tfc.testbed=1 --label "tfc.hash=$hash"
         -v "$RUN/etc:/etc/slurm:ro"
         -v "$RUN/munge.key:/tfc-run/munge.key:ro"

@@ -149,7 +149,16 @@ fn nested_srun_inside_an_allocation_step() {
          'srun --overlap -N3 -n6 -m cyclic --tf-cluster=chief:1,worker:5 bash probe.sh'",
     );
     let run = parse_run(out);
-    assert_cyclic(&run, &[("chief", 1), ("worker", 5)]);
+    // Slurm's cyclic order depends on the CPUs the outer step holds: the
+    // check is that TF_CONFIG is the inner step's real layout.
+    run.assert_ran(6)
+        .assert_tf_config(&[("chief", 1), ("worker", 5)], 8888);
+    let mut hosts = run.hosts();
+    hosts.dedup();
+    assert!(
+        hosts.len() >= 3,
+        "the inner step spans the allocation: {hosts:?}"
+    );
 }
 
 /// Two `--tf-cluster` steps at once in one allocation, laid out differently:

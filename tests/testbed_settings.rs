@@ -5,7 +5,9 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{exclusive, sbatch, srun, testbed};
+use std::collections::BTreeMap;
+
+use common::{exclusive, exec, reserved_ports, sbatch, srun, testbed};
 
 /// `#SBATCH --tf-cluster=…` reaches the job's srun steps.
 #[test]
@@ -157,4 +159,104 @@ fn plugstack_arguments_are_site_defaults() {
     ]);
     run.assert_ran(2)
         .assert_tf_config_rpc(&[("worker", 2)], 3000, Some("grpc+verbs"));
+}
+
+/// `--torch-cluster --jax-cluster` with fast-network names: every task's
+/// variables follow from where Slurm really ran each rank (SLURM_PROCID,
+/// hostname, SLURM_LOCALID), on an uneven cyclic layout, and the `-ib`
+/// names resolve on the nodes.
+#[test]
+fn torch_and_jax_variables_follow_the_real_layout() {
+    let _t = testbed();
+    let names = [
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_STEP_RESV_PORTS",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "JAX_COORDINATOR_ADDRESS",
+        "JAX_NUM_PROCESSES",
+        "JAX_PROCESS_ID",
+        "TF_CONFIG",
+        "TORCHELASTIC_RUN_ID",
+    ];
+    let probe = format!(
+        "printf 'VARS\\thost=%s' \"$(hostname)\"; for v in {}; do printf '\\t%s=%s' $v \"${{!v-<unset>}}\"; done; \
+         getent hosts \"$MASTER_ADDR\" >/dev/null && printf '\\tresolves=yes'; echo",
+        names.join(" ")
+    );
+    let out = exec(&[
+        "srun",
+        "-N3",
+        "-n5",
+        "-m",
+        "cyclic",
+        "--resv-ports=2",
+        "--torch-cluster",
+        "--jax-cluster",
+        "--tf-host-template={}-ib",
+        "bash",
+        "-c",
+        &probe,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let tasks: Vec<BTreeMap<&str, &str>> = std::str::from_utf8(&out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("VARS\t"))
+        .map(|l| l.split('\t').filter_map(|kv| kv.split_once('=')).collect())
+        .collect();
+    assert_eq!(tasks.len(), 5, "{out:?}");
+    let by_rank = |r: usize| {
+        tasks
+            .iter()
+            .find(|t| t["SLURM_PROCID"] == r.to_string())
+            .unwrap()
+    };
+    let host0 = by_rank(0)["host"];
+    // Nodes in the order of their first rank: PyTorch's group ranks.
+    let mut order: Vec<&str> = Vec::new();
+    for r in 0..5 {
+        let h = by_rank(r)["host"];
+        if !order.contains(&h) {
+            order.push(h);
+        }
+    }
+    for t in &tasks {
+        let ports = reserved_ports(t["SLURM_STEP_RESV_PORTS"]);
+        let on_host = tasks.iter().filter(|o| o["host"] == t["host"]).count();
+        assert_eq!(t["MASTER_ADDR"], format!("{host0}-ib"), "{t:?}");
+        assert_eq!(t["resolves"], "yes", "{t:?}");
+        assert_eq!(t["MASTER_PORT"], ports[0].to_string(), "{t:?}");
+        assert_eq!(
+            t["JAX_COORDINATOR_ADDRESS"],
+            format!("{host0}-ib:{}", ports[1]),
+            "{t:?}"
+        );
+        assert_eq!(t["RANK"], t["SLURM_PROCID"]);
+        assert_eq!(t["JAX_PROCESS_ID"], t["SLURM_PROCID"]);
+        assert_eq!(t["WORLD_SIZE"], "5");
+        assert_eq!(t["JAX_NUM_PROCESSES"], "5");
+        assert_eq!(t["LOCAL_RANK"], t["SLURM_LOCALID"]);
+        assert_eq!(t["LOCAL_WORLD_SIZE"], on_host.to_string(), "{t:?}");
+        let group = order.iter().position(|h| *h == t["host"]).unwrap();
+        assert_eq!(t["GROUP_RANK"], group.to_string(), "{t:?}");
+        assert_eq!(t["GROUP_WORLD_SIZE"], "3");
+        assert_eq!(t["TF_CONFIG"], "<unset>", "only the frameworks asked for");
+        assert_eq!(t["TORCHELASTIC_RUN_ID"], "<unset>");
+    }
+    let counts: Vec<usize> = order
+        .iter()
+        .map(|h| tasks.iter().filter(|t| t["host"] == *h).count())
+        .collect();
+    assert!(
+        counts.iter().min() < counts.iter().max(),
+        "an uneven layout: {counts:?}"
+    );
 }
