@@ -1,19 +1,21 @@
-//! Ports: local task k listens on the k-th port Slurm reserved for the step
-//! (SLURM_STEP_RESV_PORTS, the same list on every node), or else on
-//! port base + k. Jobs sharing a node therefore only avoid each other when
+//! Ports: the step's ports on each node, by index (TensorFlow's local task k
+//! takes the k-th, PyTorch's and JAX's rendezvous the next ones): the ports
+//! Slurm reserved for the step (SLURM_STEP_RESV_PORTS, the same list on
+//! every node), or else port base + index. Jobs sharing a node therefore only avoid each other when
 //! Slurm reserves ports (`--resv-ports` or MpiParams=ports=…).
 
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
 
-/// The port of every local index 0..`max_local_tasks`.
+/// The ports of indices 0..`max_local_tasks` (the tasks of the fullest
+/// node, plus one for each framework's rendezvous).
 pub fn ports(base: u16, reserved: Option<&str>, max_local_tasks: u32) -> Result<Vec<u16>> {
     match reserved {
         Some(list) => {
             let ports = parse_reserved(list, max_local_tasks)?;
             if (ports.len() as u64) < u64::from(max_local_tasks) {
                 bail!(
-                    "Slurm reserved {} port(s) ({list}) but a node runs {max_local_tasks} tasks of this step",
+                    "Slurm reserved {} port(s) ({list}) but this step needs {max_local_tasks} on a node: ask for them with --resv-ports={max_local_tasks}",
                     ports.len()
                 );
             }
