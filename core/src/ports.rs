@@ -79,7 +79,7 @@ mod tests {
         );
         let e = ports(8888, Some("12001"), 2).unwrap_err().to_string();
         assert!(
-            e.contains("reserved 1 port(s) (12001) but a node runs 2 tasks"),
+            e.contains("reserved 1 port(s) (12001) but this step needs 2 on a node: ask for them with --resv-ports=2"),
             "{e}"
         );
         // A hostile, huge range is read only as far as needed.
