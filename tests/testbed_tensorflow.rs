@@ -1,7 +1,7 @@
 //! Real TensorFlow (tensorflow-cpu in the testbed image's /opt/tf) trains from
-//! the TF_CONFIG the plugin injects. The jobs are the README's sbatch scripts
-//! (tests/tf/*.sbatch) and Python programs (tests/tf/*.py), run verbatim: the
-//! programs contain no cluster code, every task learns its role from
+//! the TF_CONFIG the plugin injects. The jobs are the example sbatch scripts
+//! and Python programs of examples/tensorflow/, run verbatim: the programs
+//! contain no cluster code, every task learns its role from
 //! `TFConfigClusterResolver`.
 //!
 //! A task prolog (SLURM_TASK_PROLOG, which srun inside the batch script picks
@@ -20,12 +20,22 @@ use serde_json::Value;
 /// Where the scripts are put on the shared /home.
 const DIR: &str = "/home/alice/tf-tests";
 
-/// (file name, contents) of everything the jobs need.
-const FILES: [(&str, &str); 4] = [
-    ("mwms.sbatch", include_str!("tf/mwms.sbatch")),
-    ("mwms.py", include_str!("tf/mwms.py")),
-    ("ps.sbatch", include_str!("tf/ps.sbatch")),
-    ("ps.py", include_str!("tf/ps.py")),
+/// (file name, contents) of everything the jobs need: examples/tensorflow/.
+const FILES: [(&str, &str); 5] = [
+    (
+        "mwms.sbatch",
+        include_str!("../examples/tensorflow/mwms.sbatch"),
+    ),
+    ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
+    (
+        "ps.sbatch",
+        include_str!("../examples/tensorflow/ps.sbatch"),
+    ),
+    ("ps.py", include_str!("../examples/tensorflow/ps.py")),
+    (
+        "show_resolver.py",
+        include_str!("../examples/tensorflow/show_resolver.py"),
+    ),
 ];
 
 /// Writes the scripts and the task prolog to DIR once per test process.
@@ -248,14 +258,34 @@ fn parameter_server_strategy_trains_with_variables_on_the_ps() {
     );
 }
 
-/// The README shows exactly the scripts these tests run.
+/// The docs show the scripts these tests run as they are, and link them: the
+/// README shows mwms.sbatch and links the program it runs; the TensorFlow
+/// examples page shows both batch scripts and links every file.
 #[test]
-fn readme_shows_the_tested_scripts() {
-    let readme = std::fs::read_to_string(common::repo().join("README.md")).unwrap();
-    for (name, text) in FILES {
+fn docs_show_and_link_the_tested_scripts() {
+    let read = |path: &str| {
+        std::fs::read_to_string(common::repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let file = |name: &str| FILES.iter().find(|(n, _)| *n == name).unwrap().1;
+    let shows = |doc: &str, name: &str| {
         assert!(
-            readme.contains(text.trim_end()),
-            "README.md does not show tests/tf/{name} as it is"
+            read(doc).contains(file(name).trim_end()),
+            "{doc} does not show examples/tensorflow/{name} as it is"
         );
+    };
+    let links = |doc: &str, to: &str, name: &str| {
+        assert!(
+            read(doc).contains(&format!("]({to}examples/tensorflow/{name})")),
+            "{doc} does not link examples/tensorflow/{name}"
+        );
+    };
+    shows("README.md", "mwms.sbatch");
+    links("README.md", "", "mwms.sbatch");
+    links("README.md", "", "mwms.py");
+    let page = "docs/tensorflow-examples.md";
+    shows(page, "mwms.sbatch");
+    shows(page, "ps.sbatch");
+    for (name, _) in FILES {
+        links(page, "../", name);
     }
 }

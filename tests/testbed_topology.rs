@@ -5,20 +5,10 @@
 //! keep name order. No task may get a TF_CONFIG naming wrong hosts.
 
 mod common;
+mod topology;
 
-use common::{exec, srun, testbed_with_topology};
-
-/// Slurm's major.minor on the testbed, from `srun --version` (`slurm-wlm 26.05.5`).
-fn slurm_version() -> (u32, u32) {
-    let out = exec(&["srun", "--version"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let version = text.split_whitespace().last().unwrap_or_default();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor),
-        _ => panic!("srun --version said {text:?}"),
-    }
-}
+use common::{srun, testbed_with_topology};
+use topology::slurm_version;
 
 /// Plain `srun --tf-cluster` block layouts, which 26.05 orders by topology
 /// (node1, node3, node2): srun's task map makes every task's TF_CONFIG

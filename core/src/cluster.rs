@@ -12,7 +12,7 @@ use super::number::parse_u32;
 use super::roles::{self, Role};
 use super::task_map::TaskMap;
 use super::{
-    Error, Injection, MAX_TASKS, Result, Settings, Step, ports, scan, tasks_per_node, tf_config,
+    Error, Injection, MAX_TASKS, Result, Settings, Step, ports, tasks_per_node, tf_config,
 };
 
 /// The whole step as TensorFlow sees it: every rank's role, host and port.
@@ -161,7 +161,7 @@ impl Cluster {
     /// so the list must have `count` entries, the k-th placed at (node, k).
     fn node_has(&self, node: u32, count: u32, gtids: &str) -> bool {
         let mut local = 0u32;
-        for given in scan::fields(gtids, b',') {
+        for given in gtids.split(',') {
             let Some(rank) = parse_u32(given) else {
                 return false;
             };
@@ -210,20 +210,24 @@ impl Cluster {
                 self.num_tasks()
             );
         };
-        let names: usize = self.roles.iter().map(|r| r.name.len() + 6).sum();
-        let table = tf_config::Table::new(&self.hosts, &self.ports);
+        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
         let mut first = 0usize;
         let jobs = self.roles.iter().map(|r| {
             let ranks = first..first + r.count as usize;
             first = ranks.end;
             tf_config::Job {
                 name: r.name.as_str(),
-                addresses: self.placements[ranks].iter().map(|p| (p.node, p.local)),
+                addresses: self.placements[ranks].iter().map(|p| {
+                    (
+                        self.hosts.get(p.node as usize),
+                        ports[p.local as usize].as_str(),
+                    )
+                }),
             }
         });
-        let rpc_layer = self.rpc_layer.as_deref();
-        let tasks = self.placements.len();
-        let tf_config = tf_config::render_table(&table, jobs, role, index, rpc_layer, tasks, names);
+        // Each address is `"host:port",`; role names and the rest are small.
+        let capacity = self.placements.len() * (self.hosts.longest() + 9) + 256;
+        let tf_config = tf_config::render(jobs, role, index, self.rpc_layer.as_deref(), capacity);
         tf_config::check_size(&tf_config, self.num_tasks())?;
         let cuda_visible_devices = self.gpus.for_local(self.placements[rank as usize].local);
         if let Some(list) = &cuda_visible_devices {

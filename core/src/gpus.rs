@@ -3,9 +3,8 @@
 //! ordinals in their place.
 
 use super::error::{Result, bail, shown};
-use super::number::push_padded;
-use super::scan::fields;
 use super::settings::Settings;
+use std::fmt::Write;
 
 /// Most GPUs a node, a task or Slurm's list may name: far above any real
 /// node, low enough that no count a user gives makes the task build a huge
@@ -88,7 +87,7 @@ impl GpuPlan {
             if i > 0 {
                 self.list.push(',');
             }
-            push_padded(&mut self.list, u64::from(i), 0);
+            let _ = write!(self.list, "{i}");
         }
         self.count = n as usize;
     }
@@ -141,7 +140,7 @@ fn count_tokens(list: &str) -> Result<usize> {
         return Ok(0);
     }
     let mut count = 0;
-    for t in fields(list, b',') {
+    for t in list.split(',') {
         let ok = !t.is_empty()
             && t.bytes().all(|c| {
                 c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'/' | b':' | b'.')

@@ -11,14 +11,12 @@
 //! list costs a few allocations, not 10,000.
 
 use super::error::{Error, Result, bail, shown};
-use super::number::{Counter, digits, push_fixed, push_padded_bytes};
-use super::scan::{fields, split_once};
+use std::fmt::Write;
+
+use super::number::digits;
 
 /// Bracket groups allowed in one name (bounds the expansion's recursion).
 const MAX_GROUPS: usize = 8;
-
-/// Longest name text before the last number that is copied at a fixed size.
-const HEAD_PIECE: usize = 32;
 
 /// Names whose room is reserved up front; longer lists grow as they go (a
 /// caller may allow any number of names).
@@ -55,13 +53,15 @@ struct Item<'a> {
 
 impl Item<'_> {
     fn group(&self, g: usize) -> impl Iterator<Item = Range> + '_ {
-        fields(self.groups[g], b',').map(|r| parse_range(r).expect("parse_item checked the ranges"))
+        self.groups[g]
+            .split(',')
+            .map(|r| parse_range(r).expect("parse_item checked the ranges"))
     }
 }
 
 /// The names as they are written out: one buffer and where each name ends.
 struct Names {
-    buf: Vec<u8>,
+    buf: String,
     ends: Vec<u32>,
 }
 
@@ -75,10 +75,10 @@ impl HostList {
         }
         check_brackets(list).map_err(bad)?;
         let mut names = Names {
-            buf: Vec::new(),
+            buf: String::new(),
             ends: Vec::new(),
         };
-        let mut head = Vec::new();
+        let mut head = String::new();
         for text in top_level_items(list) {
             let item = parse_item(text).map_err(bad)?;
             let count = item.count;
@@ -87,18 +87,14 @@ impl HostList {
             }
             let reserve = count.min(RESERVE_NAMES) as usize;
             names.ends.reserve(reserve);
-            // Fixed-size copies write up to a piece beyond the name.
-            names
-                .buf
-                .reserve(reserve * item.longest + HEAD_PIECE + Counter::SIZE);
+            names.buf.reserve(reserve * item.longest);
             names.expand(&item, &mut head, &mut [(0, 0); MAX_GROUPS], 0);
         }
         if names.ends.is_empty() {
             bail!("the host list {} names no host", shown(list));
         }
         Ok(HostList {
-            // Only the checked name characters and digits: ASCII.
-            buf: String::from_utf8(names.buf).expect("host names are ASCII"),
+            buf: names.buf,
             ends: names.ends,
         })
     }
@@ -144,17 +140,6 @@ impl HostList {
         self.iter().position(|h| h == name)
     }
 
-    /// The names, one after the other.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        self.buf.as_bytes()
-    }
-
-    /// Where name `i` starts and ends in [`HostList::as_bytes`].
-    pub(crate) fn span(&self, i: usize) -> (usize, usize) {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        (start, self.ends[i] as usize)
-    }
-
     /// The length of the longest name.
     pub fn longest(&self) -> usize {
         let mut start = 0;
@@ -178,55 +163,35 @@ impl Names {
     fn expand(
         &mut self,
         item: &Item,
-        scratch: &mut Vec<u8>,
+        scratch: &mut String,
         chosen: &mut [(u64, usize); MAX_GROUPS],
         level: usize,
     ) {
         let k = item.k;
         if k == 0 {
-            self.buf.extend_from_slice(item.literals[0].as_bytes());
+            self.buf.push_str(item.literals[0]);
             self.ends.push(self.buf.len() as u32);
             return;
         }
         if level == k - 1 {
             let head = if k == 1 {
-                item.literals[0].as_bytes()
+                item.literals[0]
             } else {
                 scratch.clear();
                 for (g, &(n, width)) in chosen[..k - 1].iter().enumerate() {
-                    scratch.extend_from_slice(item.literals[g].as_bytes());
-                    push_padded_bytes(scratch, n, width);
+                    let _ = write!(scratch, "{}{n:0width$}", item.literals[g]);
                 }
-                scratch.extend_from_slice(item.literals[k - 1].as_bytes());
-                &scratch[..]
+                scratch.push_str(item.literals[k - 1]);
+                scratch.as_str()
             };
-            let tail = item.literals[k].as_bytes();
-            // Names are copied in pieces of fixed size (a few moves each).
-            let mut head_piece = [0u8; HEAD_PIECE];
-            let short = head.len() <= HEAD_PIECE;
-            if short {
-                head_piece[..head.len()].copy_from_slice(head);
-            }
+            let tail = item.literals[k];
             for r in item.group(k - 1) {
-                let mut number = Counter::new(r.lo, r.width);
-                let mut n = r.lo;
-                loop {
-                    if short {
-                        push_fixed(&mut self.buf, &head_piece, head.len());
-                    } else {
-                        self.buf.extend_from_slice(head);
-                    }
-                    let (digits, len) = number.padded();
-                    push_fixed(&mut self.buf, digits, len);
-                    if !tail.is_empty() {
-                        self.buf.extend_from_slice(tail);
-                    }
+                for n in r.lo..=r.hi {
+                    let width = r.width;
+                    self.buf.push_str(head);
+                    let _ = write!(self.buf, "{n:0width$}");
+                    self.buf.push_str(tail);
                     self.ends.push(self.buf.len() as u32);
-                    if n == r.hi {
-                        break;
-                    }
-                    n += 1;
-                    number.increment();
                 }
             }
             return;
@@ -303,7 +268,7 @@ fn parse_item(text: &str) -> Result<Item<'_>> {
         let literal = check_name_text(&rest[..open])?;
         let group = &rest[open + 1..close];
         let (mut names, mut longest) = (0u64, 0);
-        for r in fields(group, b',') {
+        for r in group.split(',') {
             let r = parse_range(r)?;
             names += r.hi - r.lo + 1;
             longest = longest.max(r.width.max(digits(r.hi)));
@@ -343,7 +308,7 @@ fn check_name_text(text: &str) -> Result<&str> {
 
 /// One range of a bracket group: `1-3`, `7` or `010-012`.
 fn parse_range(r: &str) -> Result<Range> {
-    let (lo, hi) = split_once(r, b'-').unwrap_or((r, r));
+    let (lo, hi) = r.split_once('-').unwrap_or((r, r));
     let lo_n = parse_bound(lo, r)?;
     let hi_n = parse_bound(hi, r)?;
     if lo_n > hi_n {

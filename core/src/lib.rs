@@ -11,7 +11,6 @@ pub mod node;
 mod number;
 pub mod ports;
 pub mod roles;
-mod scan;
 pub mod settings;
 pub mod step;
 pub mod task_map;

@@ -5,7 +5,6 @@
 
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
-use super::scan::{fields, split_once};
 
 /// The port of every local index 0..`max_local_tasks`.
 pub fn ports(base: u16, reserved: Option<&str>, max_local_tasks: u32) -> Result<Vec<u16>> {
@@ -39,8 +38,8 @@ fn parse_reserved(list: &str, want: u32) -> Result<Vec<u16>> {
         bail!("bad SLURM_STEP_RESV_PORTS {}: {why}", shown(list))
     };
     let mut ports = Vec::with_capacity(want as usize);
-    for item in fields(list, b',') {
-        let (lo, hi) = split_once(item, b'-').unwrap_or((item, item));
+    for item in list.split(',') {
+        let (lo, hi) = item.split_once('-').unwrap_or((item, item));
         let (Some(lo), Some(hi)) = (parse_u32(lo), parse_u32(hi)) else {
             return bad(&format!("{} is not N or N-M", shown(item)));
         };

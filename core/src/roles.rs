@@ -4,7 +4,6 @@
 
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
-use super::scan::{fields, split_once};
 
 /// Longest role name accepted (TensorFlow job names are short words).
 const MAX_NAME: usize = 64;
@@ -34,8 +33,8 @@ impl RoleSpec {
             )
         };
         let mut roles: Vec<Role> = Vec::new();
-        for (i, item) in fields(spec, b',').enumerate() {
-            let Some((name, count)) = split_once(item, b':') else {
+        for (i, item) in spec.split(',').enumerate() {
+            let Some((name, count)) = item.split_once(':') else {
                 return if item.is_empty() {
                     bad(format!("entry {} is empty", i + 1))
                 } else {

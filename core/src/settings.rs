@@ -6,7 +6,6 @@ use super::error::{Result, bail, shown};
 use super::gpus::MAX_GPUS;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
-use super::scan::split_once;
 
 /// TensorFlow's default port base.
 pub const DEFAULT_PORT_BASE: u16 = 8888;
@@ -128,7 +127,7 @@ impl Settings {
     pub fn from_admin_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Settings> {
         let mut settings = Settings::default();
         for arg in args {
-            let Some((key, value)) = split_once(arg, b'=') else {
+            let Some((key, value)) = arg.split_once('=') else {
                 bail!("plugstack.conf argument {} is not key=value", shown(arg));
             };
             settings

@@ -3,7 +3,6 @@
 
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
-use super::scan::fields;
 
 /// Expands the list, refusing more than `max_nodes` entries.
 pub fn parse(text: &str, max_nodes: usize) -> Result<Vec<u32>> {
@@ -11,7 +10,7 @@ pub fn parse(text: &str, max_nodes: usize) -> Result<Vec<u32>> {
         bail!("SLURM_STEP_TASKS_PER_NODE is empty");
     }
     let mut counts = Vec::new();
-    for item in fields(text, b',') {
+    for item in text.split(',') {
         let (count, repeat) = match split_repeat(item) {
             None => (item, "1"),
             Some((count, rest)) => match rest.strip_suffix(')') {

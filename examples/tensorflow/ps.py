@@ -12,14 +12,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from show_resolver import show_resolver
+
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-print("RESOLVER", json.dumps({
-    "cluster": resolver.cluster_spec().as_dict(),
-    "task_type": resolver.task_type,
-    "task_id": resolver.task_id,
-    "rpc_layer": resolver.rpc_layer,
-    "master": resolver.master(),
-}), flush=True)
+show_resolver(resolver)
 
 
 def serve_until_chief_exits():

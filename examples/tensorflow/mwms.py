@@ -10,14 +10,10 @@ import json
 import numpy as np
 import tensorflow as tf
 
+from show_resolver import show_resolver
+
 resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-print("RESOLVER", json.dumps({
-    "cluster": resolver.cluster_spec().as_dict(),
-    "task_type": resolver.task_type,
-    "task_id": resolver.task_id,
-    "rpc_layer": resolver.rpc_layer,
-    "master": resolver.master(),
-}), flush=True)
+show_resolver(resolver)
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
 workers = strategy.num_replicas_in_sync
