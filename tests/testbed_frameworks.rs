@@ -206,16 +206,19 @@ fn pytorch_ddp_three_nodes_two_tasks_each() {
 }
 
 /// (d) An uneven layout: 5 tasks on 3 nodes, so LOCAL_WORLD_SIZE differs
-/// between nodes (tasks // nodes, as submitit computes it, would be wrong).
+/// between nodes (tasks // nodes, as submitit computes it, would be wrong);
+/// assert_ddp checks each task's value against its node's real task count.
 #[test]
 fn pytorch_ddp_uneven_layout() {
     let _t = testbed();
     let s = step(&["-N3", "-n5", "--torch-cluster"], "python3 ddp.py");
     s.assert_ok(5);
+    // Slurm decides the split (26.05 puts 3, 1, 1 on 4-CPU nodes): any split
+    // of 5 tasks over 3 nodes is uneven, which is what this test is about.
     let counts = per_host(&s.run.tasks);
-    let mut sizes: Vec<u32> = counts.values().copied().collect();
-    sizes.sort();
-    assert_eq!(sizes, [1, 2, 2], "Slurm's layout: {counts:?}");
+    assert_eq!(counts.len(), 3, "Slurm's layout: {counts:?}");
+    let sizes: BTreeSet<u32> = counts.values().copied().collect();
+    assert!(sizes.len() > 1, "an even layout: {counts:?}");
     s.assert_ddp();
 }
 
