@@ -23,13 +23,15 @@ const DIR: &str = "/home/alice/fw-tests";
 
 const FILES: [(&str, &str); 3] = [
     ("ddp.py", include_str!("../examples/pytorch/ddp.py")),
-    ("two-steps.sh", include_str!("../examples/pytorch/two-steps.sh")),
+    (
+        "two-steps.sh",
+        include_str!("../examples/pytorch/two-steps.sh"),
+    ),
     ("allreduce.py", include_str!("../examples/jax/allreduce.py")),
 ];
 
 /// Slurm's node index of the task and whether TORCHELASTIC_RUN_ID is set.
-const NODE: &str =
-    r#"printf 'NODE\t%s\t%s\n' "$SLURM_NODEID" "${TORCHELASTIC_RUN_ID+set}""#;
+const NODE: &str = r#"printf 'NODE\t%s\t%s\n' "$SLURM_NODEID" "${TORCHELASTIC_RUN_ID+set}""#;
 
 fn install() {
     static DONE: OnceLock<()> = OnceLock::new();
@@ -109,10 +111,16 @@ fn parse_step(output: &str, code: Option<i32>) -> Step {
 fn step(srun_args: &[&str], program: &str) -> Step {
     install();
     let task = format!("{PROBE}; {NODE}; cd {DIR}; exec {program}");
-    let mut cmd = vec!["srun", "--label", "--kill-on-bad-exit=1", "--time=3"];
+    // Longer than common::exec's 120 s: six Python processes importing torch
+    // on a busy 2-core machine take a while; Slurm ends a hung step.
+    let mut cmd = vec!["srun", "--label", "--kill-on-bad-exit=1", "--time=5"];
     cmd.extend_from_slice(srun_args);
     cmd.extend_from_slice(&["bash", "-c", &task]);
-    let out = exec(&cmd);
+    let out = Command::new(common::repo().join("docker/testbed.sh"))
+        .args(["exec", "timeout", "360"])
+        .args(&cmd)
+        .output()
+        .expect("running docker/testbed.sh exec");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -131,7 +139,12 @@ fn per_host(tasks: &[Task]) -> BTreeMap<&str, u32> {
 }
 
 fn port_of(address: &str) -> u16 {
-    address.rsplit_once(':').expect("host:port").1.parse().expect("port")
+    address
+        .rsplit_once(':')
+        .expect("host:port")
+        .1
+        .parse()
+        .expect("port")
 }
 
 impl Step {
@@ -139,7 +152,12 @@ impl Step {
     fn assert_ok(&self, n: u32) -> &Self {
         self.run.assert_ran(n);
         let ranks: Vec<u32> = self.result.keys().copied().collect();
-        assert_eq!(ranks, (0..n).collect::<Vec<_>>(), "RESULT lines:\n{}", self.output);
+        assert_eq!(
+            ranks,
+            (0..n).collect::<Vec<_>>(),
+            "RESULT lines:\n{}",
+            self.output
+        );
         self
     }
 
@@ -149,7 +167,12 @@ impl Step {
 
     /// The ports Slurm reserved for the step on rank `rank`'s node.
     fn reserved(&self, rank: u32) -> Vec<u16> {
-        reserved_ports(self.task(rank).resv_ports.as_deref().expect("reserved ports"))
+        reserved_ports(
+            self.task(rank)
+                .resv_ports
+                .as_deref()
+                .expect("reserved ports"),
+        )
     }
 
     /// Every rank of a DDP run saw the torchrun contract of Slurm's real
@@ -168,7 +191,11 @@ impl Step {
             "MASTER_PORT {master_port} is not among the ports Slurm reserved for the step {:?}",
             self.reserved(0)
         );
-        assert!(self.torchelastic.is_empty(), "TORCHELASTIC_RUN_ID set on ranks {:?}", self.torchelastic);
+        assert!(
+            self.torchelastic.is_empty(),
+            "TORCHELASTIC_RUN_ID set on ranks {:?}",
+            self.torchelastic
+        );
         let nodes: BTreeSet<u32> = self.node_id.values().copied().collect();
         assert_eq!(nodes.len(), counts.len(), "one SLURM_NODEID per host");
         let weights = &self.result[&0]["weights_sha256"];
@@ -179,14 +206,32 @@ impl Step {
             assert_eq!(r["rank"], task.rank, "{ctx}");
             assert_eq!(r["world_size"], n, "{ctx}");
             assert_eq!(r["host"], task.host.as_str(), "{ctx}");
-            assert_eq!(r["master_addr"], rank0.host.as_str(), "{ctx}: MASTER_ADDR is rank 0's host");
+            assert_eq!(
+                r["master_addr"],
+                rank0.host.as_str(),
+                "{ctx}: MASTER_ADDR is rank 0's host"
+            );
             assert_eq!(r["master_port"], s(master_port.to_string()), "{ctx}");
             assert_eq!(r["local_rank"], s(task.local.to_string()), "{ctx}");
-            assert_eq!(r["local_world_size"], s(counts[task.host.as_str()].to_string()), "{ctx}");
-            assert_eq!(r["group_rank"], s(self.node_id[&task.rank].to_string()), "{ctx}");
+            assert_eq!(
+                r["local_world_size"],
+                s(counts[task.host.as_str()].to_string()),
+                "{ctx}"
+            );
+            assert_eq!(
+                r["group_rank"],
+                s(self.node_id[&task.rank].to_string()),
+                "{ctx}"
+            );
             assert_eq!(r["group_world_size"], s(counts.len().to_string()), "{ctx}");
-            assert_eq!(&r["weights_sha256"], weights, "{ctx}: weights differ from rank 0's");
-            let (first, last) = (r["first_loss"].as_f64().unwrap(), r["last_loss"].as_f64().unwrap());
+            assert_eq!(
+                &r["weights_sha256"], weights,
+                "{ctx}: weights differ from rank 0's"
+            );
+            let (first, last) = (
+                r["first_loss"].as_f64().unwrap(),
+                r["last_loss"].as_f64().unwrap(),
+            );
             assert!(last < first / 2.0, "{ctx}: the loss did not go down");
         }
         master_port
@@ -198,10 +243,17 @@ impl Step {
 #[test]
 fn pytorch_ddp_three_nodes_two_tasks_each() {
     let _t = testbed();
-    let s = step(&["-N3", "--ntasks-per-node=2", "--torch-cluster"], "python3 ddp.py");
+    let s = step(
+        &["-N3", "--ntasks-per-node=2", "--torch-cluster"],
+        "python3 ddp.py",
+    );
     s.assert_ok(6);
     let counts = per_host(&s.run.tasks);
-    assert_eq!(counts.values().copied().collect::<Vec<_>>(), [2, 2, 2], "{counts:?}");
+    assert_eq!(
+        counts.values().copied().collect::<Vec<_>>(),
+        [2, 2, 2],
+        "{counts:?}"
+    );
     s.assert_ddp();
 }
 
@@ -228,12 +280,24 @@ fn pytorch_ddp_uneven_layout() {
 #[test]
 fn jax_allreduce_three_nodes() {
     let _t = testbed();
-    let s = step(&["-N3", "--ntasks-per-node=2", "--jax-cluster"], "/opt/jax/bin/python allreduce.py");
+    let s = step(
+        &["-N3", "--ntasks-per-node=2", "--jax-cluster"],
+        "/opt/jax/bin/python allreduce.py",
+    );
     s.assert_ok(6);
     let rank0 = s.task(0);
-    let coordinator = s.result[&0]["coordinator"].as_str().expect("JAX_COORDINATOR_ADDRESS");
-    assert_eq!(coordinator.rsplit_once(':').unwrap().0, rank0.host, "coordinator on rank 0's host");
-    assert!(s.reserved(0).contains(&port_of(coordinator)), "coordinator port not reserved: {coordinator}");
+    let coordinator = s.result[&0]["coordinator"]
+        .as_str()
+        .expect("JAX_COORDINATOR_ADDRESS");
+    assert_eq!(
+        coordinator.rsplit_once(':').unwrap().0,
+        rank0.host,
+        "coordinator on rank 0's host"
+    );
+    assert!(
+        s.reserved(0).contains(&port_of(coordinator)),
+        "coordinator port not reserved: {coordinator}"
+    );
     let n = s.run.tasks.len() as u32;
     // Process i contributes i + 1 from each of its (CPU) devices.
     let expected_gather: Vec<f64> = (0..n).map(|i| f64::from(i + 1)).collect();
@@ -259,16 +323,27 @@ fn torch_jax_and_tf_ports_are_distinct() {
     let _t = testbed();
     let vars = r#"printf 'PORTS\t%s\t%s\t%s\n' "${MASTER_ADDR-}:${MASTER_PORT-}" "${JAX_COORDINATOR_ADDRESS-}" "${RANK-}/${WORLD_SIZE-}""#;
     let s = step(
-        &["-N3", "--ntasks-per-node=2", "--tf-cluster=worker:6", "--torch-cluster", "--jax-cluster"],
+        &[
+            "-N3",
+            "--ntasks-per-node=2",
+            "--tf-cluster=worker:6",
+            "--torch-cluster",
+            "--jax-cluster",
+        ],
         &format!("bash -c '{}'", vars.replace('\'', r"'\''")),
     );
     s.run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
     let rank0 = s.task(0);
     let mut ports = BTreeMap::new();
     for line in s.output.lines() {
-        let Some((rank, rest)) = line.split_once(": PORTS\t") else { continue };
+        let Some((rank, rest)) = line.split_once(": PORTS\t") else {
+            continue;
+        };
         let f: Vec<&str> = rest.split('\t').collect();
-        ports.insert(rank.trim().parse::<u32>().unwrap(), (f[0].to_string(), f[1].to_string(), f[2].to_string()));
+        ports.insert(
+            rank.trim().parse::<u32>().unwrap(),
+            (f[0].to_string(), f[1].to_string(), f[2].to_string()),
+        );
     }
     assert_eq!(ports.len(), 6, "{}", s.output);
     let reserved = s.reserved(0);
@@ -279,24 +354,39 @@ fn torch_jax_and_tf_ports_are_distinct() {
         assert_eq!(torch.rsplit_once(':').unwrap().0, rank0.host, "{ctx}");
         assert_eq!(jax.rsplit_once(':').unwrap().0, rank0.host, "{ctx}");
         let (tp, jp) = (port_of(torch), port_of(jax));
-        assert!(reserved.contains(&tp) && reserved.contains(&jp), "{ctx}: {tp} {jp} not in {reserved:?}");
+        assert!(
+            reserved.contains(&tp) && reserved.contains(&jp),
+            "{ctx}: {tp} {jp} not in {reserved:?}"
+        );
         let tf = task.tf_config.as_ref().unwrap();
-        let own = tf["cluster"]["worker"][task.rank as usize].as_str().unwrap();
+        let own = tf["cluster"]["worker"][task.rank as usize]
+            .as_str()
+            .unwrap();
         assert_eq!(own.rsplit_once(':').unwrap().0, task.host, "{ctx}");
         let own_port = port_of(own);
-        assert!(tp != jp && tp != own_port && jp != own_port, "{ctx}: torch {tp}, jax {jp}, tf {own_port}");
+        assert!(
+            tp != jp && tp != own_port && jp != own_port,
+            "{ctx}: torch {tp}, jax {jp}, tf {own_port}"
+        );
     }
 }
 
 /// Runs examples/pytorch/two-steps.sh MODE in a 3-node allocation: steps A
 /// and B, both 2 tasks per node on the same nodes, B while A holds its port.
-fn two_steps(mode: &str) -> (Step, Step, bool) {
+fn two_steps(mode: &str) -> (Step, Step, bool, u32) {
     install();
     let probe = format!("PROBE={PROBE}; {NODE}");
     let script = format!("{DIR}/two-steps.sh");
     let out = Command::new(common::repo().join("docker/testbed.sh"))
-        .args(["exec", "timeout", "240", "env", &probe])
-        .args(["salloc", "-N3", "--ntasks-per-node=2", "--time=4", &script, mode])
+        .args(["exec", "timeout", "480", "env", &probe])
+        .args([
+            "salloc",
+            "-N3",
+            "--ntasks-per-node=2",
+            "--time=8",
+            &script,
+            mode,
+        ])
         .output()
         .expect("running docker/testbed.sh exec");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -318,32 +408,63 @@ fn two_steps(mode: &str) -> (Step, Step, bool) {
     let a = parse_step(&lines("A|"), rc("STEP A rc="));
     let b = parse_step(&lines("B|"), rc("STEP B rc="));
     let alive = field("A_ALIVE_WHEN_B_ENDED=") == "1";
-    (a, b, alive)
+    let job = field("JOB=").parse().expect("job id");
+    (a, b, alive, job)
 }
 
 /// (c) Two DDP steps at once on the same nodes both train: Slurm reserved
 /// different ports for them, and the plugin's MASTER_PORT is one of each
-/// step's own. With the job-id-derived port instead (Lightning's and
-/// enroot's 10000 + job id % 20000, forced in every task of both steps), the
+/// step's own. With the job-id-derived port instead (Lightning's 15000 + the
+/// job id's last 4 digits, forced in every task of both steps), the
 /// second step's rank 0 cannot listen: address already in use.
 #[test]
 fn two_pytorch_steps_at_once_reserved_ports_vs_job_id_port() {
     let _t = testbed();
 
-    let (a, b, alive) = two_steps("reserved");
+    let (a, b, alive, _) = two_steps("reserved");
     a.assert_ok(6);
     b.assert_ok(6);
-    assert!(alive, "step A must still hold its port when B ends:\n{}", a.output);
-    assert_eq!(a.run.hosts(), b.run.hosts(), "the same placement for both steps");
+    assert!(
+        alive,
+        "step A must still hold its port when B ends:\n{}",
+        a.output
+    );
+    assert_eq!(
+        a.run.hosts(),
+        b.run.hosts(),
+        "the same placement for both steps"
+    );
     let (pa, pb) = (a.assert_ddp(), b.assert_ddp());
-    assert_ne!(pa, pb, "both steps' rank 0 run on {} with one MASTER_PORT", a.task(0).host);
-    assert!(!b.reserved(0).contains(&pa), "Slurm reserved A's port {pa} for B too");
+    assert_ne!(
+        pa,
+        pb,
+        "both steps' rank 0 run on {} with one MASTER_PORT",
+        a.task(0).host
+    );
+    assert!(
+        !b.reserved(0).contains(&pa),
+        "Slurm reserved A's port {pa} for B too"
+    );
 
-    let (a, b, alive) = two_steps("jobid");
+    let (a, b, alive, job) = two_steps("jobid");
     a.assert_ok(6);
-    assert!(alive, "step A must still hold its port when B ends:\n{}", a.output);
-    let pa = a.result[&0]["master_port"].as_str().unwrap().parse::<u32>().unwrap();
-    assert!((10000..30000).contains(&pa), "job-id port {pa}");
+    assert!(
+        alive,
+        "step A must still hold its port when B ends:\n{}",
+        a.output
+    );
+    for (rank, r) in &a.result {
+        let port = (15000 + job % 10000).to_string();
+        assert_eq!(
+            r["master_port"],
+            Value::from(port),
+            "rank {rank}: job {job}"
+        );
+        assert_eq!(
+            r["weights_sha256"], a.result[&0]["weights_sha256"],
+            "rank {rank}"
+        );
+    }
     assert_eq!(a.task(0).host, b.task(0).host, "both rank 0s on one node");
     assert_ne!(b.run.code, Some(0), "step B should fail:\n{}", b.output);
     assert!(b.result.is_empty(), "step B trained:\n{}", b.output);

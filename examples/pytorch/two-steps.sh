@@ -7,11 +7,13 @@
 # Step A trains and then keeps its process group (rank 0's store listening on
 # MASTER_PORT) until step B has ended; B starts once A has trained. Both run
 # with --torch-cluster; with `jobid` every task of both overrides MASTER_PORT
-# with the port Lightning and enroot's hook derive from the job id
-# (10000 + SLURM_JOB_ID % 20000), so the two rank 0s on one node want one port.
+# with the port Lightning's SLURMEnvironment derives from the job id when
+# MASTER_PORT is unset (15000 + the job id's last 4 digits; enroot's PyTorch
+# hook: 61000 + id % 4536; JAX: 61440 + id % 4096): one port for every step of
+# the job, so the two rank 0s on one node want the same port.
 #
-# Prints, for each step, `STEP A rc=N` then its output lines prefixed `A|`
-# (srun --label: `A|RANK: text`), and `A_ALIVE_WHEN_B_ENDED=0|1`.
+# Prints `JOB=id`, `A_ALIVE_WHEN_B_ENDED=0|1`, and for each step `STEP A rc=N`
+# then its output lines prefixed `A|` (srun --label: `A|RANK: text`).
 # PROBE (optional, a shell command) runs in every task before python3.
 set -u
 mode=${1:?usage: two-steps.sh reserved|jobid}
@@ -19,7 +21,7 @@ dir=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "$HOME/two-steps.XXXXXX")
 case "$mode" in
 reserved) fix= ;;
-jobid) fix='export MASTER_PORT=$((10000 + SLURM_JOB_ID % 20000));' ;;
+jobid) fix='export MASTER_PORT=$((15000 + SLURM_JOB_ID % 10000));' ;;
 *) echo "two-steps.sh: mode must be reserved or jobid" >&2; exit 2 ;;
 esac
 step() { # NAME [ddp.py args..]
@@ -44,6 +46,7 @@ kill -0 "$a" 2>/dev/null && alive=1
 touch "$work/B.done"
 wait "$a"
 ra=$?
+echo "JOB=$SLURM_JOB_ID"
 echo "A_ALIVE_WHEN_B_ENDED=$alive"
 echo "STEP A rc=$ra"
 sed 's/^/A|/' "$work/A.out"
