@@ -316,6 +316,50 @@ fn jax_allreduce_three_nodes() {
     }
 }
 
+/// A heterogeneous step whose rank 0 (first component, node3) is not on the
+/// first node of SLURM_STEP_NODELIST (node[1-3] in every component): JAX's own
+/// Slurm detection would put the coordinator on node1, with a port from each
+/// component's own SLURM_JOB_ID, and hang. With `--jax-cluster` every process
+/// meets rank 0's coordinator; SLURM_NTASKS and SLURM_PROCID, which JAX reads
+/// itself, are the step's global ones.
+#[test]
+fn jax_allreduce_heterogeneous_step() {
+    let _t = testbed();
+    let s = step(
+        &[
+            "-n1",
+            "-w",
+            "node3",
+            ":",
+            "-N2",
+            "-n3",
+            "-w",
+            "node1,node2",
+            "--jax-cluster",
+        ],
+        "/opt/jax/bin/python allreduce.py",
+    );
+    s.assert_ok(4);
+    assert_eq!(s.task(0).host, "node3", "rank 0 is the first component's");
+    let coordinator = s.result[&0]["coordinator"]
+        .as_str()
+        .expect("JAX_COORDINATOR_ADDRESS");
+    assert_eq!(coordinator.rsplit_once(':').unwrap().0, "node3");
+    for task in &s.run.tasks {
+        let r = &s.result[&task.rank];
+        let ctx = format!("rank {} on {}: {r}", task.rank, task.host);
+        assert_eq!(r["process"], task.rank, "{ctx}");
+        assert_eq!(r["processes"], 4, "{ctx}");
+        assert_eq!(r["coordinator"], coordinator, "{ctx}");
+        assert_eq!(
+            r["allgather"],
+            serde_json::json!([1.0, 2.0, 3.0, 4.0]),
+            "{ctx}"
+        );
+        assert_eq!(r["sum"].as_f64(), Some(10.0), "{ctx}");
+    }
+}
+
 /// All three at once: every task's MASTER_PORT, JAX coordinator port and own
 /// TF_CONFIG port differ, and the first two are ports Slurm reserved.
 #[test]
