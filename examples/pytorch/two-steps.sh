@@ -1,8 +1,8 @@
 #!/bin/bash
 # Two PyTorch DDP steps at once on the same nodes of one allocation, e.g.
 #
-#   salloc -N3 --ntasks-per-node=2 examples/pytorch/two-steps.sh reserved
-#   salloc -N3 --ntasks-per-node=2 examples/pytorch/two-steps.sh jobid
+#   salloc -N3 --ntasks-per-node=1 examples/pytorch/two-steps.sh reserved
+#   salloc -N3 --ntasks-per-node=1 examples/pytorch/two-steps.sh jobid
 #
 # Step A trains and then keeps its process group (rank 0's store listening on
 # MASTER_PORT) until step B has ended; B starts once A has trained. Both run
@@ -16,6 +16,7 @@
 # then its output lines prefixed `A|` (srun --label: `A|RANK: text`).
 # PROBE (optional, a shell command) runs in every task before python3.
 set -u
+: "${SLURM_NTASKS:?not inside an allocation}"
 mode=${1:?usage: two-steps.sh reserved|jobid}
 dir=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "$HOME/two-steps.XXXXXX")
@@ -27,13 +28,13 @@ esac
 step() { # NAME [ddp.py args..]
     local name=$1
     shift
-    srun --overlap --kill-on-bad-exit=1 --label --torch-cluster \
+    srun --ntasks="$SLURM_NTASKS" --overlap --kill-on-bad-exit=1 --label --torch-cluster \
         bash -c "${PROBE:-}; $fix exec python3 $dir/ddp.py $*" >"$work/$name.out" 2>&1
 }
 step A --wait-for "$work/B.done" &
 a=$!
 # B starts when A has trained (all its RESULT lines), A still holding its port.
-want=${SLURM_NTASKS:?not inside an allocation}
+want=$SLURM_NTASKS
 for _ in $(seq 600); do
     [ "$(grep -c 'RESULT ' "$work/A.out")" -ge "$want" ] && break
     kill -0 "$a" 2>/dev/null || break
