@@ -5,7 +5,18 @@ mod common;
 
 use std::process::{Command, Output};
 
-use common::{PROBE, exec, parse_run, repo, srun, srun_env, testbed};
+use common::{PROBE, Run, exec, parse_run, repo, srun, srun_env, testbed};
+
+/// `run` ran the six tasks of `roles` with their TF_CONFIG, and ranks 0-3
+/// alternate over the nodes, as `-m cyclic` lays them.
+fn assert_cyclic(run: &Run, roles: &[(&str, u32)]) {
+    run.assert_ran(6).assert_tf_config(roles, 8888);
+    let h = run.hosts();
+    assert!(
+        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
+        "not cyclic: {h:?}"
+    );
+}
 
 /// `-m cyclic`: ranks alternate over the nodes.
 #[test]
@@ -19,13 +30,7 @@ fn cyclic() {
         "cyclic",
         "--tf-cluster=ps:1,worker:5",
     ]);
-    run.assert_ran(6)
-        .assert_tf_config(&[("ps", 1), ("worker", 5)], 8888);
-    let h = run.hosts();
-    assert!(
-        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
-        "not cyclic: {h:?}"
-    );
+    assert_cyclic(&run, &[("ps", 1), ("worker", 5)]);
 }
 
 /// `-m plane=2`: blocks of two ranks per node per round.
@@ -40,7 +45,7 @@ fn plane_two() {
         "plane=2",
         "--tf-cluster",
     ]);
-    run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
+    run.assert_workers(6);
     let h = run.hosts();
     assert!(
         h[0] == h[1] && h[1] != h[2] && h[2] == h[3] && h[4] == h[0],
@@ -48,32 +53,12 @@ fn plane_two() {
     );
 }
 
-/// `-m arbitrary` with SLURM_HOSTFILE: the layout is the file's.
-#[test]
-fn arbitrary_from_hostfile() {
-    let _t = testbed();
-    let file = "/home/alice/hostfile-layout-test";
-    exec(&[
-        "bash",
-        "-c",
-        &format!("printf 'node2\\nnode1\\n# a comment\\nnode2\\nnode3\\n' > {file}"),
-    ]);
-    let var = format!("SLURM_HOSTFILE={file}");
-    let run = srun_env(
-        &[&var],
-        &["-n4", "-m", "arbitrary", "--tf-cluster=chief:1,worker:3"],
-    );
-    run.assert_ran(4)
-        .assert_tf_config(&[("chief", 1), ("worker", 3)], 8888);
-    assert_eq!(run.hosts(), ["node2", "node1", "node2", "node3"]);
-}
-
 /// Uneven counts per node (`-n5` on 3 nodes).
 #[test]
 fn uneven_tasks() {
     let _t = testbed();
     let run = srun(&["-N3", "-n5", "-m", "cyclic", "--tf-cluster=worker:5"]);
-    run.assert_ran(5).assert_tf_config(&[("worker", 5)], 8888);
+    run.assert_workers(5);
 }
 
 /// A heterogeneous step: ranks are global across components and roles span
@@ -100,56 +85,45 @@ fn heterogeneous_step() {
     );
 }
 
-/// A heterogeneous step with a cyclic component: Slurm hands srun's task map
-/// to one component only, and the others would rebuild blocks, so srun
-/// refuses the step before anything runs and names the fix.
+/// `-m arbitrary` with SLURM_HOSTFILE: the layout is the file's (comments
+/// skipped), whether the nodes can read the file (the shared /home) or it
+/// exists only where srun runs: srun's map carries the layout, no node reads
+/// the file.
 #[test]
-fn heterogeneous_step_with_a_cyclic_component_is_refused_before_launch() {
+fn arbitrary_from_a_host_file() {
     let _t = testbed();
-    let run = srun(&[
-        "-n1",
-        "-w",
-        "node3",
-        ":",
-        "-N2",
-        "-n4",
-        "-w",
-        "node1,node2",
-        "-m",
-        "cyclic",
-        "--tf-cluster",
-    ]);
-    run.assert_refused("rank 2 of this heterogeneous step runs on node2, not on node1");
-    assert!(run.stderr.contains("-m block"), "{}", run.stderr);
-}
-
-/// `-m arbitrary` with a SLURM_HOSTFILE that exists only where srun runs:
-/// srun's map carries the layout, no node reads the file.
-#[test]
-fn arbitrary_with_a_host_file_only_where_srun_runs() {
-    let _t = testbed();
-    let file = "/tmp/hostfile-only-on-the-submit-host";
-    let made = exec(&[
-        "bash",
-        "-c",
-        &format!("printf 'node3\\nnode1\\nnode3\\nnode2\\n' > {file}"),
-    ]);
-    assert!(made.status.success(), "{made:?}");
-    for node in ["node1", "node2", "node3"] {
-        let seen = Command::new(repo().join("docker/testbed.sh"))
-            .args(["node-exec", node, "test", "-e", file])
-            .status()
-            .unwrap();
-        assert_eq!(seen.code(), Some(1), "{file} must not exist on {node}");
+    for (file, text, hosts) in [
+        (
+            "/home/alice/hostfile-layout-test",
+            "node2\\nnode1\\n# a comment\\nnode2\\nnode3\\n",
+            ["node2", "node1", "node2", "node3"],
+        ),
+        (
+            "/tmp/hostfile-only-on-the-submit-host",
+            "node3\\nnode1\\nnode3\\nnode2\\n",
+            ["node3", "node1", "node3", "node2"],
+        ),
+    ] {
+        let made = exec(&["bash", "-c", &format!("printf '{text}' > {file}")]);
+        assert!(made.status.success(), "{made:?}");
+        if file.starts_with("/tmp/") {
+            for node in ["node1", "node2", "node3"] {
+                let seen = Command::new(repo().join("docker/testbed.sh"))
+                    .args(["node-exec", node, "test", "-e", file])
+                    .status()
+                    .unwrap();
+                assert_eq!(seen.code(), Some(1), "{file} must not exist on {node}");
+            }
+        }
+        let var = format!("SLURM_HOSTFILE={file}");
+        let run = srun_env(
+            &[&var],
+            &["-n4", "-m", "arbitrary", "--tf-cluster=chief:1,worker:3"],
+        );
+        run.assert_ran(4)
+            .assert_tf_config(&[("chief", 1), ("worker", 3)], 8888);
+        assert_eq!(run.hosts(), hosts);
     }
-    let var = format!("SLURM_HOSTFILE={file}");
-    let run = srun_env(
-        &[&var],
-        &["-n4", "-m", "arbitrary", "--tf-cluster=chief:1,worker:3"],
-    );
-    run.assert_ran(4)
-        .assert_tf_config(&[("chief", 1), ("worker", 3)], 8888);
-    assert_eq!(run.hosts(), ["node3", "node1", "node3", "node2"]);
 }
 
 /// `bash -c SCRIPT` in an allocation of all three nodes, as alice; the
@@ -175,13 +149,7 @@ fn nested_srun_inside_an_allocation_step() {
          'srun --overlap -N3 -n6 -m cyclic --tf-cluster=chief:1,worker:5 bash probe.sh'",
     );
     let run = parse_run(out);
-    run.assert_ran(6)
-        .assert_tf_config(&[("chief", 1), ("worker", 5)], 8888);
-    let h = run.hosts();
-    assert!(
-        h[0] != h[1] && h[1] != h[2] && h[0] == h[3],
-        "not cyclic: {h:?}"
-    );
+    assert_cyclic(&run, &[("chief", 1), ("worker", 5)]);
 }
 
 /// Two `--tf-cluster` steps at once in one allocation, laid out differently:

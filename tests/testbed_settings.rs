@@ -1,11 +1,11 @@
-//! Settings, ports, GPUs, sbatch inheritance and the refusals srun makes, on
-//! the real testbed.
+//! Settings, ports, GPUs and sbatch inheritance on the real testbed (the
+//! refusals: testbed_hardening.rs's every_refusal_once).
 
 mod common;
 
 use std::collections::BTreeSet;
 
-use common::{assert_no_node_drained, exclusive, sbatch, srun, testbed};
+use common::{exclusive, sbatch, srun, testbed};
 
 /// `#SBATCH --tf-cluster=…` reaches the job's srun steps.
 #[test]
@@ -30,7 +30,7 @@ fn sbatch_options_reach_every_step() {
 fn bare_sbatch_option_reaches_every_step() {
     let _t = testbed();
     let run = sbatch(&["-N3", "-n3", "--tf-cluster"], "");
-    run.assert_ran(3).assert_tf_config(&[("worker", 3)], 8888);
+    run.assert_workers(3);
 }
 
 /// Two steps at once on the same nodes, each with reserved ports: disjoint
@@ -57,7 +57,7 @@ fn concurrent_steps_with_reserved_ports_do_not_clash() {
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     let mut addresses = Vec::new();
     for run in [&a, &b] {
-        run.assert_ran(4).assert_tf_config(&[("worker", 4)], 8888);
+        run.assert_workers(4);
         let cluster = &run.tasks[0].tf_config.as_ref().unwrap()["cluster"]["worker"];
         addresses.push(
             cluster
@@ -124,7 +124,7 @@ fn gpus_bound_by_slurm_are_left_alone() {
     let plain = srun(&args);
     let with: Vec<&str> = args.iter().copied().chain(["--tf-cluster"]).collect();
     let run = srun(&with);
-    run.assert_ran(2).assert_tf_config(&[("worker", 2)], 8888);
+    run.assert_workers(2);
     assert_eq!(run.gpus(), plain.assert_ran(2).gpus());
     assert!(run.gpus().iter().all(Option::is_some));
 }
@@ -134,53 +134,12 @@ fn gpus_bound_by_slurm_are_left_alone() {
 fn cpu_only_step() {
     let _t = testbed();
     let run = srun(&["-N3", "-n3", "--tf-cluster"]);
-    run.assert_ran(3).assert_tf_config(&[("worker", 3)], 8888);
+    run.assert_workers(3);
     assert_eq!(run.gpus(), [None; 3]);
 }
 
-/// More GPUs asked per task than the node has: the tasks fail, the node stays.
-#[test]
-fn too_many_gpus_fail_the_task_not_the_node() {
-    let _t = testbed();
-    let run = srun(&[
-        "-N1",
-        "-n2",
-        "--gres=gpu:2",
-        "--tf-cluster",
-        "--tf-gpus-per-task=2",
-    ]);
-    assert_ne!(run.code, Some(0));
-    assert!(run.tasks.is_empty());
-    assert!(
-        run.stderr.contains(
-            "tf-cluster: 2 GPU(s) per task × 2 task(s) on a node needs 4 GPUs, but the node has 2"
-        ),
-        "{}",
-        run.stderr
-    );
-    assert_no_node_drained();
-}
-
-/// Refusals srun makes before anything launches.
-#[test]
-fn srun_refuses_bad_steps_before_launch() {
-    let _t = testbed();
-    srun(&["-N2", "-n4", "--tf-cluster=ps:1,worker:2"])
-        .assert_refused("--tf-cluster asks for 3 tasks (ps:1,worker:2) but the step has 4");
-    srun(&["-N1", "-n1", "--tf-cluster=ps"]).assert_refused("\"ps\" has no ':count'");
-    srun(&["-N1", "-n1", "--tf-cluster", "--tf-port-base=65536"])
-        .assert_refused("port-base=65536: a port must be 1-65535");
-    srun(&["-N1", "-n1", "--tf-cluster", "--tf-auto-set-gpu=maybe"])
-        .assert_refused("auto-set-gpu=\"maybe\": use true or false");
-    // 12,000 tasks: TF_CONFIG cannot fit; refused before any task starts.
-    srun(&["-N3", "-n12000", "-O", "--resv-ports=0", "--tf-cluster"]).assert_refused(
-        "TF_CONFIG for 12000 tasks would be at least 156070 bytes, over the 131072-byte limit",
-    );
-    assert_no_node_drained();
-}
-
-/// Site defaults from plugstack.conf arguments; a step's option wins; a bad
-/// argument refuses only steps that use the plugin.
+/// Site defaults from plugstack.conf arguments; a step's option wins (bad
+/// arguments: testbed_hardening.rs's bad_plugstack_arguments).
 #[test]
 fn plugstack_arguments_are_site_defaults() {
     let bed = exclusive();
@@ -198,18 +157,4 @@ fn plugstack_arguments_are_site_defaults() {
     ]);
     run.assert_ran(2)
         .assert_tf_config_rpc(&[("worker", 2)], 3000, Some("grpc+verbs"));
-
-    bed.plugstack("required /opt/tf-cluster/libtf_cluster.so colour=blue\n");
-    srun(&["-N1", "-n1", "--tf-cluster"])
-        .assert_refused("plugstack.conf argument unknown key \"colour\"");
-    let untouched = srun(&["-N1", "-n1"]);
-    untouched.assert_ran(1);
-    assert!(untouched.tasks[0].tf_config.is_none());
-    let batch = sbatch(&["-N1", "-n1", "--tf-cluster"], "");
-    assert!(
-        batch.tasks.is_empty() && batch.code != Some(0),
-        "{}",
-        batch.stderr
-    );
-    assert_no_node_drained();
 }

@@ -4,9 +4,10 @@
 
 use std::process::ExitCode;
 
-use clap::{Arg, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use tf_cluster_core::roles::RoleSpec;
-use tf_cluster_core::settings::{CLUSTER, SETTINGS};
+use tf_cluster_core::settings::{FRAMEWORKS, Framework, Frameworks, SETTINGS};
 use tf_cluster_core::{self as core, Cluster, Error, Result, Settings, Source, Step};
 
 #[derive(Parser)]
@@ -28,17 +29,27 @@ enum Command {
     Explain(Options),
 }
 
-/// The plugin's options, from the core's table of settings: `--tf-cluster`
-/// and `--tf-<key>` (also `--<key>`) for each setting.
+/// The plugin's options, from the core's tables: the frameworks'
+/// (`--tf-cluster`, `--torch-cluster`, `--jax-cluster`) and `--tf-<key>`
+/// (also `--<key>`) for each setting.
 struct Options {
     spec: Option<String>,
+    frameworks: Vec<&'static Framework>,
     given: Vec<(&'static str, String)>,
 }
 
 impl FromArgMatches for Options {
     fn from_arg_matches(m: &ArgMatches) -> std::result::Result<Self, clap::Error> {
+        let frameworks: Vec<&'static Framework> = FRAMEWORKS
+            .iter()
+            .filter(|f| {
+                m.contains_id(f.option)
+                    && m.value_source(f.option) == Some(ValueSource::CommandLine)
+            })
+            .collect();
         Ok(Options {
-            spec: m.get_one::<String>(CLUSTER.key).cloned(),
+            spec: m.get_one::<String>(FRAMEWORKS[0].option).cloned(),
+            frameworks,
             given: SETTINGS
                 .iter()
                 .filter_map(|s| Some((s.key, m.get_one::<String>(s.key)?.clone())))
@@ -54,13 +65,17 @@ impl FromArgMatches for Options {
 
 impl Args for Options {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        let cluster = Arg::new(CLUSTER.key)
-            .long("tf-cluster")
-            .value_name(CLUSTER.arg)
-            .help(CLUSTER.help)
-            .num_args(0..=1)
-            .default_missing_value("");
-        SETTINGS.iter().fold(cmd.arg(cluster), |cmd, s| {
+        let cmd = FRAMEWORKS.iter().fold(cmd, |cmd, f| {
+            let arg = Arg::new(f.option).long(f.option).help(f.help);
+            cmd.arg(match f.arg {
+                Some(name) => arg
+                    .value_name(name)
+                    .num_args(0..=1)
+                    .default_missing_value(""),
+                None => arg.action(ArgAction::SetTrue),
+            })
+        });
+        SETTINGS.iter().fold(cmd, |cmd, s| {
             cmd.arg(
                 Arg::new(s.key)
                     .long(format!("tf-{}", s.key))
@@ -82,6 +97,17 @@ impl Options {
             roles: RoleSpec::parse(self.spec.as_deref().unwrap_or(""))?,
             ..Settings::default()
         };
+        // No framework option: TensorFlow's, as with `--tf-cluster`.
+        if !self.frameworks.is_empty() {
+            settings.frameworks = Frameworks {
+                tf: false,
+                torch: false,
+                jax: false,
+            };
+            for f in &self.frameworks {
+                (f.set)(&mut settings.frameworks);
+            }
+        }
         for (key, value) in &self.given {
             settings
                 .set(key, value)

@@ -146,7 +146,7 @@ fn count_one(tasks: u32) -> (u64, u64, Vec<String>, usize) {
         a1 - a0 - own,
         b1 - b0 - own_bytes,
         source.names,
-        injection.tf_config.len(),
+        injection.get("TF_CONFIG").unwrap().len(),
     )
 }
 

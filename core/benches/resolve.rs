@@ -22,7 +22,7 @@ fn resolve(c: &mut Criterion) {
         let spec = common::spec(tasks);
         let injection = common::task_path(&spec, &env);
         assert_eq!(
-            injection.cuda_visible_devices.as_deref(),
+            injection.get("CUDA_VISIBLE_DEVICES"),
             Some(expected_gpus(tasks, rank).as_str())
         );
         group.throughput(Throughput::Elements(u64::from(tasks)));

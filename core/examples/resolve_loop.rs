@@ -17,7 +17,7 @@ fn main() {
     let mut bytes = 0usize;
     for i in 0..resolutions {
         let injection = common::task_path(&spec, &envs[i as usize % envs.len()]);
-        bytes += injection.tf_config.len();
+        bytes += injection.get("TF_CONFIG").unwrap().len();
     }
     println!("{resolutions} resolutions of a {tasks}-task step, {bytes} bytes of TF_CONFIG");
 }

@@ -8,22 +8,31 @@ use super::error::{bail, shown};
 use super::gpus::GpuPlan;
 use super::hostlist::HostList;
 use super::layout::{self, Distribution, Placement};
-use super::number::parse_u32;
 use super::roles::{self, Role};
+use super::settings::Frameworks;
 use super::task_map::TaskMap;
-use super::{
-    Error, Injection, MAX_TASKS, Result, Settings, Step, ports, tasks_per_node, tf_config,
-};
+use super::{Injection, MAX_TASKS, Result, Settings, Step, ports, tf_config};
 
 /// The whole step as TensorFlow sees it: every rank's role, host and port.
 #[derive(Debug)]
 pub struct Cluster {
+    /// The nodes, by their names in Slurm.
     hosts: HostList,
+    /// The same nodes as addresses (on the fast network with a host template).
+    addresses: HostList,
+    /// Tasks of the step on each node.
+    counts: Vec<u32>,
+    /// Each node's index in the order of the nodes' first ranks (rank 0's
+    /// node is 0): PyTorch's GROUP_RANK.
+    groups: Vec<u32>,
     placements: Vec<Placement>,
+    /// The ports of each node, by index: TF's task k takes index k, then
+    /// PyTorch's MASTER_PORT and JAX's coordinator the next ones.
     ports: Vec<u16>,
     roles: Vec<Role>,
     gpus: GpuPlan,
     rpc_layer: Option<String>,
+    frameworks: Frameworks,
 }
 
 /// One rank of a [`Cluster`], for `tf-cluster explain`.
@@ -40,22 +49,15 @@ pub struct RankInfo<'a> {
 impl Cluster {
     /// Lays out the step and checks it against what Slurm says of this node.
     pub fn new(settings: &Settings, step: &Step) -> Result<Cluster> {
-        let counts = tasks_per_node::parse(
-            required(&step.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE")?,
-            MAX_TASKS as usize,
-        )?;
-        let nodelist = required(&step.nodelist, "SLURM_STEP_NODELIST")?;
-        let hosts = HostList::parse(nodelist, MAX_TASKS as usize)
-            .map_err(|e| Error::new(format!("SLURM_STEP_NODELIST: {e}")))?;
+        let counts = required(step.tasks_per_node.clone(), "SLURM_STEP_TASKS_PER_NODE")?;
+        let hosts = required(step.hosts.clone(), "SLURM_STEP_NODELIST")?;
         if let Some(dup) = hosts.first_duplicate() {
             bail!("SLURM_STEP_NODELIST names {dup} twice: two tasks would share one address");
         }
         if hosts.len() != counts.len() {
             bail!(
-                "SLURM_STEP_NODELIST {} names {} node(s) but SLURM_STEP_TASKS_PER_NODE {} gives {} count(s)",
-                shown(nodelist),
+                "SLURM_STEP_NODELIST names {} node(s) but SLURM_STEP_TASKS_PER_NODE gives {} count(s)",
                 hosts.len(),
-                shown(step.tasks_per_node.as_deref().unwrap_or_default()),
                 counts.len()
             );
         }
@@ -66,9 +68,8 @@ impl Cluster {
             );
         }
         let total = total as u32;
-        match (&step.num_tasks, settings.roles.total()) {
+        match (step.num_tasks, settings.roles.total()) {
             (Some(n), _) => {
-                let n = parse_number(n, "SLURM_STEP_NUM_TASKS")?;
                 if n != total {
                     bail!(
                         "SLURM_STEP_NUM_TASKS is {n} but SLURM_STEP_TASKS_PER_NODE adds up to {total}"
@@ -85,7 +86,24 @@ impl Cluster {
             None => reconstruct(step, hosts, counts)?,
         };
         let max_local = counts.iter().copied().max().unwrap_or(0);
-        let ports = ports::ports(settings.port_base, step.resv_ports.as_deref(), max_local)?;
+        let f = settings.frameworks;
+        let wanted = if f.tf { max_local } else { 0 } + u32::from(f.torch) + u32::from(f.jax);
+        let ports = ports::ports(settings.port_base, step.resv_ports.as_deref(), wanted)?;
+        let addresses = match &settings.host_template {
+            Some(template) => {
+                let names: Vec<String> = hosts.iter().map(|h| template.replace("{}", h)).collect();
+                HostList::from_names(names.iter().map(String::as_str))
+            }
+            None => hosts.clone(),
+        };
+        let mut groups = vec![u32::MAX; hosts.len()];
+        let mut next = 0;
+        for p in &placements {
+            if groups[p.node as usize] == u32::MAX {
+                groups[p.node as usize] = next;
+                next += 1;
+            }
+        }
         let gpus = if settings.auto_set_gpu && !step.gpus_bound_by_slurm {
             GpuPlan::new(
                 settings,
@@ -98,11 +116,15 @@ impl Cluster {
         };
         let cluster = Cluster {
             hosts,
+            addresses,
+            counts: counts.clone(),
+            groups,
             placements,
             ports,
             roles,
             gpus,
             rpc_layer: settings.rpc_layer.clone(),
+            frameworks: f,
         };
         cluster.check_this_node(step, &counts)?;
         Ok(cluster)
@@ -120,12 +142,12 @@ impl Cluster {
         let Some(gtids) = &step.gtids else {
             return Ok(());
         };
-        let node = match (&step.nodename, &step.node_id) {
+        let node = match (&step.nodename, step.node_id) {
             (Some(name), _) => match self.hosts.position(name) {
                 Some(i) => i as u32,
                 None => bail!("this node, {name}, is not among the step's hosts"),
             },
-            (None, Some(id)) => parse_number(id, "SLURM_NODEID")?,
+            (None, Some(id)) => id,
             (None, None) => return Ok(()),
         };
         if node as usize >= self.hosts.len() {
@@ -134,10 +156,9 @@ impl Cluster {
                 self.hosts.len()
             );
         }
-        if !self.node_has(node, counts[node as usize], gtids) {
-            let computed: Vec<String> = layout::ranks_on(&self.placements, node)
-                .map(|r| r.to_string())
-                .collect();
+        // Slurm lists the node's ranks in local order: the k-th is local task k.
+        let computed: Vec<u32> = layout::ranks_on(&self.placements, node).collect();
+        if computed != *gtids || computed.len() != counts[node as usize] as usize {
             let hint = match (&step.task_map, step.het_nodelists.is_empty()) {
                 (Some(_), _) => " (srun's task map disagrees with this node)",
                 (None, false) => {
@@ -145,40 +166,22 @@ impl Cluster {
                 }
                 (None, true) => "",
             };
+            let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             bail!(
                 "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}{hint}",
                 self.hosts.get(node as usize),
-                computed.join(","),
-                shown(gtids)
+                list(&computed),
+                shown(&list(gtids))
             );
         }
         Ok(())
     }
 
-    /// Whether `gtids` lists the ranks on `node` in local order, as
-    /// `layout::ranks_on` does, without a pass over every rank: the node runs
-    /// `count` ranks, the one of local index k being the k-th in rank order,
-    /// so the list must have `count` entries, the k-th placed at (node, k).
-    fn node_has(&self, node: u32, count: u32, gtids: &str) -> bool {
-        let mut local = 0u32;
-        for given in gtids.split(',') {
-            let Some(rank) = parse_u32(given) else {
-                return false;
-            };
-            let here = Placement { node, local };
-            if local == count || self.placements.get(rank as usize) != Some(&here) {
-                return false;
-            }
-            local += 1;
-        }
-        local == count
-    }
-
-    /// Host and port of `rank`.
+    /// Host and TF port of `rank`.
     fn address(&self, rank: usize) -> (&str, u16) {
         let p = self.placements[rank];
         (
-            self.hosts.get(p.node as usize),
+            self.addresses.get(p.node as usize),
             self.ports[p.local as usize],
         )
     }
@@ -204,33 +207,26 @@ impl Cluster {
 
     /// The variables of `rank`.
     pub fn injection(&self, rank: u32) -> Result<Injection> {
-        let Some((role, index)) = roles::role_of(&self.roles, rank) else {
+        let Some(&p) = self.placements.get(rank as usize) else {
             bail!(
                 "SLURM_PROCID {rank} is outside the step's {} task(s)",
                 self.num_tasks()
             );
         };
-        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
-        let mut first = 0usize;
-        let jobs = self.roles.iter().map(|r| {
-            let ranks = first..first + r.count as usize;
-            first = ranks.end;
-            tf_config::Job {
-                name: r.name.as_str(),
-                addresses: self.placements[ranks].iter().map(|p| {
-                    (
-                        self.hosts.get(p.node as usize),
-                        ports[p.local as usize].as_str(),
-                    )
-                }),
-            }
-        });
-        // Each address is `"host:port",`; role names and the rest are small.
-        let capacity = self.placements.len() * (self.hosts.longest() + 9) + 256;
-        let tf_config = tf_config::render(jobs, role, index, self.rpc_layer.as_deref(), capacity);
-        tf_config::check_size(&tf_config, self.num_tasks())?;
-        let cuda_visible_devices = self.gpus.for_local(self.placements[rank as usize].local);
-        if let Some(list) = &cuda_visible_devices {
+        let f = self.frameworks;
+        let mut vars: Vec<(&'static str, String)> = Vec::new();
+        if f.tf {
+            vars.push(("TF_CONFIG", self.tf_config(rank)?));
+        }
+        // PyTorch's scripts pick their GPU with set_device(LOCAL_RANK): they
+        // see the node's GPUs, local rank k using the k-th (never two ranks
+        // one GPU, as the plan gives each local task its own).
+        let gpus = if f.torch {
+            self.gpus.whole()
+        } else {
+            self.gpus.for_local(p.local)
+        };
+        if let Some(list) = gpus {
             // Slurm would drop a longer one and leave every GPU visible.
             let size = "CUDA_VISIBLE_DEVICES=".len() + list.len() + 1;
             if size >= tf_config::ENV_LIMIT {
@@ -239,11 +235,74 @@ impl Cluster {
                     tf_config::ENV_LIMIT
                 );
             }
+            vars.push(("CUDA_VISIBLE_DEVICES", list));
         }
-        Ok(Injection {
-            tf_config,
-            cuda_visible_devices,
-        })
+        let first = self.placements[0];
+        let coordinator = self.addresses.get(first.node as usize);
+        let mut port = if f.tf {
+            self.ports.len() - usize::from(f.torch) - usize::from(f.jax)
+        } else {
+            0
+        };
+        let world = self.num_tasks().to_string();
+        if f.torch {
+            vars.extend([
+                ("MASTER_ADDR", coordinator.to_string()),
+                ("MASTER_PORT", self.ports[port].to_string()),
+                ("RANK", rank.to_string()),
+                ("WORLD_SIZE", world.clone()),
+                ("LOCAL_RANK", p.local.to_string()),
+                ("LOCAL_WORLD_SIZE", self.counts[p.node as usize].to_string()),
+                ("GROUP_RANK", self.groups[p.node as usize].to_string()),
+                ("GROUP_WORLD_SIZE", self.hosts.len().to_string()),
+            ]);
+            port += 1;
+        }
+        if f.jax {
+            vars.extend([
+                (
+                    "JAX_COORDINATOR_ADDRESS",
+                    format!("{coordinator}:{}", self.ports[port]),
+                ),
+                ("JAX_NUM_PROCESSES", world),
+                ("JAX_PROCESS_ID", rank.to_string()),
+            ]);
+            if let Some(ids) = self.gpus.device_ids(p.local, f.torch) {
+                vars.push(("JAX_LOCAL_DEVICE_IDS", ids));
+            }
+        }
+        Ok(Injection { list: vars })
+    }
+
+    /// TF_CONFIG of `rank`. An `evaluator` stays out of the cluster part:
+    /// TensorFlow runs it beside the cluster, not in it.
+    fn tf_config(&self, rank: u32) -> Result<String> {
+        let Some((role, index)) = roles::role_of(&self.roles, rank) else {
+            bail!(
+                "SLURM_PROCID {rank} is outside the step's {} task(s)",
+                self.num_tasks()
+            );
+        };
+        let ports: Vec<String> = self.ports.iter().map(u16::to_string).collect();
+        let mut first = 0usize;
+        let jobs = self.roles.iter().filter_map(|r| {
+            let ranks = first..first + r.count as usize;
+            first = ranks.end;
+            (r.name != roles::EVALUATOR).then(|| tf_config::Job {
+                name: r.name.as_str(),
+                addresses: self.placements[ranks].iter().map(|p| {
+                    (
+                        self.addresses.get(p.node as usize),
+                        ports[p.local as usize].as_str(),
+                    )
+                }),
+            })
+        });
+        // Each address is `"host:port",`; role names and the rest are small.
+        let capacity = self.placements.len() * (self.addresses.longest() + 9) + 256;
+        let tf_config = tf_config::render(jobs, role, index, self.rpc_layer.as_deref(), capacity);
+        tf_config::check_size(&tf_config, self.num_tasks())?;
+        Ok(tf_config)
     }
 }
 
@@ -300,7 +359,7 @@ fn reconstruct(
     // always amount to; a node whose component really is laid out otherwise
     // fails the SLURM_GTIDS check.
     let dist = if step.het_nodelists.is_empty() {
-        Distribution::from_env(step.distribution.as_deref(), step.plane_size.as_deref())?
+        step.distribution
     } else {
         Distribution::Block
     };
@@ -308,9 +367,7 @@ fn reconstruct(
         layout::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
     }
     let placements = match (dist, &step.hostfile) {
-        (Distribution::Arbitrary, Some(file)) => {
-            layout::place_listed(&hosts, &counts, &hostfile_hosts(file)?)?
-        }
+        (Distribution::Arbitrary, Some(listed)) => layout::place_listed(&hosts, &counts, listed)?,
         (Distribution::Arbitrary, None) => {
             bail!("the layout of an arbitrary distribution is only known from SLURM_HOSTFILE")
         }
@@ -325,7 +382,7 @@ fn reconstruct(
 /// for entire hetjob"); the other components rebuild the layout, in blocks
 /// over the components' node lists in component order. This refuses a step
 /// whose real map differs from that rebuild, before anything runs.
-pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[String]) -> Result<()> {
+pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[HostList]) -> Result<()> {
     let mut counts = vec![0u32; map.hosts.len()];
     for &n in &map.node_of {
         counts[n as usize] += 1;
@@ -343,28 +400,11 @@ pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[String]) -> Result<()> 
     Ok(())
 }
 
-/// SLURM_HOSTFILE: one host name or hostlist per line, `#` comments.
-fn hostfile_hosts(text: &str) -> Result<HostList> {
-    let lines: Vec<&str> = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or_default().trim())
-        .filter(|l| !l.is_empty())
-        .collect();
-    HostList::parse(&lines.join(","), MAX_TASKS as usize)
-        .map_err(|e| Error::new(format!("SLURM_HOSTFILE: {e}")))
-}
-
-pub(crate) fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str> {
+/// A value the step must have.
+pub(crate) fn required<T>(value: Option<T>, name: &str) -> Result<T> {
     match value {
         Some(v) => Ok(v),
         None => bail!("{name} is not set: not inside a Slurm step?"),
-    }
-}
-
-pub(crate) fn parse_number(text: &str, name: &str) -> Result<u32> {
-    match parse_u32(text) {
-        Some(n) => Ok(n),
-        None => bail!("{name} is {}, not a number", shown(text)),
     }
 }
 
@@ -373,19 +413,162 @@ mod tests {
     use super::*;
     use crate::resolve;
 
+    /// A task's variables, as slurmstepd would show them.
+    struct Vars(HashMap<&'static str, String>);
+
+    impl crate::Source for Vars {
+        fn var(&mut self, name: &str) -> Result<Option<String>> {
+            Ok(self.0.get(name).cloned())
+        }
+        fn gpu_count(&mut self) -> Result<u32> {
+            Ok(0)
+        }
+        fn read_file(&mut self, path: &str) -> Result<String> {
+            bail!("no file {path} here")
+        }
+    }
+
     /// A task of `srun -n1 -w node3 : -N2 -n3 -w node1,node2`, as measured on
     /// the testbed: the first component's task sees `cyclic`.
     fn het_task(procid: &str, node_id: &str, gtids: &str, dist: &str) -> Step {
-        Step {
-            procid: Some(procid.into()),
-            num_tasks: Some("4".into()),
-            nodelist: Some("node[1-3]".into()),
-            tasks_per_node: Some("2,1(x2)".into()),
-            distribution: Some(dist.into()),
-            node_id: Some(node_id.into()),
-            gtids: Some(gtids.into()),
-            het_nodelists: vec!["node3".into(), "node[1-2]".into()],
-            ..Step::default()
+        let vars = [
+            ("SLURM_PROCID", procid),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_STEP_NODELIST", "node[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2,1(x2)"),
+            ("SLURM_DISTRIBUTION", dist),
+            ("SLURM_NODEID", node_id),
+            ("SLURM_GTIDS", gtids),
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "node3"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"),
+        ];
+        let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        Step::gather(&Settings::default(), &mut Vars(vars)).unwrap()
+    }
+
+    fn vars_of(injection: &Injection) -> Vec<(&'static str, &str)> {
+        injection.vars().collect()
+    }
+
+    /// `srun -N3 -n5 -m cyclic --resv-ports=4 --gres=gpu:4 --torch-cluster
+    /// --jax-cluster --tf-host-template={}-ib`, rank 3 (on n1, as its
+    /// second task: n1 runs 0,3, n2 1,4, n3 2).
+    #[test]
+    fn torch_and_jax_from_the_same_layout() {
+        let vars = [
+            ("SLURM_PROCID", "3"),
+            ("SLURM_STEP_NUM_TASKS", "5"),
+            ("SLURM_STEP_NODELIST", "n[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+            ("SLURM_DISTRIBUTION", "cyclic"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_GTIDS", "0,3"),
+            ("SLURM_STEP_RESV_PORTS", "12000-12003"),
+            ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+        ];
+        let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let mut settings = Settings {
+            frameworks: Frameworks {
+                tf: false,
+                torch: true,
+                jax: true,
+            },
+            ..Settings::default()
+        };
+        settings.set("host-template", "{}-ib").unwrap();
+        let step = Step::gather(&settings, &mut Vars(vars)).unwrap();
+        let injection = resolve(&settings, &step).unwrap();
+        assert_eq!(
+            vars_of(&injection),
+            [
+                // The node's GPUs: local rank 1 takes the second with set_device(1).
+                ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+                ("MASTER_ADDR", "n1-ib"),
+                ("MASTER_PORT", "12000"),
+                ("RANK", "3"),
+                ("WORLD_SIZE", "5"),
+                ("LOCAL_RANK", "1"),
+                ("LOCAL_WORLD_SIZE", "2"),
+                ("GROUP_RANK", "0"),
+                ("GROUP_WORLD_SIZE", "3"),
+                ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
+                ("JAX_NUM_PROCESSES", "5"),
+                ("JAX_PROCESS_ID", "3"),
+                // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0.
+                ("JAX_LOCAL_DEVICE_IDS", "2,3"),
+            ]
+        );
+        // With TF_CONFIG too, TF's tasks take ports 0 and 1 of each node:
+        // PyTorch's and JAX's come after them, so 4 reserved ports are needed.
+        settings.frameworks.tf = true;
+        let injection = resolve(&settings, &step).unwrap();
+        assert_eq!(injection.get("MASTER_PORT"), Some("12002"));
+        assert_eq!(
+            injection.get("JAX_COORDINATOR_ADDRESS"),
+            Some("n1-ib:12003")
+        );
+        let tf: serde_json::Value =
+            serde_json::from_str(injection.get("TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(
+            tf["cluster"]["worker"],
+            serde_json::json!([
+                "n1-ib:12000",
+                "n2-ib:12000",
+                "n3-ib:12000",
+                "n1-ib:12001",
+                "n2-ib:12001"
+            ])
+        );
+        let mut short = step.clone();
+        short.resv_ports = Some("12000-12002".into());
+        let e = resolve(&settings, &short).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Slurm reserved 3 port(s) (12000-12002) but"),
+            "{e}"
+        );
+    }
+
+    /// PyTorch's GROUP_RANK counts nodes in the order of their first rank:
+    /// rank 0's node (node3 here, last by name) is group 0.
+    #[test]
+    fn group_ranks_follow_the_ranks() {
+        let mut settings = Settings::default();
+        settings.frameworks.torch = true;
+        let injection = resolve(&settings, &het_task("1", "1", "1,2", "block")).unwrap();
+        assert_eq!(injection.get("MASTER_ADDR"), Some("node3"));
+        assert_eq!(injection.get("GROUP_RANK"), Some("1"));
+        assert_eq!(injection.get("LOCAL_WORLD_SIZE"), Some("2"));
+        assert_eq!(injection.get("TORCHELASTIC_RUN_ID"), None);
+    }
+
+    /// `chief:1,worker:2,evaluator:1`: the evaluator is the last rank, and no
+    /// task's cluster names it.
+    #[test]
+    fn the_evaluator_runs_beside_the_cluster() {
+        let settings = Settings {
+            roles: roles::RoleSpec::parse("chief:1,worker:2,evaluator:1").unwrap(),
+            ..Settings::default()
+        };
+        for (rank, task) in [
+            ("0", r#"{"type":"chief","index":0}"#),
+            ("3", r#"{"type":"evaluator","index":0}"#),
+        ] {
+            let vars = [
+                ("SLURM_PROCID", rank),
+                ("SLURM_STEP_NUM_TASKS", "4"),
+                ("SLURM_STEP_NODELIST", "n[1-2]"),
+                ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+            ];
+            let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+            let step = Step::gather(&settings, &mut Vars(vars)).unwrap();
+            let tf = resolve(&settings, &step).unwrap();
+            assert_eq!(
+                tf.get("TF_CONFIG").unwrap(),
+                format!(
+                    r#"{{"cluster":{{"chief":["n1:8888"],"worker":["n1:8889","n2:8888"]}},"task":{task}}}"#
+                )
+            );
         }
     }
 
@@ -395,7 +578,7 @@ mod tests {
     #[test]
     fn het_maps_are_merged_and_checked_against_the_rebuild() {
         let one = |list: &str| HostList::parse(list, 10).unwrap();
-        let nodelists = ["node3".to_string(), "node[1-2]".to_string()];
+        let nodelists = [one("node3"), one("node[1-2]")];
         let cyclic = TaskMap::from_components(
             5,
             0,
@@ -445,7 +628,8 @@ mod tests {
             het_task("1", "1", "1,2", "block"),
             het_task("3", "2", "3", "block"),
         ] {
-            let tf = resolve(&settings, &step).unwrap().tf_config;
+            let injection = resolve(&settings, &step).unwrap();
+            let tf = injection.get("TF_CONFIG").unwrap();
             assert!(tf.starts_with(want), "{tf}");
         }
         // A component really laid out cyclically is caught on its nodes.

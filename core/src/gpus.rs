@@ -92,6 +92,30 @@ impl GpuPlan {
         self.count = n as usize;
     }
 
+    /// The node's GPUs for every local task (PyTorch's rule), or None to
+    /// leave CUDA_VISIBLE_DEVICES.
+    pub fn whole(&self) -> Option<String> {
+        (self.per_task > 0).then(|| self.list.clone())
+    }
+
+    /// The GPUs of local task `local` as JAX numbers the visible ones: from 0
+    /// when the task sees its slice only, at the slice's place when it sees
+    /// the whole node (`whole`).
+    pub fn device_ids(&self, local: u32, whole: bool) -> Option<String> {
+        if self.per_task == 0 {
+            return None;
+        }
+        let first = if whole {
+            local as usize * self.per_task
+        } else {
+            0
+        };
+        let ids: Vec<String> = (first..first + self.per_task)
+            .map(|i| i.to_string())
+            .collect();
+        Some(ids.join(","))
+    }
+
     /// The CUDA_VISIBLE_DEVICES of local task `local`, or None to leave it.
     pub fn for_local(&self, local: u32) -> Option<String> {
         if self.per_task == 0 {

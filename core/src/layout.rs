@@ -4,14 +4,14 @@
 
 use std::collections::HashMap;
 
-use super::MAX_TASKS;
 use super::error::{Result, bail, shown};
 use super::hostlist::HostList;
 use super::number::parse_u32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Distribution {
     /// Fill each node in node-list order (Slurm's default).
+    #[default]
     Block,
     /// One task per node per round, skipping nodes that are full.
     Cyclic,
@@ -132,14 +132,14 @@ pub fn place_listed(
 pub fn het_order(
     hosts: &HostList,
     counts: &[u32],
-    components: &[String],
+    components: &[HostList],
 ) -> Result<(HostList, Vec<u32>)> {
     let index: HashMap<&str, usize> = hosts.iter().enumerate().map(|(i, h)| (h, i)).collect();
     let mut seen = vec![false; hosts.len()];
     let mut names = Vec::with_capacity(hosts.len());
     let mut ordered = Vec::with_capacity(hosts.len());
     for list in components {
-        for host in HostList::parse(list, MAX_TASKS as usize)?.iter() {
+        for host in list.iter() {
             // A component's allocation may hold nodes this step does not use.
             let Some(&i) = index.get(host) else { continue };
             if std::mem::replace(&mut seen[i], true) {
@@ -342,7 +342,7 @@ mod tests {
         let (order, counts) = het_order(
             &hosts("node[1-3]"),
             &[2, 1, 1],
-            &["node3".into(), "node[1-2]".into()],
+            &[hosts("node3"), hosts("node[1-2]")],
         )
         .unwrap();
         assert_eq!(
@@ -353,11 +353,11 @@ mod tests {
         let e = het_order(
             &hosts("node[1-3]"),
             &[2, 1, 1],
-            &["node[1-3]".into(), "node1".into()],
+            &[hosts("node[1-3]"), hosts("node1")],
         )
         .unwrap_err();
         assert!(e.to_string().contains("node1 is in two components"), "{e}");
-        let e = het_order(&hosts("node[1-3]"), &[2, 1, 1], &["node3".into()]).unwrap_err();
+        let e = het_order(&hosts("node[1-3]"), &[2, 1, 1], &[hosts("node3")]).unwrap_err();
         assert!(e.to_string().contains("do not cover"), "{e}");
     }
 }

@@ -17,8 +17,8 @@ pub mod task_map;
 pub mod tasks_per_node;
 pub mod tf_config;
 
+use cluster::required;
 pub use cluster::{Cluster, RankInfo, check_het_rebuild};
-use cluster::{parse_number, required};
 pub use error::{Error, Result};
 pub use settings::Settings;
 pub use step::{Source, Step};
@@ -31,22 +31,23 @@ use hostlist::HostList;
 /// any work scales with them.
 pub const MAX_TASKS: u32 = (tf_config::ENV_LIMIT / 6) as u32;
 
-/// What the plugin sets in one task's environment.
+/// What the plugin sets in one task's environment, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Injection {
-    pub tf_config: String,
-    /// None: leave CUDA_VISIBLE_DEVICES as Slurm set it.
-    pub cuda_visible_devices: Option<String>,
+    list: Vec<(&'static str, String)>,
 }
 
 impl Injection {
     /// The variables to set, in order.
     pub fn vars(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        std::iter::once(("TF_CONFIG", self.tf_config.as_str())).chain(
-            self.cuda_visible_devices
-                .as_deref()
-                .map(|v| ("CUDA_VISIBLE_DEVICES", v)),
-        )
+        self.list
+            .iter()
+            .map(|(name, value)| (*name, value.as_str()))
+    }
+
+    /// The value given to `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 }
 
@@ -58,6 +59,9 @@ pub fn check_before_launch(settings: &Settings, tasks: u32, nodelist: Option<&st
         bail!(
             "the step has {tasks} tasks; TF_CONFIG for more than {MAX_TASKS} cannot fit in one environment variable"
         );
+    }
+    if !settings.frameworks.tf {
+        return Ok(());
     }
     let roles = settings.roles.for_step(tasks)?;
     let shortest_host = nodelist
@@ -87,21 +91,22 @@ pub fn explain(step: &Step, injection: &Injection) -> String {
         Some(list) => format!("reserved {list}"),
         None => "from the port base".into(),
     };
-    let gpus = match &injection.cuda_visible_devices {
+    let gpus = match injection.get("CUDA_VISIBLE_DEVICES") {
         Some(list) => format!("CUDA_VISIBLE_DEVICES={list}"),
         None => "CUDA_VISIBLE_DEVICES untouched".into(),
     };
+    let names: Vec<&str> = injection.vars().map(|(name, _)| name).collect();
     format!(
-        "rank {} on {}: layout {layout}, ports {ports}, {gpus}, TF_CONFIG {} bytes",
-        step.procid.as_deref().unwrap_or("?"),
+        "rank {} on {}: layout {layout}, ports {ports}, {gpus}; set {}",
+        step.procid.map_or("?".into(), |r| r.to_string()),
         step.nodename.as_deref().unwrap_or("?"),
-        injection.tf_config.len()
+        names.join(" ")
     )
 }
 
 /// Resolves one task: its TF_CONFIG and CUDA_VISIBLE_DEVICES.
 pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
-    let rank = parse_number(required(&step.procid, "SLURM_PROCID")?, "SLURM_PROCID")?;
+    let rank = required(step.procid, "SLURM_PROCID")?;
     let cluster = Cluster::new(settings, step)?;
     cluster.injection(rank)
 }

@@ -5,6 +5,10 @@
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
 
+/// TensorFlow's side-car evaluator: a role of the step, but not of the
+/// cluster its TF_CONFIG describes (tensorflow#30121).
+pub const EVALUATOR: &str = "evaluator";
+
 /// Longest role name accepted (TensorFlow job names are short words).
 const MAX_NAME: usize = 64;
 

@@ -1,6 +1,7 @@
-//! The knobs of TensorFlow's SlurmClusterResolver, with their site defaults
-//! (plugstack.conf arguments) and per-step values (srun/sbatch/salloc options).
-//! Later sources win: built-in defaults < plugstack.conf < options.
+//! What a step asks for: the frameworks whose variables it wants (one option
+//! each), and the settings, with their site defaults (plugstack.conf
+//! arguments) and per-step values (srun/sbatch/salloc options). Later
+//! sources win: built-in defaults < plugstack.conf < options.
 
 use super::error::{Result, bail, shown};
 use super::gpus::MAX_GPUS;
@@ -13,22 +14,81 @@ pub const DEFAULT_PORT_BASE: u16 = 8888;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub roles: RoleSpec,
+    pub frameworks: Frameworks,
     pub port_base: u16,
     pub gpus_per_node: Option<u32>,
     pub gpus_per_task: Option<u32>,
     pub auto_set_gpu: bool,
     pub rpc_layer: Option<String>,
+    /// The name of each host on the fast network, `{}` standing for the
+    /// node's name (`{}-ib`: node1 → node1-ib).
+    pub host_template: Option<String>,
 }
+
+/// Whose variables a task gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frameworks {
+    /// TF_CONFIG (`--tf-cluster`).
+    pub tf: bool,
+    /// The torchrun contract: MASTER_ADDR, RANK, … (`--torch-cluster`).
+    pub torch: bool,
+    /// JAX's coordinator and devices (`--jax-cluster`).
+    pub jax: bool,
+}
+
+impl Default for Frameworks {
+    fn default() -> Self {
+        Frameworks {
+            tf: true,
+            torch: false,
+            jax: false,
+        }
+    }
+}
+
+/// An option that turns the plugin on for a step, one per framework
+/// (`--tf-cluster[=ROLE:N,…]`, `--torch-cluster`, `--jax-cluster`); a step
+/// may give several.
+pub struct Framework {
+    pub option: &'static str,
+    /// The argument's name: only `--tf-cluster` takes one, and optionally.
+    pub arg: Option<&'static str>,
+    pub help: &'static str,
+    pub set: fn(&mut Frameworks),
+}
+
+pub const FRAMEWORKS: [Framework; 3] = [
+    Framework {
+        option: "tf-cluster",
+        arg: Some("ROLE:N,..."),
+        help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
+        set: |f| f.tf = true,
+    },
+    Framework {
+        option: "torch-cluster",
+        arg: None,
+        help: "set PyTorch's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE",
+        set: |f| f.torch = true,
+    },
+    Framework {
+        option: "jax-cluster",
+        arg: None,
+        help: "set JAX's JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID and JAX_LOCAL_DEVICE_IDS",
+        set: |f| f.jax = true,
+    },
+];
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             roles: RoleSpec::AllWorkers,
+            frameworks: Frameworks::default(),
             port_base: DEFAULT_PORT_BASE,
             gpus_per_node: None,
             gpus_per_task: None,
             auto_set_gpu: true,
             rpc_layer: None,
+            host_template: None,
         }
     }
 }
@@ -36,6 +96,7 @@ impl Default for Settings {
 /// One setting. This table is the only declaration: the SPANK shell makes
 /// `--tf-<key>=<arg>` options of srun, sbatch and salloc from it, admins
 /// write `key=value` in plugstack.conf, and the CLI takes `--tf-<key>`.
+/// Adding one is an entry here, a field of [`Settings`] and a test.
 pub struct Setting {
     pub key: &'static str,
     /// The argument's name in `--help`.
@@ -44,17 +105,8 @@ pub struct Setting {
     set: fn(&mut Settings, &str) -> std::result::Result<(), String>,
 }
 
-/// The option that turns the plugin on, with the step's roles: a step gives
-/// it (`--tf-cluster[=ROLE:N,…]`), a site cannot.
-pub const CLUSTER: Setting = Setting {
-    key: "cluster",
-    arg: "ROLE:N,...",
-    help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
-    set: |_, _| Err("is given per step (--tf-cluster), not as a setting".into()),
-};
-
-/// Every setting but the role spec.
-pub const SETTINGS: [Setting; 5] = [
+/// Every setting.
+pub const SETTINGS: [Setting; 6] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -109,6 +161,25 @@ pub const SETTINGS: [Setting; 5] = [
                 return Err(format!("{}: not an rpc layer name such as grpc", shown(v)));
             }
             s.rpc_layer = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Setting {
+        key: "host-template",
+        arg: "TEMPLATE",
+        help: "each host's name on the fast network, {} being the node's name, e.g. {}-ib (default: the node's name)",
+        set: |s, v| {
+            let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+            let ok = v.len() <= 64
+                && v.matches("{}").count() == 1
+                && v.replace("{}", "").chars().all(name);
+            if !ok {
+                return Err(format!(
+                    "{}: not a host name template with one {{}} for the node's name, such as {{}}-ib",
+                    shown(v)
+                ));
+            }
+            s.host_template = Some(v.to_string());
             Ok(())
         },
     },
@@ -168,13 +239,16 @@ mod tests {
                 "gpus-per-node",
                 "gpus-per-task",
                 "auto-set-gpu",
-                "rpc-layer"
+                "rpc-layer",
+                "host-template"
             ]
         );
-        for s in SETTINGS.iter().chain([&CLUSTER]) {
+        for s in &SETTINGS {
             assert!(!s.arg.is_empty() && !s.help.is_empty(), "{}", s.key);
         }
         assert!(Settings::default().set("cluster", "ps:1").is_err());
+        let options: Vec<&str> = FRAMEWORKS.iter().map(|f| f.option).collect();
+        assert_eq!(options, ["tf-cluster", "torch-cluster", "jax-cluster"]);
     }
 
     #[test]
@@ -185,8 +259,10 @@ mod tests {
             "gpus-per-task=2",
             "auto-set-gpu=false",
             "rpc-layer=grpc+verbs",
+            "host-template={}-ib",
         ])
         .unwrap();
+        assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
         assert_eq!(s.port_base, 9000);
         assert_eq!(s.gpus_per_node, Some(4));
         assert_eq!(s.gpus_per_task, Some(2));
@@ -221,6 +297,12 @@ mod tests {
                 "unknown key \"colour\" (known: port-base, gpus-per-node",
             ),
             ("port-base", "\"port-base\" is not key=value"),
+            (
+                "host-template=-ib",
+                "host-template=\"-ib\": not a host name template",
+            ),
+            ("host-template={}-{}", "not a host name template"),
+            ("host-template={}/ib", "not a host name template"),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
             assert!(e.starts_with("plugstack.conf argument"), "{arg}: {e}");

@@ -2,11 +2,14 @@
 //! slurmstepd hands them to the task (the CLI twin reads the same names from
 //! its own environment).
 
-use super::error::{Result, bail, shown};
+use super::error::{Error, Result, bail, shown};
 use super::gpus;
+use super::hostlist::HostList;
+use super::layout::Distribution;
 use super::number::parse_u32;
 use super::settings::Settings;
 use super::task_map::{self, Found, TaskMap, Verdict};
+use super::{MAX_TASKS, tasks_per_node};
 
 /// Components a heterogeneous step may have (Slurm's own limit is 128).
 const MAX_HET_COMPONENTS: u32 = 128;
@@ -41,27 +44,28 @@ pub trait Source {
     }
 }
 
+/// One task's facts, parsed: malformed values are refused here, with the
+/// variable's name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Step {
     /// SLURM_PROCID: the global rank (het-aware, unlike S_TASK_GLOBAL_ID).
-    pub procid: Option<String>,
+    pub procid: Option<u32>,
     /// SLURM_STEP_NUM_TASKS.
-    pub num_tasks: Option<String>,
+    pub num_tasks: Option<u32>,
     /// SLURM_STEP_NODELIST: sorted by Slurm, not in rank order.
-    pub nodelist: Option<String>,
+    pub hosts: Option<HostList>,
     /// SLURM_STEP_TASKS_PER_NODE, in node-list order.
-    pub tasks_per_node: Option<String>,
-    /// SLURM_DISTRIBUTION, set only with `srun -m`.
-    pub distribution: Option<String>,
-    /// SLURM_DIST_PLANESIZE, for `-m plane=N`.
-    pub plane_size: Option<String>,
+    pub tasks_per_node: Option<Vec<u32>>,
+    /// SLURM_DISTRIBUTION (set only with `srun -m`) and SLURM_DIST_PLANESIZE;
+    /// read only without srun's map.
+    pub distribution: Distribution,
     /// SLURM_NODEID: this node's index in the node list.
-    pub node_id: Option<String>,
+    pub node_id: Option<u32>,
     /// SLURM_GTIDS: the global ids of the tasks on this node, the ground truth.
-    pub gtids: Option<String>,
-    /// SLURM_STEP_RESV_PORTS.
+    pub gtids: Option<Vec<u32>>,
+    /// SLURM_STEP_RESV_PORTS, as Slurm writes it (read by ports::ports).
     pub resv_ports: Option<String>,
-    /// CUDA_VISIBLE_DEVICES as Slurm's gres set it.
+    /// CUDA_VISIBLE_DEVICES as Slurm's gres set it (read by gpus).
     pub cuda_visible_devices: Option<String>,
     /// SLURMD_TRES_BIND is set: Slurm already bound GPUs per task.
     pub gpus_bound_by_slurm: bool,
@@ -69,9 +73,9 @@ pub struct Step {
     pub node_gpus: Option<u32>,
     /// SLURM_JOB_NODELIST_HET_GROUP_k of each component of a heterogeneous
     /// step, in component order (the order its ranks follow); empty otherwise.
-    pub het_nodelists: Vec<String>,
-    /// The contents of SLURM_HOSTFILE, read for an arbitrary distribution.
-    pub hostfile: Option<String>,
+    pub het_nodelists: Vec<HostList>,
+    /// The hosts of SLURM_HOSTFILE, read for an arbitrary distribution.
+    pub hostfile: Option<HostList>,
     /// SLURMD_NODENAME: the node this task runs on, set by slurmd.
     pub nodename: Option<String>,
     /// srun's task map for this very step ([`task_map::VAR`]); a map made for
@@ -81,7 +85,7 @@ pub struct Step {
     pub verdict: Option<Verdict>,
     /// SLURM_TOPOLOGY_ADDR_PATTERN (`node`, or `switch.switch.node` under
     /// topology/tree), read only where Slurm fills the nodes of a block
-    /// distribution in topology order (the cfg build.rs sets from 25.05 on).
+    /// distribution in topology order ([`Source::blocks_follow_topology`]).
     pub block_topology: Option<String>,
 }
 
@@ -96,14 +100,19 @@ impl Step {
             });
         }
         let mut step = Step {
-            procid: source.var("SLURM_PROCID")?,
-            num_tasks: source.var("SLURM_STEP_NUM_TASKS")?,
-            nodelist: source.var("SLURM_STEP_NODELIST")?,
-            tasks_per_node: source.var("SLURM_STEP_TASKS_PER_NODE")?,
-            distribution: None,
-            plane_size: None,
-            node_id: source.var("SLURM_NODEID")?,
-            gtids: source.var("SLURM_GTIDS")?,
+            procid: number(source, "SLURM_PROCID")?,
+            num_tasks: number(source, "SLURM_STEP_NUM_TASKS")?,
+            hosts: source
+                .var("SLURM_STEP_NODELIST")?
+                .map(|list| hosts(&list, "SLURM_STEP_NODELIST"))
+                .transpose()?,
+            tasks_per_node: source
+                .var("SLURM_STEP_TASKS_PER_NODE")?
+                .map(|text| tasks_per_node::parse(&text, MAX_TASKS as usize))
+                .transpose()?,
+            distribution: Distribution::Block,
+            node_id: number(source, "SLURM_NODEID")?,
+            gtids: source.var("SLURM_GTIDS")?.map(|g| gtids(&g)).transpose()?,
             resv_ports: source.var("SLURM_STEP_RESV_PORTS")?,
             cuda_visible_devices: source.var("CUDA_VISIBLE_DEVICES")?,
             gpus_bound_by_slurm: source.var("SLURMD_TRES_BIND")?.is_some(),
@@ -119,22 +128,21 @@ impl Step {
         // could also set: each is only a hint, checked against SLURM_GTIDS
         // and SLURMD_NODENAME. With the map none of them is read.
         if step.task_map.is_none() {
-            step.distribution = source.var("SLURM_DISTRIBUTION")?;
-            step.plane_size = source.var("SLURM_DIST_PLANESIZE")?;
+            let dist = source.var("SLURM_DISTRIBUTION")?;
+            let plane = source.var("SLURM_DIST_PLANESIZE")?;
+            step.distribution = Distribution::from_env(dist.as_deref(), plane.as_deref())?;
             step.het_nodelists = het_nodelists(source)?;
             if source.blocks_follow_topology() {
                 step.block_topology = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
             }
-        }
-        if let Some(dist) = &step.distribution
-            && dist.starts_with("arbitrary")
-        {
-            let Some(path) = source.var("SLURM_HOSTFILE")? else {
-                bail!(
-                    "the layout of an arbitrary distribution is only known from SLURM_HOSTFILE, which is not set"
-                );
-            };
-            step.hostfile = Some(source.read_file(&path)?);
+            if step.distribution == Distribution::Arbitrary && step.het_nodelists.is_empty() {
+                let Some(path) = source.var("SLURM_HOSTFILE")? else {
+                    bail!(
+                        "the layout of an arbitrary distribution is only known from SLURM_HOSTFILE, which is not set"
+                    );
+                };
+                step.hostfile = Some(hostfile_hosts(&source.read_file(&path)?)?);
+            }
         }
         if gpus::needs_probe(
             settings,
@@ -145,6 +153,43 @@ impl Step {
         }
         Ok(step)
     }
+}
+
+/// The variable `name` as a plain count.
+fn number(source: &mut impl Source, name: &str) -> Result<Option<u32>> {
+    match source.var(name)? {
+        None => Ok(None),
+        Some(text) => match parse_u32(&text) {
+            Some(n) => Ok(Some(n)),
+            None => bail!("{name} is {}, not a number", shown(&text)),
+        },
+    }
+}
+
+/// A host list named by the variable `name`.
+fn hosts(list: &str, name: &str) -> Result<HostList> {
+    HostList::parse(list, MAX_TASKS as usize).map_err(|e| Error::new(format!("{name}: {e}")))
+}
+
+/// SLURM_GTIDS: comma-separated task ids.
+fn gtids(text: &str) -> Result<Vec<u32>> {
+    text.split(',')
+        .take(MAX_TASKS as usize + 1)
+        .map(|id| match parse_u32(id) {
+            Some(n) => Ok(n),
+            None => bail!("SLURM_GTIDS is {}, not a list of task ids", shown(text)),
+        })
+        .collect()
+}
+
+/// SLURM_HOSTFILE: one host name or hostlist per line, `#` comments.
+fn hostfile_hosts(text: &str) -> Result<HostList> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or_default().trim())
+        .filter(|l| !l.is_empty())
+        .collect();
+    hosts(&lines.join(","), "SLURM_HOSTFILE")
 }
 
 /// srun's map or verdict for this step, if srun left one.
@@ -167,7 +212,7 @@ fn from_srun(source: &mut impl Source) -> Result<(Option<TaskMap>, Option<Verdic
 
 /// The node list of each component of a heterogeneous step (Slurm 22.05 says
 /// PACK where later releases say HET).
-fn het_nodelists(source: &mut impl Source) -> Result<Vec<String>> {
+fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
     let size = match source.var("SLURM_HET_SIZE")? {
         Some(n) => n,
         None => match source.var("SLURM_PACK_SIZE")? {
@@ -183,9 +228,9 @@ fn het_nodelists(source: &mut impl Source) -> Result<Vec<String>> {
         .map(|k| {
             let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
             match source.var(&het)? {
-                Some(list) => Ok(list),
+                Some(list) => hosts(&list, &het),
                 None => match source.var(&format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? {
-                    Some(list) => Ok(list),
+                    Some(list) => hosts(&list, &het),
                     None => bail!("heterogeneous step without {het}"),
                 },
             }

@@ -58,8 +58,8 @@ fuzz_target!(|text: &str| {
     }
     let Ok(step) = Step::gather(&settings, &mut Input(lines)) else { return };
     let Ok(injection) = resolve(&settings, &step) else { return };
-    let tf: serde_json::Value = serde_json::from_str(&injection.tf_config).expect("TF_CONFIG is JSON");
+    let tf: serde_json::Value = serde_json::from_str(injection.get("TF_CONFIG").unwrap()).expect("TF_CONFIG is JSON");
     let (kind, index) = (tf["task"]["type"].as_str().unwrap(), tf["task"]["index"].as_u64().unwrap());
     assert!(tf["cluster"][kind].as_array().unwrap().len() as u64 > index);
-    assert!(injection.tf_config.len() + "TF_CONFIG=".len() < 131_072);
+    assert!(injection.get("TF_CONFIG").unwrap().len() + "TF_CONFIG=".len() < 131_072);
 });

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use super::bindings as sys;
 use super::handle::{self, Spank, callback};
 use super::{fault, logger, options, srun};
+use crate::core::settings::Frameworks;
 use crate::core::task_map::{self, Verdict};
 use crate::core::{self, Error, Result, Settings, Source, Step};
 
@@ -99,15 +100,16 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
     guard("option", None, || {
         // SAFETY: Slurm passes NULL or a NUL-terminated option value.
         let value = unsafe { handle::option_value(optarg) }?;
-        match options::setting_of(val) {
-            None => {
+        match options::given(val) {
+            Some(options::Given::Cluster) => {
                 CLUSTER_CALLS.fetch_add(1, Ordering::Relaxed);
                 if value != OFF {
                     core::roles::RoleSpec::parse(&value)?;
                 }
                 Ok(())
             }
-            Some(setting) => Settings::default()
+            Some(options::Given::Framework) | None => Ok(()),
+            Some(options::Given::Setting(setting)) => Settings::default()
                 .set(setting.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}"))),
         }
@@ -233,14 +235,31 @@ impl Source for Task<'_, '_> {
 /// options), or None when the step did not ask for the plugin or said
 /// `--tf-cluster=off`.
 fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
-    let Some(spec) = spank.getopt(options::cluster())? else {
-        return Ok(None);
+    let mut frameworks = Frameworks {
+        tf: false,
+        torch: false,
+        jax: false,
     };
-    if spec == OFF {
+    let mut spec = None;
+    for (framework, option) in options::frameworks() {
+        match spank.getopt(option)? {
+            // `--tf-cluster=off`: this step wants no TF_CONFIG.
+            Some(value) if value == OFF => {}
+            Some(value) => {
+                (framework.set)(&mut frameworks);
+                if framework.arg.is_some() {
+                    spec = Some(value);
+                }
+            }
+            None => {}
+        }
+    }
+    if !(frameworks.tf || frameworks.torch || frameworks.jax) {
         return Ok(None);
     }
     let mut settings = Settings::from_admin_args(spank.args()?)?;
-    settings.roles = core::roles::RoleSpec::parse(&spec)?;
+    settings.roles = core::roles::RoleSpec::parse(spec.as_deref().unwrap_or(""))?;
+    settings.frameworks = frameworks;
     for (setting, option) in options::settings() {
         if let Some(value) = spank.getopt(option)? {
             settings

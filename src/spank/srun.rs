@@ -6,8 +6,9 @@
 
 use super::handle::Spank;
 use super::{fault, layout};
+use crate::core::hostlist::HostList;
 use crate::core::task_map::{self, MAX_LEN, Verdict};
-use crate::core::{self, Error, Result, Settings};
+use crate::core::{self, Error, MAX_TASKS, Result, Settings};
 
 /// Where srun runs, as its environment said at its start.
 #[derive(Clone, Copy)]
@@ -150,7 +151,10 @@ fn het_map_for(
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
     core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
-    let nodelists: Vec<String> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
+    let nodelists = components
+        .iter()
+        .map(|(_, nodes)| HostList::parse(nodes, MAX_TASKS as usize))
+        .collect::<Result<Vec<_>>>()?;
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);
     log::info!(

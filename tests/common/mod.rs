@@ -199,13 +199,19 @@ impl Run {
     pub fn assert_refused(&self, why: &str) {
         assert_ne!(self.code, Some(0), "step should fail");
         assert!(self.tasks.is_empty(), "tasks ran: {:?}", self.tasks);
-        let lines: Vec<&str> = self
-            .stderr
-            .lines()
-            .filter(|l| l.contains("tf-cluster:"))
-            .collect();
+        let lines = self.messages();
         assert_eq!(lines.len(), 1, "want one tf-cluster line: {}", self.stderr);
         assert!(lines[0].contains(why), "want {why:?} in {:?}", lines[0]);
+    }
+
+    /// The `tf-cluster:` messages of the run's stderr: see [`messages`].
+    pub fn messages(&self) -> Vec<&str> {
+        messages(&self.stderr)
+    }
+
+    /// The step ran `n` tasks, all workers with the default port base.
+    pub fn assert_workers(&self, n: u32) -> &Self {
+        self.assert_ran(n).assert_tf_config(&[("worker", n)], 8888)
     }
 
     /// Every task's TF_CONFIG is the one Slurm's real placement implies for
@@ -272,6 +278,14 @@ impl Run {
     pub fn hosts(&self) -> Vec<&str> {
         self.tasks.iter().map(|t| t.host.as_str()).collect()
     }
+}
+
+/// The plugin's messages in `text`, one a `tf-cluster:` line, in order, with
+/// what stands before them (Slurm's `srun: error: ` and the like) stripped.
+pub fn messages(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.split_once("tf-cluster: ").map(|(_, m)| m))
+        .collect()
 }
 
 /// `12001,12003-12005` → the ports, as Slurm lists them.
