@@ -198,6 +198,13 @@ impl Step {
         );
         let nodes: BTreeSet<u32> = self.node_id.values().copied().collect();
         assert_eq!(nodes.len(), counts.len(), "one SLURM_NODEID per host");
+        // Group (node) index: nodes in the order of their first rank, as
+        // torchrun numbers its agents (rank 0's node is group 0).
+        let mut groups = BTreeMap::new();
+        for t in &self.run.tasks {
+            let next = groups.len();
+            groups.entry(t.host.as_str()).or_insert(next);
+        }
         let weights = &self.result[&0]["weights_sha256"];
         for task in &self.run.tasks {
             let r = &self.result[&task.rank];
@@ -220,7 +227,7 @@ impl Step {
             );
             assert_eq!(
                 r["group_rank"],
-                s(self.node_id[&task.rank].to_string()),
+                s(groups[task.host.as_str()].to_string()),
                 "{ctx}"
             );
             assert_eq!(r["group_world_size"], s(counts.len().to_string()), "{ctx}");
@@ -363,8 +370,9 @@ fn jax_allreduce_heterogeneous_step() {
 /// All three at once: one MASTER_ADDR:MASTER_PORT and one JAX coordinator for
 /// the whole step, both on rank 0's host, with ports that differ from each
 /// other and from every TF_CONFIG port on that host (rank 0 listens on all of
-/// them there). Slurm reserves tasks-per-node + 1 ports here, so not all three
-/// can be reserved ones: which come from the port base is the plugin's choice.
+/// them there). Slurm reserves tasks-per-node + 1 ports by default, one short
+/// of TF's two plus PyTorch's and JAX's (the plugin refuses that), so the step
+/// asks for 4.
 #[test]
 fn torch_jax_and_tf_ports_are_distinct() {
     let _t = testbed();
@@ -373,6 +381,7 @@ fn torch_jax_and_tf_ports_are_distinct() {
         &[
             "-N3",
             "--ntasks-per-node=2",
+            "--resv-ports=4",
             "--tf-cluster=worker:6",
             "--torch-cluster",
             "--jax-cluster",
@@ -427,6 +436,11 @@ fn torch_jax_and_tf_ports_are_distinct() {
     );
     let (tp, jp) = (port_of(torch0), port_of(jax0));
     assert_ne!(tp, jp, "MASTER_PORT and the JAX coordinator share a port");
+    let reserved = s.reserved(0);
+    assert!(
+        reserved.contains(&tp) && reserved.contains(&jp),
+        "torch {tp} / jax {jp} not among the reserved {reserved:?}"
+    );
     assert!(
         !tf_on_rank0_host.contains(&tp) && !tf_on_rank0_host.contains(&jp),
         "torch {tp} / jax {jp} among the TF ports {tf_on_rank0_host:?} on {}",
