@@ -250,7 +250,7 @@ impl Cluster {
                 ("MASTER_ADDR", coordinator.to_string()),
                 ("MASTER_PORT", self.ports[port].to_string()),
                 ("RANK", rank.to_string()),
-                ("WORLD_SIZE", world.clone()),
+                ("WORLD_SIZE", world),
                 ("LOCAL_RANK", p.local.to_string()),
                 ("LOCAL_WORLD_SIZE", self.counts[p.node as usize].to_string()),
                 ("GROUP_RANK", self.groups[p.node as usize].to_string()),
@@ -259,14 +259,13 @@ impl Cluster {
             port += 1;
         }
         if f.jax {
-            vars.extend([
-                (
-                    "JAX_COORDINATOR_ADDRESS",
-                    format!("{coordinator}:{}", self.ports[port]),
-                ),
-                ("JAX_NUM_PROCESSES", world),
-                ("JAX_PROCESS_ID", rank.to_string()),
-            ]);
+            // JAX takes the process count and id from SLURM_NTASKS and
+            // SLURM_PROCID itself (global in heterogeneous steps too); its
+            // own choice of coordinator is the node list's first host.
+            vars.push((
+                "JAX_COORDINATOR_ADDRESS",
+                format!("{coordinator}:{}", self.ports[port]),
+            ));
             if let Some(ids) = self.gpus.device_ids(p.local, f.torch) {
                 vars.push(("JAX_LOCAL_DEVICE_IDS", ids));
             }
@@ -493,8 +492,6 @@ mod tests {
                 ("GROUP_RANK", "0"),
                 ("GROUP_WORLD_SIZE", "3"),
                 ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
-                ("JAX_NUM_PROCESSES", "5"),
-                ("JAX_PROCESS_ID", "3"),
                 // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0.
                 ("JAX_LOCAL_DEVICE_IDS", "2,3"),
             ]

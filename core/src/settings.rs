@@ -73,7 +73,7 @@ pub const FRAMEWORKS: [Framework; 3] = [
     Framework {
         option: "jax-cluster",
         arg: None,
-        help: "set JAX's JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID and JAX_LOCAL_DEVICE_IDS",
+        help: "set JAX's JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS",
         set: |f| f.jax = true,
     },
 ];
