@@ -40,7 +40,10 @@ fn main() {
     println!(
         "cargo:rustc-env=TF_CLUSTER_BUILD_ID={}{}",
         build_id(&root),
-        features.iter().map(|f| format!(" +{f}")).collect::<String>()
+        features
+            .iter()
+            .map(|f| format!(" +{f}"))
+            .collect::<String>()
     );
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
     if version >= 0x19_05_00 {

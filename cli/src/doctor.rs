@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use tf_cluster_core::Settings;
 use crate::elf::{self, PluginInfo};
+use tf_cluster_core::Settings;
 
 /// Where Slurm looks for slurm.conf when SLURM_CONF is not set (Debian's and
 /// SchedMD's builds).

@@ -197,8 +197,18 @@ mod tests {
             .arg(&src)
             .output()
             .expect("cc runs");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(Command::new("strip").arg(&so).status().expect("strip runs").success());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            Command::new("strip")
+                .arg(&so)
+                .status()
+                .expect("strip runs")
+                .success()
+        );
         std::fs::read(&so).unwrap()
     }
 
@@ -223,7 +233,10 @@ mod tests {
         assert_eq!(info.build_id.as_deref(), Some("9.9.9 src 00ff"));
         let elf = Elf::parse(&data).unwrap();
         assert_eq!(elf.u32_symbol("zeroed").unwrap(), Some(0));
-        assert_eq!(elf.str_symbol("plugin_type").unwrap().as_deref(), Some("spank"));
+        assert_eq!(
+            elf.str_symbol("plugin_type").unwrap().as_deref(),
+            Some("spank")
+        );
         assert_eq!(elf.symbol("absent").unwrap(), None);
         // A symbol of the wrong size is an error, not a number.
         assert!(elf.u32_symbol("plugin_name").is_err());
