@@ -7,6 +7,8 @@
 use std::env;
 use std::path::{Path, PathBuf};
 
+include!("buildinfo.rs");
+
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     let include = env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
@@ -28,6 +30,21 @@ fn main() {
     // What differs between the Slurm releases this builds for (22.05, 24.11,
     // 26.05) is behaviour, not the part of spank.h used here; it becomes a cfg.
     let version = slurm_version(&version_h);
+    // The build id the plugin exports (src/build_id.rs), the CLI's plus the
+    // features: a fault-injection build is another build.
+    let mut features: Vec<String> = env::vars()
+        .filter_map(|(k, _)| k.strip_prefix("CARGO_FEATURE_").map(|f| f.to_lowercase()))
+        .collect();
+    features.sort();
+    let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
+    println!(
+        "cargo:rustc-env=TF_CLUSTER_BUILD_ID={}{}",
+        build_id(&root),
+        features
+            .iter()
+            .map(|f| format!(" +{f}"))
+            .collect::<String>()
+    );
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
     if version >= 0x19_05_00 {
         // From 25.05 on (measured: 26.05; 22.05 and 24.11 do not), a topology

@@ -35,6 +35,8 @@ export TFC_PREFIX=${TFC_PREFIX:-tfcperf}
 [ "$TFC_PREFIX" != tfc ] || { echo "launch-bench: use a prefix other than tfc" >&2; exit 2; }
 RUN_DIR=$here/run-$TFC_PREFIX
 export TFC_PLUGIN_DIR=$RUN_DIR/plugin
+# No package there: the testbed loads the bare .so copied below (testbed.sh).
+export TFC_DEB_DIR=$RUN_DIR/no-deb
 SPEC=chief:1,worker:5
 testbed() { "$here/testbed.sh" "$@"; }
 note() { echo "launch-bench: $*" >&2; }

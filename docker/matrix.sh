@@ -10,12 +10,15 @@
 #        base image debian:S (debootstrap when absent), node image tfc-node:S, and
 #        the /usr/include/slurm of the image's libslurm-dev copied out
 #   2. SLURM_INCLUDE_DIR=target/slurm-S/include CARGO_TARGET_DIR=target/slurm-S \
-#        cargo build --release --lib [--features fault-injection]
-#        the plugin, and the fault-injection build tests/testbed_hardening.rs
-#        loads, into target/slurm-S/release (built with this host's Rust: its
-#        glibc is older than any suite's, so the .so loads in each)
+#        cargo build --release --lib --features fault-injection, then
+#        packaging/deb.sh target/slurm-S/deb
+#        the fault-injection build tests/testbed_hardening.rs loads (kept as
+#        target/slurm-S/release/libtf_cluster_fault.so), and the Debian package
+#        of the plugin and CLI for that Slurm, which every container of the
+#        testbed installs (built with this host's Rust: its glibc is older than
+#        any suite's, so the .so loads in each)
 #   3. TFC_SUITE=S TFC_PREFIX=tfc-ID-S TFC_PLUGIN_DIR=target/slurm-S/release \
-#        cargo test --release --test testbed --test testbed_… …
+#      TFC_DEB_DIR=target/slurm-S/deb cargo test --release --test testbed --test testbed_… …
 #        the test binaries are the host build's (they only drive srun through
 #        docker/testbed.sh); the testbed comes up on the first test and is
 #        removed afterwards (TFC_KEEP=1 keeps it)
@@ -51,18 +54,20 @@ flock -n 9 || { echo "matrix: another docker/matrix.sh is running in $repo" >&2;
 # Runs one suite; returns non-zero on the first failing stage.
 run_suite() {
     local suite=$1 dir=target/slurm-$1 t0=$SECONDS
-    local -a env=(TFC_SUITE="$suite" TFC_PREFIX="$prefix-$suite" TFC_PLUGIN_DIR="$dir/release")
+    local -a env=(TFC_SUITE="$suite" TFC_PREFIX="$prefix-$suite" TFC_PLUGIN_DIR="$dir/release"
+        TFC_DEB_DIR="$dir/deb")
     log "$suite" "image and Slurm headers (testbed $prefix-$suite)"
     env "${env[@]}" docker/testbed.sh headers "$dir/include" || return 1
     local v
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
     log "$suite" "plugin for Slurm $((v >> 16)).$(printf %02d $(((v >> 8) & 255))).$((v & 255))"
-    # The fault-injection build first, then the plugin: both in one target dir
-    # (the dependencies are built once), each .so copied out of cargo's way.
+    # The fault-injection build first, then the package (plugin and CLI): both in
+    # one target dir (the dependencies are built once), each .so copied out of
+    # cargo's way.
     SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" \
         cargo build --release --lib --features fault-injection || return 1
     install -m 755 "$dir/release/libtf_cluster.so" "$dir/release/.fault.so.tmp"
-    SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" cargo build --release --lib || return 1
+    SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
     mv "$dir/release/.fault.so.tmp" "$dir/release/libtf_cluster_fault.so"
     if cmp -s "$dir/release/libtf_cluster.so" "$dir/release/libtf_cluster_fault.so"; then
         log "$suite" "error: cargo left the fault-injection build in place of the plugin"

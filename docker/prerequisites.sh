@@ -6,11 +6,12 @@
 #   libclang-common-14-dev  clang's stddef.h, which slurm.h needs
 #   debootstrap   builds the testbed's base image when no registry is reachable
 #   valgrind      the memory checks (tests/memcheck.sh)
+#   rpm           rpmbuild and rpm: the RPM is built and inspected (packaging/rpm.sh, tests/packages.rs)
 #   docker        runs the testbed
 set -euo pipefail
 
 need=()
-for pkg in libslurm-dev libclang1-14 libclang-common-14-dev debootstrap valgrind; do
+for pkg in libslurm-dev libclang1-14 libclang-common-14-dev debootstrap valgrind rpm; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -5,4 +5,5 @@
 //! the thin shell slurmstepd and srun call into.
 
 use tf_cluster_core as core;
+mod build_id;
 mod spank;

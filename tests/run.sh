@@ -9,6 +9,9 @@ cd "$repo"
 
 bash docker/prerequisites.sh
 cargo build --release
+# The packages for this host's Slurm, which tests/packages.rs inspects.
+bash packaging/deb.sh >/dev/null
+bash packaging/rpm.sh >/dev/null
 # What needs no Slurm: the core and the CLI (every target), and the plugin's
 # own tests but the testbed binaries (tests/testbed*.rs).
 host_tests=()

@@ -1,5 +1,6 @@
 //! What the plugin exports is what Slurm's loader needs: the three plugin
-//! symbols and the hooks used, nothing else (no `init`, no job prolog).
+//! symbols and the hooks used, nothing else (no `init`, no job prolog), plus
+//! the build id `tf-cluster doctor` reads from the file.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -47,6 +48,7 @@ fn exports_only_the_plugin_symbols_and_used_hooks() {
         "slurm_spank_init",
         "slurm_spank_local_user_init",
         "slurm_spank_task_init",
+        "tf_cluster_build_id",
     ]
     .map(String::from)
     .into();

@@ -262,9 +262,7 @@ fn bad_plugstack_arguments() {
             "plugstack.conf argument gpus-per-node=\"many\"",
         ),
     ] {
-        bed.plugstack(&format!(
-            "required /opt/tf-cluster/libtf_cluster.so {arg}\n"
-        ));
+        bed.plugstack(&format!("required {} {arg}\n", common::PLUGIN));
         let run = srun(&["-N1", "-n1", "--tf-cluster"]);
         assert_ne!(run.code, Some(0), "{arg}");
         assert!(run.tasks.is_empty(), "{arg}");

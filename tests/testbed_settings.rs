@@ -145,7 +145,10 @@ fn cpu_only_step() {
 #[test]
 fn plugstack_arguments_are_site_defaults() {
     let bed = exclusive();
-    bed.plugstack("required /opt/tf-cluster/libtf_cluster.so port-base=2000 rpc-layer=grpc\n");
+    bed.plugstack(&format!(
+        "required {} port-base=2000 rpc-layer=grpc\n",
+        common::PLUGIN
+    ));
     let run = srun(&["-N1", "-n2", "--resv-ports=0", "--tf-cluster"]);
     run.assert_ran(2)
         .assert_tf_config_rpc(&[("worker", 2)], 2000, Some("grpc"));

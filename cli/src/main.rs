@@ -1,6 +1,10 @@
 //! The CLI twin of the plugin: reads one task's Slurm variables from its own
 //! environment, exactly as the plugin does in slurmstepd, and prints what the
-//! plugin would set (`env`) or the whole cluster (`explain`).
+//! plugin would set (`env`) or the whole cluster (`explain`); `doctor` checks
+//! a node's installation for admins.
+
+mod doctor;
+mod elf;
 
 use std::process::ExitCode;
 
@@ -13,7 +17,7 @@ use tf_cluster_core::{self as core, Cluster, Error, Result, Settings, Source, St
 #[derive(Parser)]
 #[command(
     name = "tf-cluster",
-    version,
+    version = env!("TF_CLUSTER_BUILD_ID"),
     about = "TF_CONFIG and CUDA_VISIBLE_DEVICES for a Slurm task, as the tf-cluster plugin sets them"
 )]
 struct Cli {
@@ -27,6 +31,10 @@ enum Command {
     Env(Options),
     /// Print a table of every rank: role, index, host:port and GPUs.
     Explain(Options),
+    /// Check this node's installation (plugstack.conf, the .so, Slurm's
+    /// version, site arguments, build, reserved ports). Exit 0: healthy,
+    /// 1: a problem that breaks srun or the plugin, 2: warnings only.
+    Doctor,
 }
 
 /// The plugin's options, from the core's tables: the frameworks'
@@ -141,7 +149,9 @@ impl Source for Environment {
 }
 
 fn run(cli: Cli) -> Result<String> {
-    let (Command::Env(options) | Command::Explain(options)) = &cli.command;
+    let (Command::Env(options) | Command::Explain(options)) = &cli.command else {
+        unreachable!("doctor is run by main");
+    };
     let settings = options.settings()?;
     let step = Step::gather(&settings, &mut Environment)?;
     match cli.command {
@@ -154,6 +164,7 @@ fn run(cli: Cli) -> Result<String> {
             Ok(serde_json::Value::Object(vars).to_string())
         }
         Command::Explain(_) => Ok(explain(&Cluster::new(&settings, &step)?)),
+        Command::Doctor => unreachable!("doctor is run by main"),
     }
 }
 
@@ -195,7 +206,13 @@ fn explain(cluster: &Cluster) -> String {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if let Command::Doctor = cli.command {
+        let report = doctor::diagnose(&mut doctor::System, env!("TF_CLUSTER_BUILD_ID"));
+        print!("{}", report.render());
+        return ExitCode::from(report.exit_code());
+    }
+    match run(cli) {
         Ok(out) => {
             println!("{out}");
             ExitCode::SUCCESS

@@ -3,7 +3,8 @@
 # docker/testbed.sh; run under tini as PID 1's child).
 #   entrypoint.sh ctl    munged + slurmctld -D   (controller and submit host)
 #   entrypoint.sh node   fake GPUs + munged + slurmd -D
-# Slurm config comes from /etc/slurm (a directory bind mount of docker/run/etc),
+# Slurm config comes from /etc/slurm (a directory bind mount of docker/run/etc;
+# /etc/slurm/plugstack.conf.d is this container's own, docker/run/plugstack.d/<host>),
 # the shared munge key from /tfc-run/munge.key, logs go to /var/log/slurm (a bind
 # mount of docker/run/log/<hostname>).
 set -euo pipefail
@@ -20,6 +21,19 @@ for _ in $(seq 50); do [ -S /run/munge/munge.socket.2 ] && break; sleep 0.1; don
 munge -n | unmunge >/dev/null || { log "munge self-test failed"; exit 1; }
 
 install -d -o slurm -g slurm -m 0755 /var/log/slurm /run/slurm
+
+# The tf-cluster package, when docker/testbed.sh mounted one: installed as an
+# admin would (apt resolves it against the Slurm installed here, offline), before
+# any daemon starts. Its postinst enables it in /etc/slurm/plugstack.conf.d/.
+debs=(/opt/tfc-deb/tf-cluster_*.deb)
+if [ -f "${debs[0]}" ]; then
+    log "installing ${debs[0]##*/}"
+    if ! out=$(DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${debs[@]}" 2>&1); then
+        echo "$out" >&2
+        log "apt-get install of the tf-cluster package failed"
+        exit 1
+    fi
+fi
 
 case "$role" in
 ctl)

@@ -22,13 +22,41 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The plugin builds the testbed mounts at /opt/tf-cluster: TFC_PLUGIN_DIR
-/// (docker/matrix.sh points it at the build for each Slurm version), else
-/// target/release.
+/// The plugin builds the testbed mounts at /opt/tf-cluster (the
+/// fault-injection build): TFC_PLUGIN_DIR (docker/matrix.sh points it at the
+/// build for each Slurm version), else target/release.
 pub fn plugin_dir() -> PathBuf {
     std::env::var_os("TFC_PLUGIN_DIR")
         .map(|d| repo().join(d))
         .unwrap_or_else(|| repo().join("target/release"))
+}
+
+/// Where the tf-cluster package puts the plugin on Debian (every container
+/// of the testbed installs the package at start).
+pub const PLUGIN: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so";
+
+/// The Debian package the testbed installs: the one tf-cluster_*.deb in
+/// TFC_DEB_DIR (docker/matrix.sh: the package for each Slurm version), else
+/// target/deb (`bash packaging/deb.sh`).
+pub fn deb() -> PathBuf {
+    let dir = std::env::var_os("TFC_DEB_DIR")
+        .map(|d| repo().join(d))
+        .unwrap_or_else(|| repo().join("target/deb"));
+    let debs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (bash packaging/deb.sh first)", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("tf-cluster_") && name.ends_with(".deb")
+        })
+        .collect();
+    assert_eq!(
+        debs.len(),
+        1,
+        "want one tf-cluster_*.deb in {}",
+        dir.display()
+    );
+    debs.into_iter().next().unwrap()
 }
 
 /// Brings the testbed up once per test run, with the network topology
@@ -37,12 +65,9 @@ pub fn plugin_dir() -> PathBuf {
 fn ensure_up(topology: Option<&str>) {
     static UP: OnceLock<()> = OnceLock::new();
     UP.get_or_init(|| {
-        let so = plugin_dir().join("libtf_cluster.so");
-        assert!(
-            so.exists(),
-            "{} is missing: run `cargo build --release` first",
-            so.display()
-        );
+        // The testbed installs this package in every container: the tests
+        // run the packaged plugin, never a bare .so.
+        deb();
         let mut up = Command::new(repo().join("docker/testbed.sh"));
         up.arg("up");
         match topology {
@@ -120,6 +145,24 @@ pub fn exec(cmd: &[&str]) -> Output {
         .output()
         .expect("running docker/testbed.sh exec")
 }
+
+/// Runs `cmd` as root in container `host` (`ctl`, `node1`…), with no time
+/// limit of its own beyond 120 s.
+pub fn on(host: &str, cmd: &[&str]) -> Output {
+    let mut c = Command::new(repo().join("docker/testbed.sh"));
+    if host == "ctl" {
+        c.arg("admin");
+    } else {
+        c.args(["node-exec", host]);
+    }
+    c.args(["timeout", "120"])
+        .args(cmd)
+        .output()
+        .expect("running docker/testbed.sh")
+}
+
+/// Every container of the testbed: the submit host first.
+pub const HOSTS: [&str; 4] = ["ctl", "node1", "node2", "node3"];
 
 /// What each task prints: its Slurm facts and the variables under test.
 pub const PROBE: &str = r#"printf 'TASK\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_PROCID" "$(hostname)" "$SLURM_LOCALID" "${SLURM_STEP_RESV_PORTS-<unset>}" "${CUDA_VISIBLE_DEVICES-<unset>}" "${TF_CONFIG-<unset>}""#;

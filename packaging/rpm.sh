@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the RPM of tf-cluster (packaging/rpm/tf-cluster.spec) from this
+# checkout, for the Slurm whose headers are installed:
+#
+#   bash packaging/rpm.sh [OUTDIR]        OUTDIR defaults to target/rpm
+#
+# -> OUTDIR/tf-cluster-<version>-1.slurm<MM.mm><dist>.<arch>.rpm (the only .rpm
+# left there). The source tarball (the checkout's files, as `git archive` of the
+# work tree would give) goes to OUTDIR/rpmbuild/SOURCES, so the same spec
+# builds from it on a RHEL-family machine. With rpm >= 4.18 the build runs in
+# the checkout (--build-in-place: cargo's target dir is reused), else from the
+# tarball.
+#
+# Environment: SLURM_INCLUDE_DIR (/usr/include), CARGO_TARGET_DIR,
+# RPMBUILD_ARGS (more rpmbuild arguments, e.g. for OpenHPC:
+# "--define 'slurm_pkg slurm-ohpc' --define 'slurm_devel_pkg slurm-devel-ohpc'").
+# On a machine whose rpm database does not hold Slurm (Debian with the `rpm`
+# package), BuildRequires cannot be checked and --nodeps is passed.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$repo"
+out=${1:-target/rpm}
+include=${SLURM_INCLUDE_DIR:-/usr/include}
+die() { echo "rpm: error: $*" >&2; exit 1; }
+command -v rpmbuild >/dev/null || die "rpmbuild is missing (Debian: apt-get install rpm; RHEL: dnf install rpm-build)"
+[ -f "$include/slurm/slurm_version.h" ] || die "$include/slurm/slurm_version.h not found (slurm-devel, or SLURM_INCLUDE_DIR)"
+
+version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+top=$out/rpmbuild
+rm -rf "$top"
+mkdir -p "$top"/{SOURCES,SPECS,BUILD,RPMS,SRPMS}
+
+# The source tarball: tracked and new files of the work tree, not target/.
+files=$(git ls-files --cached --others --exclude-standard)
+tar -czf "$top/SOURCES/tf-cluster-$version.tar.gz" --transform "s#^#tf-cluster-$version/#" $files
+
+args=(--define "_topdir $top" --define "tfc_version $version" --define "slurm_include_dir $include")
+rpm -q "$(rpm --eval '%{?slurm_devel_pkg}%{!?slurm_devel_pkg:slurm-devel}')" >/dev/null 2>&1 || args+=(--nodeps)
+if rpmbuild --help 2>/dev/null | grep -q -- --build-in-place; then args+=(--build-in-place); fi
+eval "extra=(${RPMBUILD_ARGS:-})"
+echo "rpm: building tf-cluster $version against $include" >&2
+rpmbuild -bb "${args[@]}" "${extra[@]}" packaging/rpm/tf-cluster.spec >"$top/build.log" 2>&1 ||
+    { tail -n 30 "$top/build.log" >&2; die "rpmbuild failed (log: $top/build.log)"; }
+rm -f "$out"/tf-cluster-*.rpm
+find "$top/RPMS" -name 'tf-cluster-*.rpm' -exec mv {} "$out/" \;
+rpm=$(ls "$out"/tf-cluster-*.rpm)
+echo "rpm: $rpm ($(stat -c %s "$rpm") bytes)" >&2
+echo "$rpm"

@@ -1,0 +1,131 @@
+//! The packages as built on this host (tests/run.sh builds both first:
+//! `bash packaging/deb.sh` into target/deb, `bash packaging/rpm.sh` into
+//! target/rpm): where the files go and which Slurm release they require, the
+//! release taken from the headers they were built against.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn only(dir: &str, ext: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e}: build the package first (tests/run.sh does)",
+                dir.display()
+            )
+        })
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(ext))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "want one *{ext} in {}: {found:?}",
+        dir.display()
+    );
+    found.into_iter().next().unwrap()
+}
+
+fn run(cmd: &str, args: &[&str], file: &PathBuf) -> String {
+    let out = Command::new(cmd).args(args).arg(file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `MM.mm` of the headers on this host, and the release after it.
+fn release() -> (String, String) {
+    let include = std::env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
+    let text = std::fs::read_to_string(format!("{include}/slurm/slurm_version.h")).unwrap();
+    let hex = text
+        .lines()
+        .find_map(|l| l.strip_prefix("#define SLURM_VERSION_NUMBER 0x"))
+        .unwrap();
+    let v = u32::from_str_radix(hex.trim(), 16).unwrap();
+    let (major, minor) = (v >> 16, (v >> 8) & 255);
+    (
+        format!("{major}.{minor:02}"),
+        format!("{major}.{:02}", minor + 1),
+    )
+}
+
+#[test]
+fn rpm_files_and_requirements() {
+    let rpm = only("target/rpm", ".rpm");
+    let (release, next) = release();
+    let files = run("rpm", &["-qlp"], &rpm);
+    let files: Vec<&str> = files.lines().collect();
+    for want in [
+        "/usr/lib64/slurm/tf_cluster.so",
+        "/usr/bin/tf-cluster",
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+    ] {
+        assert!(files.contains(&want), "{want} not in {files:?}");
+    }
+    // The snippet is an admin's file: kept on upgrade, set aside on removal.
+    let config = run(
+        "rpm",
+        &["-qp", "--qf", "[%{FILEFLAGS:fflags} %{FILENAMES}\n]"],
+        &rpm,
+    );
+    assert!(
+        config
+            .lines()
+            .any(|l| l == "cn /etc/slurm/plugstack.conf.d/tf-cluster.conf"),
+        "{config}"
+    );
+    let requires = run("rpm", &["-qp", "--requires"], &rpm);
+    let requires: Vec<&str> = requires.lines().map(str::trim).collect();
+    assert!(
+        requires.contains(&format!("slurm >= {release}").as_str()),
+        "{requires:?}"
+    );
+    assert!(
+        requires.contains(&format!("slurm < {next}").as_str()),
+        "{requires:?}"
+    );
+    let name = run("rpm", &["-qp", "--qf", "%{NAME} %{RELEASE}"], &rpm);
+    assert!(
+        name.starts_with(&format!("tf-cluster 1.slurm{release}")),
+        "{name}"
+    );
+}
+
+#[test]
+fn deb_files_and_dependencies() {
+    let deb = only("target/deb", ".deb");
+    let (release, next) = release();
+    let listing = run("dpkg-deb", &["-c"], &deb);
+    for want in [
+        "./usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so",
+        "./usr/bin/tf-cluster",
+        "./usr/share/tf-cluster/tf-cluster.conf",
+        "./usr/share/doc/tf-cluster/copyright",
+    ] {
+        assert!(
+            listing.lines().any(|l| l.ends_with(want)),
+            "{want} not in {listing}"
+        );
+    }
+    // Nothing in /etc: the snippet is managed by the maintainer scripts.
+    assert!(!listing.contains(" ./etc/"), "{listing}");
+    let field = |f: &str| {
+        run("dpkg-deb", &["-f"], &deb.clone())
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{f}: ")).map(str::to_string))
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        field("Pre-Depends"),
+        format!("slurm-wlm-basic-plugins (>= {release}), slurm-wlm-basic-plugins (<< {next}~)")
+    );
+    assert!(
+        field("Version").ends_with(&format!("+slurm{release}")),
+        "{}",
+        field("Version")
+    );
+}
