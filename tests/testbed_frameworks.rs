@@ -12,10 +12,9 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use common::{PROBE, Run, Task, exec, parse_run, reserved_ports, testbed};
+use common::{Labelled, PROBE, Run, Task, reserved_ports, testbed};
 use serde_json::Value;
 
 /// Where the programs are put on the shared /home.
@@ -36,19 +35,7 @@ const NODE: &str = r#"printf 'NODE\t%s\t%s\n' "$SLURM_NODEID" "${TORCHELASTIC_RU
 fn install() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let mut script = format!("set -e; mkdir -p {DIR}; cd {DIR}\n");
-        for (name, text) in FILES {
-            assert!(!text.contains("\nTFC_EOF\n"));
-            let text = text.strip_suffix('\n').unwrap_or(text);
-            script.push_str(&format!("cat > {name} <<'TFC_EOF'\n{text}\nTFC_EOF\n"));
-        }
-        script.push_str("chmod 755 two-steps.sh\n");
-        let out = exec(&["bash", "-c", &script]);
-        assert!(
-            out.status.success(),
-            "installing the programs: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::install(DIR, &FILES, "chmod 755 two-steps.sh\n");
     });
 }
 
@@ -66,43 +53,23 @@ struct Step {
 
 /// Parses labelled step output; `code` is the step's exit status.
 fn parse_step(output: &str, code: Option<i32>) -> Step {
-    let mut probe = String::new();
+    let labelled = Labelled::parse(output);
     let mut node_id = BTreeMap::new();
     let mut torchelastic = Vec::new();
-    let mut result = BTreeMap::new();
-    for line in output.lines() {
-        let Some((rank, text)) = line.split_once(": ") else {
-            continue;
-        };
-        let Ok(rank) = rank.trim().parse::<u32>() else {
-            continue;
-        };
-        if text.starts_with("TASK\t") {
-            probe.push_str(text);
-            probe.push('\n');
-        } else if let Some(rest) = text.strip_prefix("NODE\t") {
+    for (&rank, lines) in &labelled.lines {
+        for rest in lines.iter().filter_map(|l| l.strip_prefix("NODE\t")) {
             let (id, elastic) = rest.split_once('\t').expect("NODE line");
             node_id.insert(rank, id.parse().expect("SLURM_NODEID"));
             if !elastic.is_empty() {
                 torchelastic.push(rank);
             }
-        } else if let Some(j) = text.strip_prefix("RESULT ") {
-            let v = serde_json::from_str(j).unwrap_or_else(|e| panic!("rank {rank}: {j:?}: {e}"));
-            assert!(result.insert(rank, v).is_none(), "rank {rank} twice");
         }
     }
-    let mut run = parse_run(Output {
-        status: std::process::ExitStatus::default(),
-        stdout: probe.into_bytes(),
-        stderr: Vec::new(),
-    });
-    run.code = code;
-    run.stderr = output.to_string();
     Step {
-        run,
+        run: labelled.run(code, output.to_string()),
         node_id,
         torchelastic,
-        result,
+        result: labelled.json("RESULT "),
         output: output.to_string(),
     }
 }
@@ -116,11 +83,7 @@ fn step(srun_args: &[&str], program: &str) -> Step {
     let mut cmd = vec!["srun", "--label", "--kill-on-bad-exit=1", "--time=5"];
     cmd.extend_from_slice(srun_args);
     cmd.extend_from_slice(&["bash", "-c", &task]);
-    let out = Command::new(common::repo().join("docker/testbed.sh"))
-        .args(["exec", "timeout", "360"])
-        .args(&cmd)
-        .output()
-        .expect("running docker/testbed.sh exec");
+    let out = common::exec_for(360, &cmd);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -455,18 +418,19 @@ fn two_steps(mode: &str) -> (Step, Step, bool, u32) {
     install();
     let probe = format!("PROBE={PROBE}; {NODE}");
     let script = format!("{DIR}/two-steps.sh");
-    let out = Command::new(common::repo().join("docker/testbed.sh"))
-        .args(["exec", "timeout", "480", "env", &probe])
-        .args([
+    let out = common::exec_for(
+        480,
+        &[
+            "env",
+            &probe,
             "salloc",
             "-N3",
             "--ntasks-per-node=1",
             "--time=8",
             &script,
             mode,
-        ])
-        .output()
-        .expect("running docker/testbed.sh exec");
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "salloc: {stderr}\n{text}");

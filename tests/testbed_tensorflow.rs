@@ -11,10 +11,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Output};
+
 use std::sync::OnceLock;
 
-use common::{PROBE, Run, Task, exec, parse_run, reserved_ports, testbed};
+use common::{Labelled, PROBE, Run, Task, exec, reserved_ports, testbed};
 use serde_json::Value;
 
 /// Where the scripts are put on the shared /home.
@@ -49,19 +49,7 @@ fn install() {
         );
         let mut files: Vec<(&str, &str)> = FILES.to_vec();
         files.push(("probe-prolog.sh", &prolog));
-        let mut script = format!("set -e; mkdir -p {DIR}; cd {DIR}\n");
-        for (name, text) in files {
-            assert!(!text.contains("\nTFC_EOF\n"));
-            let text = text.strip_suffix('\n').unwrap_or(text);
-            script.push_str(&format!("cat > {name} <<'TFC_EOF'\n{text}\nTFC_EOF\n"));
-        }
-        script.push_str("chmod 755 probe-prolog.sh\n");
-        let out = exec(&["bash", "-c", &script]);
-        assert!(
-            out.status.success(),
-            "installing the scripts: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::install(DIR, &files, "chmod 755 probe-prolog.sh\n");
     });
 }
 
@@ -96,49 +84,17 @@ fn sbatch(script: &str, args: &[&str]) -> Job {
     // and the wait here is longer than common::exec's 120 s (TensorFlow starts
     // slowly on a busy 2-core machine).
     cmd.extend_from_slice(&["--time=4", &script_path]);
-    let submitted = Command::new(common::repo().join("docker/testbed.sh"))
-        .args(["exec", "timeout", "300"])
-        .args(&cmd)
-        .output()
-        .expect("running docker/testbed.sh exec");
+    let submitted = common::exec_for(300, &cmd);
     let output = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
     exec(&["rm", "-f", &out_file]);
-
     // `srun --label`: every line is `RANK: text`.
-    let mut probe = String::new();
-    let mut resolver = BTreeMap::new();
-    let mut result = BTreeMap::new();
-    for line in output.lines() {
-        let Some((rank, text)) = line.split_once(": ") else {
-            continue;
-        };
-        let Ok(rank) = rank.trim().parse::<u32>() else {
-            continue;
-        };
-        let json = |s: &str| -> Value {
-            serde_json::from_str(s).unwrap_or_else(|e| panic!("rank {rank}: {s:?}: {e}"))
-        };
-        if text.starts_with("TASK\t") {
-            probe.push_str(text);
-            probe.push('\n');
-        } else if let Some(j) = text.strip_prefix("RESOLVER ") {
-            assert!(
-                resolver.insert(rank, json(j)).is_none(),
-                "rank {rank} twice"
-            );
-        } else if let Some(j) = text.strip_prefix("RESULT ") {
-            assert!(result.insert(rank, json(j)).is_none(), "rank {rank} twice");
-        }
-    }
-    let mut run = parse_run(Output {
-        status: submitted.status,
-        stdout: probe.into_bytes(),
-        stderr: Vec::new(),
-    });
-    run.stderr = format!(
+    let labelled = Labelled::parse(&output);
+    let (resolver, result) = (labelled.json("RESOLVER "), labelled.json("RESULT "));
+    let context = format!(
         "sbatch: {}\n---- job output ----\n{output}",
         String::from_utf8_lossy(&submitted.stderr)
     );
+    let run = labelled.run(submitted.status.code(), context);
     Job {
         run,
         resolver,

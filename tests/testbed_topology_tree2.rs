@@ -9,10 +9,7 @@
 mod common;
 mod topology;
 
-use std::collections::BTreeMap;
-use std::process::{Command, Output};
-
-use common::{PROBE, exec, parse_run, srun, testbed_with_topology};
+use common::{PROBE, srun, testbed_with_topology};
 use serde_json::Value;
 use topology::{assert_case, slurm_version};
 
@@ -83,24 +80,16 @@ fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
     };
     assert_eq!(plain.hosts(), want, "Slurm's placement");
 
-    let mut script = format!("set -e; mkdir -p {DIR}\n");
-    for (name, text) in [
-        ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
-        (
-            "show_resolver.py",
-            include_str!("../examples/tensorflow/show_resolver.py"),
-        ),
-    ] {
-        let text = text.trim_end();
-        script.push_str(&format!(
-            "cat > {DIR}/{name} <<'TFC_EOF'\n{text}\nTFC_EOF\n"
-        ));
-    }
-    let out = exec(&["bash", "-c", &script]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::install(
+        DIR,
+        &[
+            ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
+            (
+                "show_resolver.py",
+                include_str!("../examples/tensorflow/show_resolver.py"),
+            ),
+        ],
+        "",
     );
 
     // Each task prints its placement and TF_CONFIG, then becomes the trainer.
@@ -117,46 +106,13 @@ fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
     cmd.extend_from_slice(&step);
     cmd.extend_from_slice(&["--tf-cluster", "--tf-rpc-layer=grpc", "bash", "-c", &task]);
     // Longer than common::exec's 120 s: TensorFlow starts slowly on a busy box.
-    let out = Command::new(common::repo().join("docker/testbed.sh"))
-        .args(["exec", "timeout", "300"])
-        .args(&cmd)
-        .output()
-        .expect("running docker/testbed.sh exec");
+    let out = common::exec_for(300, &cmd);
     let output = String::from_utf8_lossy(&out.stdout).into_owned();
     let context = format!("{output}{}", String::from_utf8_lossy(&out.stderr));
-
     // `srun --label`: every line is `RANK: text`.
-    let mut probe = String::new();
-    let mut resolver = BTreeMap::new();
-    let mut result = BTreeMap::new();
-    for line in output.lines() {
-        let Some((rank, text)) = line.split_once(": ") else {
-            continue;
-        };
-        let Ok(rank) = rank.trim().parse::<u32>() else {
-            continue;
-        };
-        let json = |s: &str| -> Value {
-            serde_json::from_str(s).unwrap_or_else(|e| panic!("rank {rank}: {s:?}: {e}"))
-        };
-        if text.starts_with("TASK\t") {
-            probe.push_str(text);
-            probe.push('\n');
-        } else if let Some(j) = text.strip_prefix("RESOLVER ") {
-            assert!(
-                resolver.insert(rank, json(j)).is_none(),
-                "rank {rank} twice"
-            );
-        } else if let Some(j) = text.strip_prefix("RESULT ") {
-            assert!(result.insert(rank, json(j)).is_none(), "rank {rank} twice");
-        }
-    }
-    let mut run = parse_run(Output {
-        status: out.status,
-        stdout: probe.into_bytes(),
-        stderr: Vec::new(),
-    });
-    run.stderr = context.clone();
+    let labelled = common::Labelled::parse(&output);
+    let (resolver, result) = (labelled.json("RESOLVER "), labelled.json("RESULT "));
+    let run = labelled.run(out.status.code(), context.clone());
     run.assert_ran(3)
         .assert_tf_config_rpc(&[("worker", 3)], 8888, Some("grpc"));
     assert_eq!(run.hosts(), want, "the training step ran elsewhere");

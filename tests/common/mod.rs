@@ -164,6 +164,101 @@ pub fn on(host: &str, cmd: &[&str]) -> Output {
 /// Every container of the testbed: the submit host first.
 pub const HOSTS: [&str; 4] = ["ctl", "node1", "node2", "node3"];
 
+/// [`exec`] with a longer limit than its 120 s (real trainers start slowly
+/// on a busy machine).
+pub fn exec_for(seconds: u32, cmd: &[&str]) -> Output {
+    Command::new(repo().join("docker/testbed.sh"))
+        .args(["exec", "timeout", &seconds.to_string()])
+        .args(cmd)
+        .output()
+        .expect("running docker/testbed.sh exec")
+}
+
+/// Writes `files` (name, contents) into `dir` on the shared /home, then runs
+/// `after` there (e.g. a chmod).
+pub fn install(dir: &str, files: &[(&str, &str)], after: &str) {
+    let mut script = format!("set -e; mkdir -p {dir}; cd {dir}\n");
+    for (name, text) in files {
+        assert!(!text.contains("\nTFC_EOF\n"));
+        let text = text.strip_suffix('\n').unwrap_or(text);
+        script.push_str(&format!("cat > {name} <<'TFC_EOF'\n{text}\nTFC_EOF\n"));
+    }
+    script.push_str(after);
+    let out = exec(&["bash", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "installing into {dir}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The output of `srun --label` (`RANK: text` lines): the probe's lines and
+/// every other line by rank.
+pub struct Labelled {
+    /// The probe's `TASK` lines, for [`parse_run`].
+    pub probe: String,
+    /// The other lines, by rank.
+    pub lines: BTreeMap<u32, Vec<String>>,
+}
+
+impl Labelled {
+    pub fn parse(output: &str) -> Labelled {
+        let mut labelled = Labelled {
+            probe: String::new(),
+            lines: BTreeMap::new(),
+        };
+        for line in output.lines() {
+            let Some((rank, text)) = line.split_once(": ") else {
+                continue;
+            };
+            let Ok(rank) = rank.trim().parse::<u32>() else {
+                continue;
+            };
+            if text.starts_with("TASK\t") {
+                labelled.probe.push_str(text);
+                labelled.probe.push('\n');
+            } else {
+                labelled
+                    .lines
+                    .entry(rank)
+                    .or_default()
+                    .push(text.to_string());
+            }
+        }
+        labelled
+    }
+
+    /// Each rank's one `PREFIX` line, parsed as JSON.
+    pub fn json(&self, prefix: &str) -> BTreeMap<u32, Value> {
+        let mut found = BTreeMap::new();
+        for (&rank, lines) in &self.lines {
+            for text in lines {
+                if let Some(j) = text.strip_prefix(prefix) {
+                    let v = serde_json::from_str(j)
+                        .unwrap_or_else(|e| panic!("rank {rank}: {j:?}: {e}"));
+                    assert!(
+                        found.insert(rank, v).is_none(),
+                        "rank {rank}: {prefix} twice"
+                    );
+                }
+            }
+        }
+        found
+    }
+
+    /// The probe's tasks, with `code` and `context` for failure messages.
+    pub fn run(&self, code: Option<i32>, context: String) -> Run {
+        let mut run = parse_run(Output {
+            status: std::process::ExitStatus::default(),
+            stdout: self.probe.clone().into_bytes(),
+            stderr: Vec::new(),
+        });
+        run.code = code;
+        run.stderr = context;
+        run
+    }
+}
+
 /// What each task prints: its Slurm facts and the variables under test.
 pub const PROBE: &str = r#"printf 'TASK\t%s\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_PROCID" "$(hostname)" "$SLURM_LOCALID" "${SLURM_STEP_RESV_PORTS-<unset>}" "${CUDA_VISIBLE_DEVICES-<unset>}" "${TF_CONFIG-<unset>}""#;
 
