@@ -84,6 +84,19 @@ run_suite() {
     return $rc
 }
 
+# The images first, all at once: their builds (debootstrap, apt, pip) mostly
+# wait on the network and the disk, so together they take little longer than
+# the slowest alone. A failure here shows again, with its output, in that
+# suite's own run below.
+if [ ${#suites[@]} -gt 1 ]; then
+    log all "building the images of ${suites[*]} side by side (logs: target/.image-SUITE.log)"
+    for suite in "${suites[@]}"; do
+        TFC_SUITE=$suite TFC_PREFIX=$prefix-$suite \
+            docker/testbed.sh headers "target/slurm-$suite/include" >"target/.image-$suite.log" 2>&1 &
+    done
+    wait
+fi
+
 TIMES=()
 failed=()
 for suite in "${suites[@]}"; do
