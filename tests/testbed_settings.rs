@@ -95,6 +95,44 @@ fn gres_gpus_are_sliced() {
     }
 }
 
+/// The same gres GPUs for PyTorch and JAX: with `--torch-cluster` every
+/// local task sees the node's GPUs (set_device(LOCAL_RANK) picks its own);
+/// with `--jax-cluster` each sees its slice and JAX_LOCAL_DEVICE_IDS numbers
+/// it from 0.
+#[test]
+fn gres_gpus_for_pytorch_and_jax() {
+    let _t = testbed();
+    let probe = r#"echo "GPUS $SLURM_LOCALID ${CUDA_VISIBLE_DEVICES-unset} ${LOCAL_RANK-unset} ${JAX_LOCAL_DEVICE_IDS-unset}""#;
+    let lines = |framework: &str| {
+        let out = exec(&[
+            "srun",
+            "-N1",
+            "-n2",
+            "--gres=gpu:4",
+            framework,
+            "bash",
+            "-c",
+            probe,
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("GPUS "))
+            .map(String::from)
+            .collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(
+        lines("--torch-cluster"),
+        ["GPUS 0 0,1,2,3 0 unset", "GPUS 1 0,1,2,3 1 unset"]
+    );
+    assert_eq!(
+        lines("--jax-cluster"),
+        ["GPUS 0 0,1 unset 0,1", "GPUS 1 2,3 unset 0,1"]
+    );
+}
+
 /// `--tf-gpus-per-task` and `--tf-gpus-per-node` choose the slice.
 #[test]
 fn gpu_settings_choose_the_slice() {
