@@ -510,9 +510,14 @@ fn two_pytorch_steps_at_once_reserved_ports_vs_job_id_port() {
     assert_eq!(a.task(0).host, b.task(0).host, "both rank 0s on one node");
     assert_ne!(b.run.code, Some(0), "step B should fail:\n{}", b.output);
     assert!(b.result.is_empty(), "step B trained:\n{}", b.output);
+    // The clash shows as B's store failing to bind (torch 2.x: "address
+    // already in use") or, on torch 1.13, as B's ranks reaching A's store
+    // and failing to connect to peers that are not theirs.
+    let text = b.output.to_lowercase();
     assert!(
-        b.output.to_lowercase().contains("address already in use"),
-        "step B should fail with EADDRINUSE:\n{}",
+        text.contains("address already in use")
+            || (text.contains("init_process_group") && text.contains("connection refused")),
+        "step B should fail in its rendezvous on A's port:\n{}",
         b.output
     );
 }
