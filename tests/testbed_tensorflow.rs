@@ -21,7 +21,7 @@ use serde_json::Value;
 const DIR: &str = "/home/alice/tf-tests";
 
 /// (file name, contents) of everything the jobs need: examples/tensorflow/.
-const FILES: [(&str, &str); 5] = [
+const FILES: [(&str, &str); 7] = [
     (
         "mwms.sbatch",
         include_str!("../examples/tensorflow/mwms.sbatch"),
@@ -32,6 +32,14 @@ const FILES: [(&str, &str); 5] = [
         include_str!("../examples/tensorflow/ps.sbatch"),
     ),
     ("ps.py", include_str!("../examples/tensorflow/ps.py")),
+    (
+        "evaluator.sbatch",
+        include_str!("../examples/tensorflow/evaluator.sbatch"),
+    ),
+    (
+        "evaluator.py",
+        include_str!("../examples/tensorflow/evaluator.py"),
+    ),
     (
         "show_resolver.py",
         include_str!("../examples/tensorflow/show_resolver.py"),
@@ -211,6 +219,71 @@ fn parameter_server_strategy_trains_with_variables_on_the_ps() {
                 .iter()
                 .all(|d| d.as_str().unwrap().starts_with("/job:ps/")),
         "variables not on the ps: {r}"
+    );
+}
+
+/// Side-car evaluation with `chief:1,worker:2,evaluator:1`: the trainers'
+/// TF_CONFIG is Slurm's placement of ranks 0-2 with no evaluator in the
+/// cluster, the evaluator (rank 3) gets that same cluster and its own task,
+/// MultiWorkerMirroredStrategy trains on the three, and the evaluator, which
+/// never joins, evaluates the chief's last checkpoint.
+#[test]
+fn side_car_evaluator_stays_out_of_the_cluster_and_evaluates_checkpoints() {
+    let _t = testbed();
+    let job = sbatch("evaluator.sbatch", &[]);
+    let run = &job.run;
+    run.assert_ran(4);
+    // The trainers: exactly what assert_tf_config derives from Slurm for
+    // chief:1,worker:2 (ranks 0-2).
+    let trainers = common::Run {
+        code: run.code,
+        stderr: run.stderr.clone(),
+        tasks: run.tasks[..3].to_vec(),
+    };
+    trainers.assert_tf_config(&[("chief", 1), ("worker", 2)], 8888);
+    let evaluator = run.tasks[3]
+        .tf_config
+        .as_ref()
+        .expect("evaluator's TF_CONFIG");
+    let cluster = &run.tasks[0].tf_config.as_ref().unwrap()["cluster"];
+    assert_eq!(
+        evaluator,
+        &serde_json::json!({"cluster": cluster, "task": {"type": "evaluator", "index": 0}}),
+        "the evaluator's TF_CONFIG"
+    );
+    assert!(cluster.get("evaluator").is_none(), "{cluster}");
+
+    // TFConfigClusterResolver read the same, everywhere.
+    for task in &run.tasks {
+        let seen = &job.resolver[&task.rank];
+        let tf_config = task.tf_config.as_ref().unwrap();
+        assert_eq!(seen["cluster"], *cluster, "rank {}", task.rank);
+        assert_eq!(seen["task_type"], tf_config["task"]["type"]);
+        assert_eq!(seen["task_id"], tf_config["task"]["index"]);
+    }
+
+    assert_eq!(job.result.len(), 4, "RESULT lines:\n{}", job.output);
+    for rank in 0..3 {
+        let r = &job.result[&rank];
+        assert_eq!(r["workers"], 3, "rank {rank}: {r}");
+        assert_eq!(r["steps"], 20, "rank {rank}: {r}");
+    }
+    assert_eq!(
+        job.result[&0]["checkpoints"],
+        serde_json::json!(["ckpt-10", "ckpt-20"])
+    );
+    let r = &job.result[&3];
+    assert_eq!(r["task"], "evaluator:0");
+    let evaluations = r["evaluations"].as_array().expect("evaluations");
+    let last = evaluations.last().unwrap_or_else(|| panic!("none: {r}"));
+    assert_eq!(last["step"], 20, "{r}");
+    let (loss, untrained) = (
+        last["loss"].as_f64().unwrap(),
+        r["untrained_loss"].as_f64().unwrap(),
+    );
+    assert!(
+        loss.is_finite() && loss < untrained / 2.0,
+        "the evaluated checkpoint is not trained: {r}"
     );
 }
 
