@@ -5,7 +5,7 @@ mod common;
 
 use common::{srun, testbed};
 
-/// The seed's basic example: 2 nodes × 2 tasks, 4 GPUs per node, all workers.
+/// The basic example: 2 nodes × 2 tasks, 4 GPUs per node, all workers.
 #[test]
 fn basic_example_two_nodes_two_tasks_each() {
     let _t = testbed();
@@ -26,7 +26,7 @@ fn basic_example_two_nodes_two_tasks_each() {
     );
 }
 
-/// The seed's advanced example: ps on the first node's first port.
+/// A ps and workers with a port base: ps on the first node's first port.
 #[test]
 fn advanced_example_ps_and_workers_port_base_1337() {
     let _t = testbed();
