@@ -224,16 +224,22 @@ fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
         Some(n @ 1..=MAX_HET_COMPONENTS) => n,
         _ => bail!("SLURM_HET_SIZE is {}, not a component count", shown(&size)),
     };
-    (0..size)
-        .map(|k| {
-            let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
-            match source.var(&het)? {
-                Some(list) => hosts(&list, &het),
-                None => match source.var(&format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? {
-                    Some(list) => hosts(&list, &het),
-                    None => bail!("heterogeneous step without {het}"),
-                },
-            }
-        })
-        .collect()
+    // The components share one budget of names: a forged variable per
+    // component must not multiply what a task may expand.
+    let mut left = MAX_TASKS as usize;
+    let mut lists = Vec::with_capacity(size as usize);
+    for k in 0..size {
+        let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
+        let list = match source.var(&het)? {
+            Some(list) => list,
+            None => match source.var(&format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? {
+                Some(list) => list,
+                None => bail!("heterogeneous step without {het}"),
+            },
+        };
+        let hosts = HostList::parse(&list, left).map_err(|e| Error::new(format!("{het}: {e}")))?;
+        left -= hosts.len();
+        lists.push(hosts);
+    }
+    Ok(lists)
 }
