@@ -10,9 +10,11 @@ use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
-use tf_cluster_core::roles::RoleSpec;
-use tf_cluster_core::settings::{FRAMEWORKS, Framework, Frameworks, SETTINGS};
-use tf_cluster_core::{self as core, Cluster, Error, Result, Settings, Source, Step};
+use tf_cluster_core::os::ProcessEnv;
+use tf_cluster_core::settings::SETTINGS;
+use tf_cluster_core::{
+    self as core, Error, FRAMEWORKS, Framework, Frameworks, Layout, Result, Settings, Step,
+};
 
 #[derive(Parser)]
 #[command(
@@ -41,22 +43,25 @@ enum Command {
 /// (`--tf-cluster`, `--torch-cluster`, `--jax-cluster`) and `--tf-<key>`
 /// (also `--<key>`) for each setting.
 struct Options {
-    spec: Option<String>,
-    frameworks: Vec<&'static Framework>,
+    /// Each framework given, with its argument.
+    frameworks: Vec<(&'static Framework, Option<String>)>,
     given: Vec<(&'static str, String)>,
 }
 
 impl FromArgMatches for Options {
     fn from_arg_matches(m: &ArgMatches) -> std::result::Result<Self, clap::Error> {
-        let frameworks: Vec<&'static Framework> = FRAMEWORKS
+        let frameworks = FRAMEWORKS
             .iter()
             .filter(|f| {
                 m.contains_id(f.option)
                     && m.value_source(f.option) == Some(ValueSource::CommandLine)
             })
+            .map(|&f| {
+                let arg = f.arg.as_ref().and_then(|_| m.get_one::<String>(f.option));
+                (f, arg.cloned())
+            })
             .collect();
         Ok(Options {
-            spec: m.get_one::<String>(FRAMEWORKS[0].option).cloned(),
             frameworks,
             given: SETTINGS
                 .iter()
@@ -75,9 +80,9 @@ impl Args for Options {
     fn augment_args(cmd: clap::Command) -> clap::Command {
         let cmd = FRAMEWORKS.iter().fold(cmd, |cmd, f| {
             let arg = Arg::new(f.option).long(f.option).help(f.help);
-            cmd.arg(match f.arg {
-                Some(name) => arg
-                    .value_name(name)
+            cmd.arg(match &f.arg {
+                Some(a) => arg
+                    .value_name(a.name)
                     .num_args(0..=1)
                     .default_missing_value(""),
                 None => arg.action(ArgAction::SetTrue),
@@ -101,19 +106,15 @@ impl Args for Options {
 
 impl Options {
     fn settings(&self) -> Result<Settings> {
-        let mut settings = Settings {
-            roles: RoleSpec::parse(self.spec.as_deref().unwrap_or(""))?,
-            ..Settings::default()
-        };
+        let mut settings = Settings::default();
         // No framework option: TensorFlow's, as with `--tf-cluster`.
         if !self.frameworks.is_empty() {
-            settings.frameworks = Frameworks {
-                tf: false,
-                torch: false,
-                jax: false,
-            };
-            for f in &self.frameworks {
-                (f.set)(&mut settings.frameworks);
+            settings.frameworks = Frameworks::default();
+        }
+        for (f, value) in &self.frameworks {
+            settings.frameworks = settings.frameworks.with(f);
+            if let Some(arg) = &f.arg {
+                (arg.set)(&mut settings, value.as_deref().unwrap_or(""))?;
             }
         }
         for (key, value) in &self.given {
@@ -125,35 +126,12 @@ impl Options {
     }
 }
 
-/// This process's environment, read as the plugin reads the task's.
-struct Environment;
-
-impl Source for Environment {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        match std::env::var(name) {
-            Ok(v) => Ok(Some(v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::new(format!("{name} is not valid UTF-8")))
-            }
-        }
-    }
-
-    fn gpu_count(&mut self) -> Result<u32> {
-        core::node::node_gpu_count()
-    }
-
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        core::node::read_user_file(path)
-    }
-}
-
 fn run(cli: Cli) -> Result<String> {
     let (Command::Env(options) | Command::Explain(options)) = &cli.command else {
         unreachable!("doctor is run by main");
     };
     let settings = options.settings()?;
-    let step = Step::gather(&settings, &mut Environment)?;
+    let step = Step::gather(&settings, &mut ProcessEnv)?.step()?;
     match cli.command {
         Command::Env(_) => {
             let injection = core::resolve(&settings, &step)?;
@@ -163,36 +141,22 @@ fn run(cli: Cli) -> Result<String> {
                 .collect();
             Ok(serde_json::Value::Object(vars).to_string())
         }
-        Command::Explain(_) => Ok(explain(&Cluster::new(&settings, &step)?)),
+        Command::Explain(_) => {
+            let layout = Layout::build(&step, settings.host_template.as_deref())?;
+            Ok(table(core::frameworks::explain(&settings, &step, &layout)?))
+        }
         Command::Doctor => unreachable!("doctor is run by main"),
     }
 }
 
-fn explain(cluster: &Cluster) -> String {
-    let rows: Vec<[String; 5]> = cluster
-        .ranks()
-        .map(|r| {
-            [
-                r.rank.to_string(),
-                r.role.to_string(),
-                r.index.to_string(),
-                format!("{}:{}", r.host, r.port),
-                r.gpus.unwrap_or_else(|| "-".into()),
-            ]
-        })
-        .collect();
-    let header = ["RANK", "ROLE", "INDEX", "ADDRESS", "GPUS"].map(String::from);
-    let widths: Vec<usize> = (0..5)
-        .map(|c| {
-            rows.iter()
-                .chain([&header])
-                .map(|r| r[c].len())
-                .max()
-                .unwrap_or(0)
-        })
+/// Rows as columns padded to their widest cell; the first row is the header.
+fn table(rows: Vec<Vec<String>>) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for row in std::iter::once(&header).chain(&rows) {
+    for row in &rows {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)

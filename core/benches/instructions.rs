@@ -136,7 +136,10 @@ fn count_one(tasks: u32) -> (u64, u64, Vec<String>, usize) {
     let (a0, b0) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed));
     let mut settings = Settings::from_admin_args(["port-base=8888"]).unwrap();
     settings.roles = RoleSpec::parse(&spec).unwrap();
-    let step = Step::gather(&settings, &mut source).unwrap();
+    let step = Step::gather(&settings, &mut source)
+        .unwrap()
+        .step()
+        .unwrap();
     let injection = resolve(&settings, &step).unwrap();
     let (a1, b1) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed));
     // The counting source's own copies of the names are not the core's.

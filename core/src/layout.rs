@@ -1,363 +1,306 @@
-//! Which node runs each rank, and as which local task, for each of Slurm's
-//! task distributions (slurm_step_layout.c). The counts per node come from
-//! Slurm; the order of ranks over them is what the distribution decides.
+//! Where every rank of the step runs: hosts, tasks per node and each rank's
+//! placement, from srun's task map or rebuilt from the step's variables,
+//! checked against what Slurm says of this node. It knows no framework: each
+//! framework's module reads what it needs from it.
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
-use super::error::{Result, bail, shown};
+use super::distribution::{self, Distribution, Placement};
+use super::error::{bail, shown};
 use super::hostlist::HostList;
-use super::number::parse_u32;
+use super::step::{FromSrun, Step};
+use super::task_map::TaskMap;
+use super::{MAX_NODES, MAX_TASKS, Result};
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Distribution {
-    /// Fill each node in node-list order (Slurm's default).
-    #[default]
-    Block,
-    /// One task per node per round, skipping nodes that are full.
-    Cyclic,
-    /// Blocks of `n` consecutive ranks per node per round.
-    Plane(u32),
-    /// Rank r runs on the r-th host of SLURM_HOSTFILE.
-    Arbitrary,
+/// The step's layout.
+#[derive(Debug)]
+pub struct Layout {
+    /// The nodes, by their names in Slurm, in node-index order.
+    hosts: HostList,
+    /// Tasks of the step on each node.
+    counts: Vec<u32>,
+    /// Where each rank runs, by rank.
+    placements: Vec<Placement>,
+    /// Each host's name on the fast network, `{}` standing for the node's.
+    template: Option<String>,
+    /// Each node's [`Layout::group_of`], computed when first asked.
+    groups: OnceCell<Vec<u32>>,
 }
 
-impl Distribution {
-    /// From SLURM_DISTRIBUTION (`block`, `cyclic:block`, `plane`, `arbitrary`,
-    /// …, only the node level before ':' matters) and SLURM_DIST_PLANESIZE.
-    pub fn from_env(dist: Option<&str>, plane_size: Option<&str>) -> Result<Distribution> {
-        let Some(dist) = dist else {
-            return Ok(Distribution::Block);
+impl Layout {
+    /// Lays out the step (srun's map, else rebuilt) and checks it against
+    /// this node's SLURM_GTIDS. `template`: the host template, if any.
+    pub fn build(step: &Step, template: Option<&str>) -> Result<Layout> {
+        let counts = required(step.tasks_per_node.clone(), "SLURM_STEP_TASKS_PER_NODE")?;
+        let hosts = required(step.hosts.clone(), "SLURM_STEP_NODELIST")?;
+        if let Some(dup) = hosts.first_duplicate() {
+            bail!("SLURM_STEP_NODELIST names {dup} twice: two tasks would share one address");
+        }
+        if hosts.len() != counts.len() {
+            bail!(
+                "SLURM_STEP_NODELIST names {} node(s) but SLURM_STEP_TASKS_PER_NODE gives {} count(s)",
+                hosts.len(),
+                counts.len()
+            );
+        }
+        let total: u64 = counts.iter().map(|&c| u64::from(c)).sum();
+        check_size(total, hosts.len())?;
+        let total = total as u32;
+        // Without SLURM_STEP_NUM_TASKS the counts say the size (a framework
+        // may want more evidence: TensorFlow's role spec).
+        if let Some(n) = step.num_tasks.filter(|&n| n != total) {
+            bail!("SLURM_STEP_NUM_TASKS is {n} but SLURM_STEP_TASKS_PER_NODE adds up to {total}");
+        }
+        let (hosts, counts, placements) = match &step.from_srun {
+            FromSrun::Map(map) => from_map(map, &hosts, &counts)?,
+            FromSrun::NoMap | FromSrun::Nothing => rebuild(step, hosts, counts)?,
         };
-        let node_level = dist.split([':', ',']).next().unwrap_or_default();
-        match node_level {
-            "" | "*" | "block" => Ok(Distribution::Block),
-            "cyclic" => Ok(Distribution::Cyclic),
-            "plane" => match plane_size.and_then(parse_u32) {
-                Some(n) if n > 0 => Ok(Distribution::Plane(n)),
-                _ => bail!(
-                    "SLURM_DISTRIBUTION is plane but SLURM_DIST_PLANESIZE is {}",
-                    plane_size.map_or("unset".into(), shown)
-                ),
-            },
-            "arbitrary" => Ok(Distribution::Arbitrary),
-            _ => bail!("unknown SLURM_DISTRIBUTION {}", shown(dist)),
+        let layout = Layout {
+            hosts,
+            counts,
+            placements,
+            template: template.map(str::to_string),
+            groups: OnceCell::new(),
+        };
+        layout.check_this_node(step)?;
+        Ok(layout)
+    }
+
+    pub fn num_tasks(&self) -> u32 {
+        self.placements.len() as u32
+    }
+
+    pub fn num_nodes(&self) -> u32 {
+        self.hosts.len() as u32
+    }
+
+    /// Where `rank` runs.
+    pub fn placement(&self, rank: u32) -> Result<Placement> {
+        match self.placements.get(rank as usize) {
+            Some(&p) => Ok(p),
+            None => bail!(
+                "SLURM_PROCID {rank} is outside the step's {} task(s)",
+                self.num_tasks()
+            ),
         }
     }
-}
 
-/// Where one rank runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
-    /// Index into the step's node list.
-    pub node: u32,
-    /// The task's index among the tasks of its node (SLURM_LOCALID).
-    pub local: u32,
-}
+    /// Every rank's placement, by rank.
+    pub fn placements(&self) -> &[Placement] {
+        &self.placements
+    }
 
-/// Placement of every rank, indexed by rank, for a distribution that follows
-/// from the counts alone (not Arbitrary). `counts[i]` tasks run on node i.
-pub fn place(counts: &[u32], dist: Distribution) -> Vec<Placement> {
-    let total: usize = counts.iter().map(|&c| c as usize).sum();
-    let mut ranks = Vec::with_capacity(total);
-    let block = match dist {
-        Distribution::Block => {
-            for (node, &count) in counts.iter().enumerate() {
-                ranks.extend((0..count).map(|local| Placement {
-                    node: node as u32,
-                    local,
-                }));
+    /// Tasks of the step on node `node`.
+    pub fn count(&self, node: u32) -> u32 {
+        self.counts[node as usize]
+    }
+
+    /// The most tasks of the step on one node.
+    pub fn max_local(&self) -> u32 {
+        self.counts.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Node `node`'s name in Slurm.
+    pub fn host(&self, node: u32) -> &str {
+        self.hosts.get(node as usize)
+    }
+
+    /// Node `node`'s address: its name on the fast network with a host
+    /// template, else its name.
+    pub fn address(&self, node: u32) -> Cow<'_, str> {
+        let host = self.host(node);
+        match &self.template {
+            Some(template) => Cow::Owned(template.replace("{}", host)),
+            None => Cow::Borrowed(host),
+        }
+    }
+
+    /// The longest address, for sizing text that lists them all.
+    pub fn longest_address(&self) -> usize {
+        let extra = self.template.as_ref().map_or(0, |t| t.len() - 2);
+        self.hosts.longest() + extra
+    }
+
+    /// Node `node`'s index in the order of the nodes' first ranks (rank 0's
+    /// node is 0): PyTorch's GROUP_RANK. One pass over the ranks, made once.
+    pub fn group_of(&self, node: u32) -> u32 {
+        let groups = self.groups.get_or_init(|| {
+            let mut groups = vec![u32::MAX; self.hosts.len()];
+            let mut next = 0;
+            for p in &self.placements {
+                if groups[p.node as usize] == u32::MAX {
+                    groups[p.node as usize] = next;
+                    next += 1;
+                }
             }
-            return ranks;
-        }
-        Distribution::Cyclic => 1,
-        Distribution::Plane(n) => n,
-        Distribution::Arbitrary => unreachable!("arbitrary layouts come from place_listed"),
-    };
-    // Rounds over the nodes that still have tasks to place.
-    let mut placed = vec![0u32; counts.len()];
-    let mut open: Vec<u32> = (0..counts.len() as u32).collect();
-    while !open.is_empty() {
-        for &node in &open {
-            let i = node as usize;
-            let take = block.min(counts[i] - placed[i]);
-            ranks.extend((placed[i]..placed[i] + take).map(|local| Placement { node, local }));
-            placed[i] += take;
-        }
-        open.retain(|&node| placed[node as usize] < counts[node as usize]);
-    }
-    ranks
-}
-
-/// Placement of rank r on the node named `task_hosts[r]` (an arbitrary
-/// distribution); the result must give each node its count.
-pub fn place_listed(
-    hosts: &HostList,
-    counts: &[u32],
-    task_hosts: &HostList,
-) -> Result<Vec<Placement>> {
-    let total: usize = counts.iter().map(|&c| c as usize).sum();
-    if task_hosts.len() < total {
-        bail!(
-            "SLURM_HOSTFILE names {} host(s) for {total} tasks",
-            task_hosts.len()
-        );
-    }
-    let index: HashMap<&str, u32> = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, h)| (h, i as u32))
-        .collect();
-    let mut placed = vec![0u32; counts.len()];
-    let mut ranks = Vec::with_capacity(total);
-    for host in task_hosts.iter().take(total) {
-        let Some(&node) = index.get(host) else {
-            bail!("SLURM_HOSTFILE names {host}, which is not a node of this step");
-        };
-        ranks.push(Placement {
-            node,
-            local: placed[node as usize],
+            groups
         });
-        placed[node as usize] += 1;
+        groups[node as usize]
     }
-    if placed != counts {
-        bail!(
-            "SLURM_HOSTFILE does not match the step's tasks per node: it is not this step's layout"
-        );
-    }
-    Ok(ranks)
-}
 
-/// The nodes of a heterogeneous step in rank order: component by component
-/// (SLURM_STEP_NODELIST itself is sorted), each node with its count.
-pub fn het_order(
-    hosts: &HostList,
-    counts: &[u32],
-    components: &[HostList],
-) -> Result<(HostList, Vec<u32>)> {
-    let index: HashMap<&str, usize> = hosts.iter().enumerate().map(|(i, h)| (h, i)).collect();
-    let mut seen = vec![false; hosts.len()];
-    let mut names = Vec::with_capacity(hosts.len());
-    let mut ordered = Vec::with_capacity(hosts.len());
-    for list in components {
-        for host in list.iter() {
-            // A component's allocation may hold nodes this step does not use.
-            let Some(&i) = index.get(host) else { continue };
-            if std::mem::replace(&mut seen[i], true) {
-                bail!(
-                    "node {host} is in two components of the heterogeneous step: its rank order cannot be known"
-                );
-            }
-            names.push(hosts.get(i).to_string());
-            ordered.push(counts[i]);
+    /// Compares the ranks computed for this node, found by its name
+    /// (SLURMD_NODENAME, else SLURM_NODEID), with SLURM_GTIDS, the ground
+    /// truth: a mismatch must fail the task rather than give it a wrong
+    /// answer.
+    fn check_this_node(&self, step: &Step) -> Result<()> {
+        let Some(gtids) = &step.gtids else {
+            return Ok(());
+        };
+        let node = match (&step.nodename, step.node_id) {
+            (Some(name), _) => match self.hosts.position(name) {
+                Some(i) => i as u32,
+                None => bail!("this node, {name}, is not among the step's hosts"),
+            },
+            (None, Some(id)) => id,
+            (None, None) => return Ok(()),
+        };
+        if node as usize >= self.hosts.len() {
+            bail!(
+                "SLURM_NODEID {node} is outside the step's {} node(s)",
+                self.hosts.len()
+            );
         }
+        // Slurm lists the node's ranks in local order: the k-th is local task k.
+        let computed: Vec<u32> = distribution::ranks_on(&self.placements, node).collect();
+        if computed != *gtids || computed.len() != self.counts[node as usize] as usize {
+            let hint = match (&step.from_srun, step.het_nodelists.is_empty()) {
+                (FromSrun::Map(_), _) => " (srun's task map disagrees with this node)",
+                (_, false) => {
+                    " (without srun's task map, heterogeneous steps need block layouts in every component)"
+                }
+                (_, true) => "",
+            };
+            let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            bail!(
+                "the task layout on {} is not the one Slurm made: computed ranks {} but SLURM_GTIDS is {}{hint}",
+                self.hosts.get(node as usize),
+                list(&computed),
+                shown(&list(gtids))
+            );
+        }
+        Ok(())
     }
-    if ordered.len() != hosts.len() {
-        bail!("the heterogeneous components' node lists do not cover SLURM_STEP_NODELIST");
-    }
-    Ok((
-        HostList::from_names(names.iter().map(String::as_str)),
-        ordered,
-    ))
 }
 
-/// Refuses a block layout that Slurm may have ordered by network topology.
-/// From 25.05 on (measured on 26.05; 22.05 and 24.11 keep node-list order),
-/// under a topology plugin (`pattern`, SLURM_TOPOLOGY_ADDR_PATTERN, has more
-/// than one level) Slurm fills the nodes of a block distribution in topology
-/// order, which no task can see: each knows only its own ranks (SLURM_GTIDS).
-/// A node whose ranks differ would fail its check, but the others would set a
-/// TF_CONFIG naming wrong hosts, so every node refuses alike. Cyclic and plane
-/// distributions keep node-list order; one node (or one per het component)
-/// has nothing to order.
-pub fn check_topology(
-    dist: Distribution,
-    pattern: &str,
-    counts: &[u32],
-    het_components: usize,
-) -> Result<()> {
-    let ordered_nodes = counts.len() > het_components.max(1);
-    if dist == Distribution::Block && pattern.contains('.') && ordered_nodes {
-        let per_node = counts.iter().copied().max().unwrap_or(1);
-        bail!(
-            "this Slurm lays block distributions out in network-topology order (SLURM_TOPOLOGY_ADDR_PATTERN {}), which a task cannot see: use srun -m plane={per_node} (the same blocks in node-list order) or -m cyclic",
-            shown(pattern)
-        );
+/// The step's size against what any task lays out (each framework has its
+/// own, lower limits besides).
+pub fn check_size(tasks: u64, nodes: usize) -> Result<()> {
+    if tasks > u64::from(MAX_TASKS) {
+        bail!("the step has {tasks} tasks; tf-cluster lays out at most {MAX_TASKS}");
+    }
+    if nodes > MAX_NODES as usize {
+        bail!("the step has {nodes} nodes; tf-cluster lays out at most {MAX_NODES}");
     }
     Ok(())
 }
 
-/// The global ids of the tasks on `node`, in local order: what Slurm gives
-/// that node as SLURM_GTIDS.
-pub fn ranks_on(placements: &[Placement], node: u32) -> impl Iterator<Item = u32> + '_ {
-    placements
+/// The hosts in node-index order, their counts and every rank's placement,
+/// from srun's map: it must agree with what slurmstepd says of the step.
+fn from_map(
+    map: &TaskMap,
+    nodelist: &HostList,
+    counts: &[u32],
+) -> Result<(HostList, Vec<u32>, Vec<Placement>)> {
+    let mut map_counts = vec![0u32; map.hosts.len()];
+    let placements: Vec<Placement> = map
+        .node_of
         .iter()
-        .enumerate()
-        .filter(move |(_, p)| p.node == node)
-        .map(|(rank, _)| rank as u32)
+        .map(|&node| {
+            let local = &mut map_counts[node as usize];
+            *local += 1;
+            Placement {
+                node,
+                local: *local - 1,
+            }
+        })
+        .collect();
+    // Both lists are usually in the same order: compare name by name, and
+    // index the names only when they are not.
+    let agrees = map.hosts.len() == nodelist.len()
+        && if map.hosts.iter().eq(nodelist.iter()) {
+            map_counts == counts
+        } else {
+            let given: HashMap<&str, u32> = nodelist.iter().zip(counts.iter().copied()).collect();
+            map.hosts
+                .iter()
+                .zip(&map_counts)
+                .all(|(host, n)| given.get(host) == Some(n))
+        };
+    if !agrees {
+        bail!(
+            "srun's task map does not match SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE: it is not this step's"
+        );
+    }
+    Ok((map.hosts.clone(), map_counts, placements))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The layout as Slurm's tids[node] lists.
-    fn tids(counts: &[u32], dist: Distribution) -> Vec<Vec<u32>> {
-        let placements = place(counts, dist);
-        for (rank, p) in placements.iter().enumerate() {
-            let on_node: Vec<u32> = ranks_on(&placements, p.node).collect();
-            assert_eq!(on_node[p.local as usize], rank as u32);
+/// The layout rebuilt from the step's variables when srun gave no map: the
+/// distribution, the host file or the heterogeneous components' node lists.
+fn rebuild(
+    step: &Step,
+    hosts: HostList,
+    counts: Vec<u32>,
+) -> Result<(HostList, Vec<u32>, Vec<Placement>)> {
+    let (hosts, counts) = if step.het_nodelists.is_empty() {
+        (hosts, counts)
+    } else {
+        distribution::het_order(&hosts, &counts, &step.het_nodelists)?
+    };
+    // Each component of a heterogeneous step has its own distribution, and a
+    // task sees only its own (Slurm even reports `cyclic` for a one-task
+    // component). Components are laid out in blocks, which Slurm's defaults
+    // always amount to; a node whose component really is laid out otherwise
+    // fails the SLURM_GTIDS check.
+    let dist = if step.het_nodelists.is_empty() {
+        step.distribution
+    } else {
+        Distribution::Block
+    };
+    if let Some(pattern) = &step.block_topology {
+        distribution::check_topology(dist, pattern, &counts, step.het_nodelists.len())?;
+    }
+    let placements = match (dist, &step.hostfile) {
+        (Distribution::Arbitrary, Some(listed)) => {
+            distribution::place_listed(&hosts, &counts, listed)?
         }
-        (0..counts.len() as u32)
-            .map(|n| ranks_on(&placements, n).collect())
-            .collect()
-    }
-
-    #[test]
-    fn block_fills_nodes_in_list_order() {
-        assert_eq!(
-            tids(&[2, 2, 1], Distribution::Block),
-            [vec![0, 1], vec![2, 3], vec![4]]
-        );
-    }
-
-    #[test]
-    fn cyclic_deals_one_per_node_skipping_full_nodes() {
-        // slurm_step_layout.c's own example: cpus 4,2,4,2 and 10 tasks.
-        assert_eq!(
-            tids(&[3, 2, 3, 2], Distribution::Cyclic),
-            [vec![0, 4, 8], vec![1, 5], vec![2, 6, 9], vec![3, 7]]
-        );
-    }
-
-    #[test]
-    fn plane_deals_blocks() {
-        // slurm_step_layout.c's own example: plane 2, 6 tasks, counts 4,1,1.
-        assert_eq!(
-            tids(&[4, 1, 1], Distribution::Plane(2)),
-            [vec![0, 1, 4, 5], vec![2], vec![3]]
-        );
-        assert_eq!(
-            tids(&[3, 3], Distribution::Plane(2)),
-            [vec![0, 1, 4], vec![2, 3, 5]]
-        );
-    }
-
-    #[test]
-    fn distribution_from_slurm_variables() {
-        use Distribution::*;
-        assert_eq!(Distribution::from_env(None, None), Ok(Block));
-        assert_eq!(
-            Distribution::from_env(Some("block:cyclic"), None),
-            Ok(Block)
-        );
-        assert_eq!(Distribution::from_env(Some("cyclic"), None), Ok(Cyclic));
-        assert_eq!(
-            Distribution::from_env(Some("cyclic:cyclic,Pack"), None),
-            Ok(Cyclic)
-        );
-        assert_eq!(
-            Distribution::from_env(Some("plane"), Some("4")),
-            Ok(Plane(4))
-        );
-        for (dist, size, why) in [
-            ("plane", None, "SLURM_DIST_PLANESIZE is unset"),
-            ("plane", Some("0"), "PLANESIZE is \"0\""),
-            ("diagonal", None, "unknown SLURM_DISTRIBUTION"),
-        ] {
-            let e = Distribution::from_env(Some(dist), size)
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(why), "{dist}: {e}");
+        (Distribution::Arbitrary, None) => {
+            bail!("the layout of an arbitrary distribution is only known from SLURM_HOSTFILE")
         }
-    }
+        (dist, _) => distribution::place(&counts, dist),
+    };
+    Ok((hosts, counts, placements))
+}
 
-    fn hosts(list: &str) -> HostList {
-        HostList::parse(list, 100).unwrap()
+/// srun's check of a heterogeneous step. Slurm runs srun's
+/// `local_user_init` once for the whole step and hands what it sets to one
+/// component's tasks only (srun.c, `_launch_one_app`: "Run pre-launch once
+/// for entire hetjob"); the other components rebuild the layout, in blocks
+/// over the components' node lists in component order. This refuses a step
+/// whose real map differs from that rebuild, before anything runs.
+pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[HostList]) -> Result<()> {
+    let mut counts = vec![0u32; map.hosts.len()];
+    for &n in &map.node_of {
+        counts[n as usize] += 1;
     }
-
-    #[test]
-    fn arbitrary_follows_the_host_file() {
-        // Measured on the testbed: hosts node2,node1,node2,node3 → GTIDS 1 | 0,2 | 3.
-        let placed = place_listed(
-            &hosts("node[1-3]"),
-            &[1, 2, 1],
-            &hosts("node2,node1,node2,node3"),
-        )
-        .unwrap();
-        let on = |n| ranks_on(&placed, n).collect::<Vec<_>>();
-        assert_eq!([on(0), on(1), on(2)], [vec![1], vec![0, 2], vec![3]]);
-        for (file, why) in [
-            ("node2,node1", "names 2 host(s) for 4 tasks"),
-            (
-                "node2,node1,node2,node4",
-                "node4, which is not a node of this step",
-            ),
-            ("node1,node1,node2,node3", "does not match"),
-        ] {
-            let e = place_listed(&hosts("node[1-3]"), &[1, 2, 1], &hosts(file))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(why), "{file}: {e}");
-        }
-    }
-
-    #[test]
-    fn topology_ordered_blocks_are_refused() {
-        // Measured on Slurm 26.05 with topology/tree (s1 = node[1,3], s2 =
-        // node2): `srun -N3 -n6` runs ranks 2,3 on node3 and 4,5 on node2.
-        let tree = "switch.switch.node";
-        let e = check_topology(Distribution::Block, tree, &[2, 2, 2], 0).unwrap_err();
-        assert!(
-            e.to_string().contains(
-                "network-topology order (SLURM_TOPOLOGY_ADDR_PATTERN \"switch.switch.node\")"
-            ),
-            "{e}"
-        );
-        assert!(e.to_string().contains("-m plane=2"), "{e}");
-        let e = check_topology(Distribution::Block, tree, &[3, 1, 1], 0).unwrap_err();
-        assert!(e.to_string().contains("-m plane=3"), "{e}");
-        // Nothing to order, or an order Slurm keeps.
-        for (dist, pattern, counts, het) in [
-            (Distribution::Block, "node", &[2, 2][..], 0),
-            (Distribution::Block, tree, &[4], 0),
-            (Distribution::Block, tree, &[1, 3], 2),
-            (Distribution::Cyclic, tree, &[2, 2, 2], 0),
-            (Distribution::Plane(2), tree, &[2, 2, 2], 0),
-            (Distribution::Arbitrary, tree, &[2, 2, 2], 0),
-        ] {
-            assert_eq!(
-                check_topology(dist, pattern, counts, het),
-                Ok(()),
-                "{dist:?} {pattern} {counts:?}"
+    let (hosts, counts) = distribution::het_order(&map.hosts, &counts, het_nodelists)?;
+    let rebuilt = distribution::place(&counts, Distribution::Block);
+    for (rank, (p, &node)) in rebuilt.iter().zip(&map.node_of).enumerate() {
+        let (guess, real) = (hosts.get(p.node as usize), map.hosts.get(node as usize));
+        if guess != real {
+            bail!(
+                "rank {rank} of this heterogeneous step runs on {real}, not on {guess} as the components that srun's task map cannot reach would take it: Slurm hands srun's variables to one component only, so lay out every component in blocks (-m block) or run the components as separate steps"
             );
         }
-        // A het component of two nodes is ordered by topology as well.
-        assert!(check_topology(Distribution::Block, tree, &[1, 2, 1], 2).is_err());
     }
+    Ok(())
+}
 
-    #[test]
-    fn het_steps_order_nodes_by_component() {
-        // Measured on the testbed: `srun -w node3 : -N2 -n3 -w node1,node2`
-        // has SLURM_STEP_NODELIST node[1-3] with counts 2,1,1 and runs rank 0 on node3.
-        let (order, counts) = het_order(
-            &hosts("node[1-3]"),
-            &[2, 1, 1],
-            &[hosts("node3"), hosts("node[1-2]")],
-        )
-        .unwrap();
-        assert_eq!(
-            order.iter().collect::<Vec<_>>(),
-            ["node3", "node1", "node2"]
-        );
-        assert_eq!(counts, [1, 2, 1]);
-        let e = het_order(
-            &hosts("node[1-3]"),
-            &[2, 1, 1],
-            &[hosts("node[1-3]"), hosts("node1")],
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("node1 is in two components"), "{e}");
-        let e = het_order(&hosts("node[1-3]"), &[2, 1, 1], &[hosts("node3")]).unwrap_err();
-        assert!(e.to_string().contains("do not cover"), "{e}");
+/// A value the step must have.
+pub(crate) fn required<T>(value: Option<T>, name: &str) -> Result<T> {
+    match value {
+        Some(v) => Ok(v),
+        None => bail!("{name} is not set: not inside a Slurm step?"),
     }
 }

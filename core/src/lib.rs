@@ -1,14 +1,20 @@
 //! The pure core: one [`Step`] (what Slurm says about a task) and the
-//! [`Settings`] in, one [`Injection`] (the variables to set) out. No FFI, no
-//! I/O: the SPANK shell and the CLI gather the facts and apply the result.
+//! [`Settings`] in, one [`Injection`] (the variables to set) out. The
+//! [`Layout`] says where every rank runs and knows no framework; each
+//! framework is one module of [`frameworks`], driven by one table. The one
+//! place the core touches the operating system is [`os`] (the process
+//! environment, the node's GPUs, a file a user names); everything else is
+//! computation on values, so the SPANK shell and the CLI gather the facts and
+//! apply the result.
 
-mod cluster;
+pub mod distribution;
 mod error;
+pub mod frameworks;
 pub mod gpus;
 pub mod hostlist;
 pub mod layout;
-pub mod node;
 mod number;
+pub mod os;
 pub mod ports;
 pub mod roles;
 pub mod settings;
@@ -17,19 +23,25 @@ pub mod task_map;
 pub mod tasks_per_node;
 pub mod tf_config;
 
-use cluster::required;
-pub use cluster::{Cluster, RankInfo, check_het_rebuild};
 pub use error::{Error, Result};
+pub use frameworks::{FRAMEWORKS, Framework, Frameworks};
+pub use layout::{Layout, check_het_rebuild};
 pub use settings::Settings;
-pub use step::{Source, Step};
+pub use step::{FromSrun, Gathered, Source, Step};
 
-use error::bail;
-use hostlist::HostList;
+use layout::required;
 
-/// More tasks than this cannot fit TF_CONFIG in one environment variable
-/// (each address takes at least 6 bytes), so larger steps are refused before
-/// any work scales with them.
-pub const MAX_TASKS: u32 = (tf_config::ENV_LIMIT / 6) as u32;
+/// Most tasks a step may have: every task's work is linear in it (parsing
+/// srun's map, one pass over the placements), bounded in time and memory.
+/// Frameworks have lower limits of their own (TensorFlow's TF_CONFIG).
+pub const MAX_TASKS: u32 = 1 << 18;
+
+/// Most nodes a step may have: bounds every host list a task expands.
+pub const MAX_NODES: u32 = 1 << 16;
+
+/// Slurm's setenv and execve refuse a variable of this many bytes or more,
+/// counting `NAME=`, the value and the NUL.
+pub const ENV_LIMIT: usize = 131_072;
 
 /// What the plugin sets in one task's environment, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,40 +64,18 @@ impl Injection {
 }
 
 /// What srun checks before anything is launched, knowing the step's task
-/// count and the allocation's node list (the step runs on some of its nodes):
-/// the spec must cover the tasks, and TF_CONFIG must be able to fit.
+/// count and the allocation's node list (the step runs on some of its
+/// nodes): the step's size, and each framework its own limits.
 pub fn check_before_launch(settings: &Settings, tasks: u32, nodelist: Option<&str>) -> Result<()> {
-    if tasks > MAX_TASKS {
-        bail!(
-            "the step has {tasks} tasks; TF_CONFIG for more than {MAX_TASKS} cannot fit in one environment variable"
-        );
-    }
-    if !settings.frameworks.tf {
-        return Ok(());
-    }
-    let roles = settings.roles.for_step(tasks)?;
-    let shortest_host = nodelist
-        .and_then(|list| HostList::parse(list, usize::MAX).ok())
-        .and_then(|hosts| hosts.iter().map(str::len).min())
-        .unwrap_or(1);
-    // Ports are port base + k or ports Slurm reserved; reserved ports are
-    // taken to be unprivileged (≥ 1000), so at least 4 digits.
-    let port_digits = number::digits(u64::from(settings.port_base)).min(4);
-    let size = tf_config::min_size(
-        roles.iter().map(|r| (r.name.as_str(), r.count)),
-        shortest_host,
-        port_digits,
-        settings.rpc_layer.as_deref(),
-    );
-    tf_config::check_min_size(size, tasks)
+    frameworks::check_before_launch(settings, &frameworks::Launch { tasks, nodelist })
 }
 
 /// One line for the logs at debug level: what the task was given and why.
 pub fn explain(step: &Step, injection: &Injection) -> String {
-    let layout = match (&step.task_map, step.verdict) {
-        (Some(_), _) => "srun's task map",
-        (None, Some(task_map::Verdict::None)) => "rebuilt (srun could not get the map)",
-        (None, _) => "rebuilt (no map from srun)",
+    let layout = match &step.from_srun {
+        FromSrun::Map(_) => "srun's task map",
+        FromSrun::NoMap => "rebuilt (srun could not get the map)",
+        FromSrun::Nothing => "rebuilt (no map from srun)",
     };
     let ports = match &step.resv_ports {
         Some(list) => format!("reserved {list}"),
@@ -104,9 +94,9 @@ pub fn explain(step: &Step, injection: &Injection) -> String {
     )
 }
 
-/// Resolves one task: its TF_CONFIG and CUDA_VISIBLE_DEVICES.
+/// Resolves one task: its GPUs and each framework's variables.
 pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
     let rank = required(step.procid, "SLURM_PROCID")?;
-    let cluster = Cluster::new(settings, step)?;
-    cluster.injection(rank)
+    let layout = Layout::build(step, settings.host_template.as_deref())?;
+    frameworks::render(settings, step, &layout, rank)
 }

@@ -1,9 +1,10 @@
 //! What a step asks for: the frameworks whose variables it wants (one option
-//! each), and the settings, with their site defaults (plugstack.conf
+//! each, declared in crate::frameworks), and the settings, with their site defaults (plugstack.conf
 //! arguments) and per-step values (srun/sbatch/salloc options). Later
 //! sources win: built-in defaults < plugstack.conf < options.
 
 use super::error::{Result, bail, shown};
+use super::frameworks::{Frameworks, tensorflow};
 use super::gpus::MAX_GPUS;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
@@ -25,64 +26,13 @@ pub struct Settings {
     pub host_template: Option<String>,
 }
 
-/// Whose variables a task gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frameworks {
-    /// TF_CONFIG (`--tf-cluster`).
-    pub tf: bool,
-    /// The torchrun contract: MASTER_ADDR, RANK, … (`--torch-cluster`).
-    pub torch: bool,
-    /// JAX's coordinator and devices (`--jax-cluster`).
-    pub jax: bool,
-}
-
-impl Default for Frameworks {
-    fn default() -> Self {
-        Frameworks {
-            tf: true,
-            torch: false,
-            jax: false,
-        }
-    }
-}
-
-/// An option that turns the plugin on for a step, one per framework
-/// (`--tf-cluster[=ROLE:N,…]`, `--torch-cluster`, `--jax-cluster`); a step
-/// may give several.
-pub struct Framework {
-    pub option: &'static str,
-    /// The argument's name: only `--tf-cluster` takes one, and optionally.
-    pub arg: Option<&'static str>,
-    pub help: &'static str,
-    pub set: fn(&mut Frameworks),
-}
-
-pub const FRAMEWORKS: [Framework; 3] = [
-    Framework {
-        option: "tf-cluster",
-        arg: Some("ROLE:N,..."),
-        help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
-        set: |f| f.tf = true,
-    },
-    Framework {
-        option: "torch-cluster",
-        arg: None,
-        help: "set PyTorch's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE",
-        set: |f| f.torch = true,
-    },
-    Framework {
-        option: "jax-cluster",
-        arg: None,
-        help: "set JAX's JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS",
-        set: |f| f.jax = true,
-    },
-];
-
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             roles: RoleSpec::AllWorkers,
-            frameworks: Frameworks::default(),
+            // TensorFlow's, as `--tf-cluster` alone asks (and the CLI without
+            // a framework option).
+            frameworks: Frameworks::only(&tensorflow::FRAMEWORK),
             port_base: DEFAULT_PORT_BASE,
             gpus_per_node: None,
             gpus_per_task: None,
@@ -247,7 +197,10 @@ mod tests {
             assert!(!s.arg.is_empty() && !s.help.is_empty(), "{}", s.key);
         }
         assert!(Settings::default().set("cluster", "ps:1").is_err());
-        let options: Vec<&str> = FRAMEWORKS.iter().map(|f| f.option).collect();
+        let options: Vec<&str> = crate::frameworks::FRAMEWORKS
+            .iter()
+            .map(|f| f.option)
+            .collect();
         assert_eq!(options, ["tf-cluster", "torch-cluster", "jax-cluster"]);
     }
 

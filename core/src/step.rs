@@ -2,14 +2,14 @@
 //! slurmstepd hands them to the task (the CLI twin reads the same names from
 //! its own environment).
 
+use super::distribution::Distribution;
 use super::error::{Error, Result, bail, shown};
 use super::gpus;
 use super::hostlist::HostList;
-use super::layout::Distribution;
 use super::number::parse_u32;
 use super::settings::Settings;
 use super::task_map::{self, Found, TaskMap, Verdict};
-use super::{MAX_TASKS, tasks_per_node};
+use super::{MAX_NODES, MAX_TASKS, tasks_per_node};
 
 /// Components a heterogeneous step may have (Slurm's own limit is 128).
 const MAX_HET_COMPONENTS: u32 = 128;
@@ -41,6 +41,41 @@ pub trait Source {
     /// SLURM_TOPOLOGY_ADDR_PATTERN to refuse what it cannot rebuild.
     fn blocks_follow_topology(&self) -> bool {
         false
+    }
+}
+
+/// What srun said of the step, in [`task_map::VAR`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FromSrun {
+    /// The step's task map.
+    Map(TaskMap),
+    /// srun could not get the map: the tasks rebuild the layout.
+    NoMap,
+    /// No word from srun (the CLI, or a map made for another step, which a
+    /// nested srun inherits): the layout is rebuilt.
+    #[default]
+    Nothing,
+}
+
+/// What [`Step::gather`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gathered {
+    /// srun left the step alone (it inherited a spec that does not fit it).
+    Skip,
+    /// srun refused the step and said why: every task fails.
+    Refused,
+    /// A step to lay out.
+    Step(Box<Step>),
+}
+
+impl Gathered {
+    /// The step, or an error for a step that gets no variables.
+    pub fn step(self) -> Result<Step> {
+        match self {
+            Gathered::Step(step) => Ok(*step),
+            Gathered::Skip => bail!("srun left this step alone"),
+            Gathered::Refused => bail!("srun refused this step"),
+        }
     }
 }
 
@@ -78,11 +113,10 @@ pub struct Step {
     pub hostfile: Option<HostList>,
     /// SLURMD_NODENAME: the node this task runs on, set by slurmd.
     pub nodename: Option<String>,
-    /// srun's task map for this very step ([`task_map::VAR`]); a map made for
-    /// another step (inherited by a nested srun) is left out.
-    pub task_map: Option<TaskMap>,
-    /// srun's verdict when it gave no map (None: no word from srun at all).
-    pub verdict: Option<Verdict>,
+    /// What srun said of this very step.
+    pub from_srun: FromSrun,
+    /// The task's job and step ids ([`Source::job_step`]).
+    pub job_step: Option<(u32, u32)>,
     /// SLURM_TOPOLOGY_ADDR_PATTERN (`node`, or `switch.switch.node` under
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
@@ -91,14 +125,14 @@ pub struct Step {
 
 impl Step {
     /// Reads the step from `source`.
-    pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Step> {
-        let (task_map, verdict) = from_srun(source)?;
-        if matches!(verdict, Some(Verdict::Skip | Verdict::Refused)) {
-            return Ok(Step {
-                verdict,
-                ..Step::default()
-            });
-        }
+    pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Gathered> {
+        let from_srun = match from_srun(source)? {
+            Found::Verdict(Verdict::Skip) => return Ok(Gathered::Skip),
+            Found::Verdict(Verdict::Refused) => return Ok(Gathered::Refused),
+            Found::Verdict(Verdict::None) => FromSrun::NoMap,
+            Found::Ours(map) => FromSrun::Map(map),
+            Found::Other => FromSrun::Nothing,
+        };
         let mut step = Step {
             procid: number(source, "SLURM_PROCID")?,
             num_tasks: number(source, "SLURM_STEP_NUM_TASKS")?,
@@ -108,7 +142,7 @@ impl Step {
                 .transpose()?,
             tasks_per_node: source
                 .var("SLURM_STEP_TASKS_PER_NODE")?
-                .map(|text| tasks_per_node::parse(&text, MAX_TASKS as usize))
+                .map(|text| tasks_per_node::parse(&text, MAX_NODES as usize))
                 .transpose()?,
             distribution: Distribution::Block,
             node_id: number(source, "SLURM_NODEID")?,
@@ -120,14 +154,14 @@ impl Step {
             het_nodelists: Vec::new(),
             hostfile: None,
             nodename: source.var("SLURMD_NODENAME")?,
-            task_map,
-            verdict,
+            job_step: source.job_step()?,
+            from_srun,
             block_topology: None,
         };
         // Without srun's map, the layout is rebuilt from variables a user
         // could also set: each is only a hint, checked against SLURM_GTIDS
         // and SLURMD_NODENAME. With the map none of them is read.
-        if step.task_map.is_none() {
+        if !matches!(step.from_srun, FromSrun::Map(_)) {
             let dist = source.var("SLURM_DISTRIBUTION")?;
             let plane = source.var("SLURM_DIST_PLANESIZE")?;
             step.distribution = Distribution::from_env(dist.as_deref(), plane.as_deref())?;
@@ -151,12 +185,12 @@ impl Step {
         ) {
             step.node_gpus = Some(source.gpu_count()?);
         }
-        Ok(step)
+        Ok(Gathered::Step(Box::new(step)))
     }
 }
 
 /// The variable `name` as a plain count.
-fn number(source: &mut impl Source, name: &str) -> Result<Option<u32>> {
+pub fn number(source: &mut impl Source, name: &str) -> Result<Option<u32>> {
     match source.var(name)? {
         None => Ok(None),
         Some(text) => match parse_u32(&text) {
@@ -168,7 +202,7 @@ fn number(source: &mut impl Source, name: &str) -> Result<Option<u32>> {
 
 /// A host list named by the variable `name`.
 fn hosts(list: &str, name: &str) -> Result<HostList> {
-    HostList::parse(list, MAX_TASKS as usize).map_err(|e| Error::new(format!("{name}: {e}")))
+    HostList::parse(list, MAX_NODES as usize).map_err(|e| Error::new(format!("{name}: {e}")))
 }
 
 /// SLURM_GTIDS: comma-separated task ids.
@@ -193,9 +227,9 @@ fn hostfile_hosts(text: &str) -> Result<HostList> {
 }
 
 /// srun's map or verdict for this step, if srun left one.
-fn from_srun(source: &mut impl Source) -> Result<(Option<TaskMap>, Option<Verdict>)> {
+fn from_srun(source: &mut impl Source) -> Result<Found> {
     let Some(text) = source.var(task_map::VAR)? else {
-        return Ok((None, None));
+        return Ok(Found::Other);
     };
     let Some((job, step)) = source.job_step()? else {
         bail!(
@@ -203,43 +237,118 @@ fn from_srun(source: &mut impl Source) -> Result<(Option<TaskMap>, Option<Verdic
             task_map::VAR
         );
     };
-    Ok(match TaskMap::decode(&text, job, step)? {
-        Found::Ours(map) => (Some(map), None),
-        Found::Verdict(v) => (None, Some(v)),
-        Found::Other => (None, None),
-    })
+    TaskMap::decode(&text, job, step)
 }
 
-/// The node list of each component of a heterogeneous step (Slurm 22.05 says
-/// PACK where later releases say HET).
-fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
-    let size = match source.var("SLURM_HET_SIZE")? {
-        Some(n) => n,
-        None => match source.var("SLURM_PACK_SIZE")? {
-            Some(n) => n,
-            None => return Ok(Vec::new()),
-        },
+/// The number of components of a heterogeneous job (None: not one), from
+/// SLURM_HET_SIZE (Slurm 22.05 says PACK where later releases say HET).
+pub fn het_size(source: &mut impl Source) -> Result<Option<u32>> {
+    let Some(size) = het_var(source, "SLURM_HET_SIZE", "SLURM_PACK_SIZE")? else {
+        return Ok(None);
     };
-    let size = match parse_u32(&size) {
-        Some(n @ 1..=MAX_HET_COMPONENTS) => n,
+    match parse_u32(&size) {
+        Some(n @ 1..=MAX_HET_COMPONENTS) => Ok(Some(n)),
         _ => bail!("SLURM_HET_SIZE is {}, not a component count", shown(&size)),
-    };
-    // The components share one budget of names: a forged variable per
-    // component must not multiply what a task may expand.
-    let mut left = MAX_TASKS as usize;
-    let mut lists = Vec::with_capacity(size as usize);
-    for k in 0..size {
-        let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
-        let list = match source.var(&het)? {
-            Some(list) => list,
-            None => match source.var(&format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? {
-                Some(list) => list,
-                None => bail!("heterogeneous step without {het}"),
-            },
-        };
-        let hosts = HostList::parse(&list, left).map_err(|e| Error::new(format!("{het}: {e}")))?;
-        left -= hosts.len();
-        lists.push(hosts);
     }
-    Ok(lists)
+}
+
+/// Component `k`'s job id, SLURM_JOB_ID_HET_GROUP_k.
+pub fn het_job_id(source: &mut impl Source, k: u32) -> Result<u32> {
+    let het = format!("SLURM_JOB_ID_HET_GROUP_{k}");
+    let value = het_var(source, &het, &format!("SLURM_JOB_ID_PACK_GROUP_{k}"))?;
+    match value.as_deref().map(|v| (v, parse_u32(v))) {
+        Some((_, Some(job))) => Ok(job),
+        Some((v, None)) => bail!("{het} is {}, not a job id", shown(v)),
+        None => bail!("heterogeneous job without {het}"),
+    }
+}
+
+/// Component `k`'s node list, SLURM_JOB_NODELIST_HET_GROUP_k. The components
+/// share one `budget` of names: a forged variable per component must not
+/// multiply what a task may expand.
+pub fn het_nodelist(source: &mut impl Source, k: u32, budget: &mut usize) -> Result<HostList> {
+    let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
+    let Some(list) = het_var(source, &het, &format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? else {
+        bail!("heterogeneous step without {het}");
+    };
+    let hosts = HostList::parse(&list, *budget).map_err(|e| Error::new(format!("{het}: {e}")))?;
+    *budget -= hosts.len();
+    Ok(hosts)
+}
+
+fn het_var(source: &mut impl Source, het: &str, pack: &str) -> Result<Option<String>> {
+    match source.var(het)? {
+        Some(v) => Ok(Some(v)),
+        None => source.var(pack),
+    }
+}
+
+/// The node list of each component of a heterogeneous step, in component
+/// order; empty otherwise.
+fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
+    let Some(size) = het_size(source)? else {
+        return Ok(Vec::new());
+    };
+    let mut budget = MAX_NODES as usize;
+    (0..size)
+        .map(|k| het_nodelist(source, k, &mut budget))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Vars<'a>(&'a [(&'a str, &'a str)]);
+
+    impl Source for Vars<'_> {
+        fn var(&mut self, name: &str) -> Result<Option<String>> {
+            Ok(self
+                .0
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string()))
+        }
+        fn gpu_count(&mut self) -> Result<u32> {
+            Ok(0)
+        }
+        fn read_file(&mut self, path: &str) -> Result<String> {
+            bail!("no file {path} here")
+        }
+    }
+
+    /// srun and slurmstepd read the het variables with the same readers:
+    /// srun once took `+2` (str::parse) where the tasks refused it.
+    #[test]
+    fn het_variables_have_one_reader() {
+        for bad in ["+2", " 2", "0", "129", "two"] {
+            let e = het_size(&mut Vars(&[("SLURM_HET_SIZE", bad)])).unwrap_err();
+            assert!(
+                e.to_string().contains("not a component count"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(
+            het_size(&mut Vars(&[("SLURM_PACK_SIZE", "2")])),
+            Ok(Some(2))
+        );
+        assert_eq!(het_size(&mut Vars(&[])), Ok(None));
+        let e = het_job_id(&mut Vars(&[("SLURM_JOB_ID_HET_GROUP_1", "+7")]), 1).unwrap_err();
+        assert!(e.to_string().contains("not a job id"), "{e}");
+        let vars = [
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "n[1-3]"),
+            ("SLURM_JOB_NODELIST_PACK_GROUP_1", "n[4-5]"),
+        ];
+        let mut budget = 4;
+        assert_eq!(
+            het_nodelist(&mut Vars(&vars), 0, &mut budget)
+                .unwrap()
+                .len(),
+            3
+        );
+        assert_eq!(budget, 1);
+        // The components share one budget of names.
+        let e = het_nodelist(&mut Vars(&vars), 1, &mut budget).unwrap_err();
+        assert!(e.to_string().contains("more than 1 hosts"), "{e}");
+    }
 }

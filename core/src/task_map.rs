@@ -27,10 +27,10 @@
 //!   with 8 tasks each is `0-511*8`, a cyclic one `0-511x8`, plane=2
 //!   `0-511*2x4`.
 
-use super::MAX_TASKS;
 use super::error::{Result, bail, shown};
 use super::hostlist::HostList;
 use super::number::parse_u32;
+use super::{MAX_NODES, MAX_TASKS};
 
 /// The variable srun sets and every task of the step inherits.
 /// (A `SLURM_` name: srun passes those to the tasks even with --export=NONE.)
@@ -231,7 +231,7 @@ impl TaskMap {
                 None => bad("not 1;JOB.STEP;HOSTS;RUNS nor a verdict"),
             };
         };
-        let hosts = HostList::parse(hosts, MAX_TASKS as usize)
+        let hosts = HostList::parse(hosts, MAX_NODES as usize)
             .map_err(|e| super::Error::new(format!("{VAR}: {e}")))?;
         let node_of = decode_runs(runs, hosts.len())
             .map_err(|e| super::Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;

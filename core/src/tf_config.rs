@@ -12,7 +12,7 @@ use super::error::{Result, bail};
 
 /// Slurm's setenv and execve refuse a variable of this many bytes or more,
 /// counting `NAME=`, the value and the NUL.
-pub const ENV_LIMIT: usize = 131_072;
+pub use crate::ENV_LIMIT;
 
 /// One role of the cluster and the addresses of its tasks, in index order.
 pub struct Job<'a, I> {

@@ -759,7 +759,7 @@ impl Source for CaseSource<'_> {
 
 fn run_plugin(c: &Case) -> Result<Injection, Error> {
     let settings = settings_of(c)?;
-    let step = Step::gather(&settings, &mut CaseSource(c))?;
+    let step = Step::gather(&settings, &mut CaseSource(c))?.step()?;
     resolve(&settings, &step)
 }
 
@@ -928,7 +928,10 @@ impl Source for Env<'_> {
 }
 
 fn resolve_env(settings: &Settings, env: &[(&str, &str)]) -> (Value, Option<String>) {
-    let step = Step::gather(settings, &mut Env(env)).unwrap();
+    let step = Step::gather(settings, &mut Env(env))
+        .unwrap()
+        .step()
+        .unwrap();
     let inj = resolve(settings, &step).unwrap();
     (
         serde_json::from_str(inj.get("TF_CONFIG").unwrap()).unwrap(),

@@ -56,7 +56,7 @@ fuzz_target!(|text: &str| {
             }
         }
     }
-    let Ok(step) = Step::gather(&settings, &mut Input(lines)) else { return };
+    let Ok(step) = Step::gather(&settings, &mut Input(lines)).and_then(|g| g.step()) else { return };
     let Ok(injection) = resolve(&settings, &step) else { return };
     let tf: serde_json::Value = serde_json::from_str(injection.get("TF_CONFIG").unwrap()).expect("TF_CONFIG is JSON");
     let (kind, index) = (tf["task"]["type"].as_str().unwrap(), tf["task"]["index"].as_u64().unwrap());

@@ -1,11 +1,15 @@
 //! The SPANK shell: gathers the step's facts from Slurm, runs the core, and
-//! applies the result. Nothing here decides anything the core could.
+//! applies the result. Nothing here decides anything the core could. One
+//! file per process it runs in, as NVIDIA's pyxis does: the exported hooks
+//! (`hooks`), srun's side (`srun`, with the slurmctld RPC in
+//! `step_layout_rpc`) and slurmstepd's side (`stepd`).
 
 mod bindings;
-mod callbacks;
 mod fault;
 mod handle;
-mod layout;
+mod hooks;
 mod logger;
 mod options;
 mod srun;
+mod step_layout_rpc;
+mod stepd;

@@ -1,15 +1,32 @@
 //! The options the plugin adds to srun, sbatch and salloc, made from the
-//! core's one table of settings (core::settings): `--tf-cluster` and one
-//! `--tf-<key>` per setting. Slurm keeps pointers to the options, so they are
-//! made once per process and never freed (a few hundred bytes).
+//! core's tables: one per framework (`--tf-cluster`, `--torch-cluster`,
+//! `--jax-cluster`) and `--tf-<key>` per setting. Each option carries what
+//! it means; Slurm's `val` is only its place in [`all`]. Slurm keeps pointers
+//! to the options, so they are made once per process and never freed (a few
+//! hundred bytes).
 
 use std::ffi::{CString, c_char, c_int};
 use std::sync::OnceLock;
 
 use super::bindings as sys;
-use crate::core::settings::{FRAMEWORKS, Framework, SETTINGS, Setting};
+use super::handle::Spank;
+use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks};
+use crate::core::settings::{SETTINGS, Setting};
+use crate::core::{Error, Result, Settings};
 
-pub struct SpankOption(sys::spank_option);
+/// What an option stands for.
+#[derive(Clone, Copy)]
+pub enum Meaning {
+    /// Asks for a framework's variables.
+    Framework(&'static Framework),
+    /// Sets a setting for the step.
+    Setting(&'static Setting),
+}
+
+pub struct SpankOption {
+    raw: sys::spank_option,
+    pub meaning: Meaning,
+}
 
 // SAFETY: the option's strings are leaked, immutable C strings; neither Slurm
 // nor this plugin ever writes to the struct.
@@ -18,7 +35,7 @@ unsafe impl Send for SpankOption {}
 
 impl SpankOption {
     pub fn as_ptr(&'static self) -> *mut sys::spank_option {
-        (&self.0 as *const sys::spank_option).cast_mut()
+        (&self.raw as *const sys::spank_option).cast_mut()
     }
 }
 
@@ -26,63 +43,103 @@ impl SpankOption {
 /// before its own command line.
 pub const INHERITED_VAR: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_cluster";
 
-/// Every option: the frameworks' (`--tf-cluster`, `--torch-cluster`,
-/// `--jax-cluster`: val 0, 1, 2) first, then setting i (val 3 + i).
+/// Every option: the frameworks' first, then the settings'.
 pub fn all() -> &'static [SpankOption] {
     static OPTIONS: OnceLock<Vec<SpankOption>> = OnceLock::new();
     OPTIONS.get_or_init(|| {
-        // has_arg 2: the argument is optional (`--tf-cluster` alone = all workers).
-        let frameworks = FRAMEWORKS.iter().zip(0..).map(|(f, val)| {
-            let has_arg = if f.arg.is_some() { 2 } else { 0 };
-            option(f.option.into(), f.arg.unwrap_or(""), f.help, val, has_arg)
+        let frameworks = FRAMEWORKS.iter().map(|&f| {
+            // has_arg 2: the argument is optional (`--tf-cluster` alone = all workers).
+            let (arg, has_arg) = f.arg.as_ref().map_or(("", 0), |a| (a.name, 2));
+            (
+                f.option.to_string(),
+                arg,
+                f.help,
+                has_arg,
+                Meaning::Framework(f),
+            )
         });
-        let settings = SETTINGS
-            .iter()
-            .zip(FRAMEWORKS.len() as c_int..)
-            .map(|(s, val)| option(format!("tf-{}", s.key), s.arg, s.help, val, 1));
-        frameworks.chain(settings).collect()
+        let settings = SETTINGS.iter().map(|s| {
+            let name = format!("tf-{}", s.key);
+            (name, s.arg, s.help, 1, Meaning::Setting(s))
+        });
+        frameworks
+            .chain(settings)
+            .zip(0..)
+            .map(|((name, arg, help, has_arg, meaning), val)| {
+                option(name, arg, help, val, has_arg, meaning)
+            })
+            .collect()
     })
 }
 
-/// Each framework with its option.
-pub fn frameworks() -> impl Iterator<Item = (&'static Framework, &'static SpankOption)> {
-    FRAMEWORKS.iter().zip(&all()[..FRAMEWORKS.len()])
+/// The option Slurm's callback names by `val`.
+pub fn given(val: c_int) -> Option<&'static SpankOption> {
+    all().get(usize::try_from(val).ok()?)
 }
 
-/// Each setting with its option.
-pub fn settings() -> impl Iterator<Item = (&'static Setting, &'static SpankOption)> {
-    SETTINGS.iter().zip(&all()[FRAMEWORKS.len()..])
-}
-
-/// What an option callback's `val` stands for.
-pub enum Given {
-    /// `--tf-cluster`'s role spec.
-    Cluster,
-    /// A flag with nothing to check.
-    Framework,
-    Setting(&'static Setting),
-}
-
-pub fn given(val: c_int) -> Option<Given> {
-    match usize::try_from(val).ok()? {
-        0 => Some(Given::Cluster),
-        v if v < FRAMEWORKS.len() => Some(Given::Framework),
-        v => SETTINGS.get(v - FRAMEWORKS.len()).map(Given::Setting),
-    }
-}
-
-fn option(name: String, arg: &str, help: &str, val: c_int, has_arg: c_int) -> SpankOption {
+fn option(
+    name: String,
+    arg: &str,
+    help: &str,
+    val: c_int,
+    has_arg: c_int,
+    meaning: Meaning,
+) -> SpankOption {
     let leak = |s: String| -> *mut c_char {
         CString::new(s)
             .expect("options are declared without NUL bytes")
             .into_raw()
     };
-    SpankOption(sys::spank_option {
-        name: leak(name),
-        arginfo: leak(arg.to_string()),
-        usage: leak(format!("tf-cluster: {help}")),
-        has_arg,
-        val,
-        cb: Some(super::callbacks::option_given),
-    })
+    SpankOption {
+        raw: sys::spank_option {
+            name: leak(name),
+            arginfo: leak(arg.to_string()),
+            usage: leak(format!("tf-cluster: {help}")),
+            has_arg,
+            val,
+            cb: Some(super::hooks::option_given),
+        },
+        meaning,
+    }
+}
+
+/// The `--tf-cluster` value that turns off a spec inherited from the job.
+pub const OFF: &str = "off";
+
+/// The step's settings (site defaults from plugstack.conf, then the step's
+/// options), or None when the step asked for no framework (or said
+/// `--tf-cluster=off`).
+pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
+    let mut asked = Vec::new();
+    for option in all() {
+        if let Meaning::Framework(f) = option.meaning {
+            match spank.getopt(option)? {
+                Some(value) if value == OFF => {}
+                Some(value) => asked.push((f, value)),
+                None => {}
+            }
+        }
+    }
+    if asked.is_empty() {
+        return Ok(None);
+    }
+    let mut settings = Settings::from_admin_args(spank.args()?)?;
+    settings.frameworks = Frameworks::default();
+    for (f, value) in asked {
+        settings.frameworks = settings.frameworks.with(f);
+        if let Some(arg) = &f.arg {
+            (arg.set)(&mut settings, &value)?;
+        }
+    }
+    for option in all() {
+        let Meaning::Setting(setting) = option.meaning else {
+            continue;
+        };
+        if let Some(value) = spank.getopt(option)? {
+            settings
+                .set(setting.key, &value)
+                .map_err(|e| Error::new(format!("--tf-{e}")))?;
+        }
+    }
+    Ok(Some(settings))
 }

@@ -1,50 +1,120 @@
-//! srun's decision for a `--tf-cluster` step, made once in
-//! `local_user_init` after slurmctld created the step: check the spec
-//! against the step, fetch the step's task map, and hand every task either
+//! srun's side: the options' checks as srun parses them, whether the spec
+//! was only inherited from the job, and the decision for a step that asked
+//! for the plugin, made once in `local_user_init` after slurmctld created
+//! the step: check the step, fetch its task map, and hand every task either
 //! the map or a verdict in one variable (core::task_map). srun decides,
 //! tasks apply.
 
-use super::handle::Spank;
-use super::{fault, layout};
-use crate::core::hostlist::HostList;
-use crate::core::task_map::{self, MAX_LEN, Verdict};
-use crate::core::{self, Error, MAX_TASKS, Result, Settings};
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Where srun runs, as its environment said at its start.
-#[derive(Clone, Copy)]
-pub struct Context {
-    /// The spec came only from the job (sbatch/salloc), not from this srun.
-    pub inherited: bool,
-    /// srun made the allocation for this step itself: when srun exits, it
-    /// ends the job and so the step, so it may refuse before launch. Inside
-    /// an existing allocation the created step would stay behind.
-    pub own_allocation: bool,
+use super::handle::Spank;
+use super::hooks::guard;
+use super::options::{self, INHERITED_VAR};
+use super::{fault, step_layout_rpc};
+use crate::core::frameworks::{Framework, tensorflow};
+use crate::core::os::ProcessEnv;
+use crate::core::step::{het_job_id, het_nodelist, het_size, number};
+use crate::core::task_map::{self, MAX_LEN, Verdict};
+use crate::core::{self, Error, MAX_NODES, Result, Settings};
+
+/// srun's state, from its start to its `local_user_init`.
+pub struct Srun {
+    /// srun started outside any allocation (and without --jobid): it
+    /// allocates for itself, and its exit ends the job, so it may refuse
+    /// before launch. Inside an existing allocation the created step would
+    /// stay behind.
+    own_allocation: bool,
+    /// How often `--tf-cluster`'s callback ran. srun reads the value
+    /// sbatch/salloc handed down first, then its own command line: one call
+    /// with the inherited variable set means the spec was only inherited.
+    cluster_calls: AtomicU32,
 }
 
-/// Decides for step `settings` (Err: the step's options were unreadable).
-/// Err: refuse now (srun exits, nothing launched); Ok: srun launches, the
-/// tasks apply the variable.
-pub fn decide(spank: &Spank, settings: Result<Settings>, context: Context) -> Result<()> {
-    let job = spank.job_id()?;
-    let step = spank.step_id()?;
-    let value = match settings.and_then(|s| map_for(spank, &s, job, step)) {
-        Ok(value) => value,
-        Err(e) if context.inherited => {
+impl Srun {
+    pub fn new() -> Srun {
+        Srun {
+            own_allocation: outside_any_allocation(),
+            cluster_calls: AtomicU32::new(0),
+        }
+    }
+
+    /// A framework's option was given (or handed down by sbatch/salloc).
+    pub fn option_given(&self, f: &'static Framework) {
+        if std::ptr::eq(f, &tensorflow::FRAMEWORK) {
+            self.cluster_calls.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The spec came only from the job (sbatch/salloc), not from this srun.
+    fn inherited(&self) -> bool {
+        std::env::var_os(INHERITED_VAR).is_some() && self.cluster_calls.load(Ordering::Relaxed) <= 1
+    }
+
+    /// After slurmctld created the step and before anything is launched:
+    /// check the step, fetch its task map, and hand the tasks the map or a
+    /// verdict. It fails only when srun made its own allocation.
+    pub fn local_user_init(&self, spank: &Spank) -> i32 {
+        let rc = guard(
+            "local_user_init",
+            Some(spank),
+            || match options::step_settings(spank) {
+                Ok(Some(settings)) => self.decide(spank, &settings),
+                Ok(None) => Ok(()),
+                Err(e) => self.refuse(spank, e),
+            },
+        );
+        if self.own_allocation { rc } else { 0 }
+    }
+
+    /// Decides for a step that asked for the plugin. Err: refuse now (srun
+    /// exits, nothing launched); Ok: srun launches, the tasks apply the
+    /// variable.
+    fn decide(&self, spank: &Spank, settings: &Settings) -> Result<()> {
+        let job = spank.job_id()?;
+        let step = spank.step_id()?;
+        match map_for(spank, settings, job, step) {
+            Ok(value) => hand_to_tasks(&value),
+            Err(e) => self.refuse(spank, e),
+        }
+    }
+
+    /// What cannot run: skipped when only inherited, refused before launch
+    /// when srun can end the job, else handed to the tasks to fail.
+    fn refuse(&self, spank: &Spank, e: Error) -> Result<()> {
+        let job = spank.job_id()?;
+        let step = spank.step_id()?;
+        let verdict = if self.inherited() {
             log::warn!(
                 "{e}; the --tf-cluster inherited from the job is not applied to this step (give this srun --tf-cluster=SPEC, or --tf-cluster=off)"
             );
-            Verdict::Skip.encode(job, step)
-        }
-        Err(e) if context.own_allocation => return Err(e),
-        Err(e) => {
+            Verdict::Skip
+        } else if self.own_allocation {
+            return Err(e);
+        } else {
             log::error!("{e}");
-            Verdict::Refused.encode(job, step)
-        }
-    };
+            Verdict::Refused
+        };
+        hand_to_tasks(&verdict.encode(job, step))
+    }
+}
+
+/// Sets the variable every task of the step inherits.
+fn hand_to_tasks(value: &str) -> Result<()> {
     // SAFETY: srun's launch threads read its environment only after this
     // callback returns (the value reaches the tasks from there).
     unsafe { std::env::set_var(task_map::VAR, value) };
     Ok(())
+}
+
+/// srun's environment names no job and its command line no --jobid. A
+/// `--jobid` among the program's own arguments only makes this false, the
+/// safe side.
+fn outside_any_allocation() -> bool {
+    let in_job = ["SLURM_JOB_ID", "SLURM_JOBID"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    let jobid_arg = std::env::args_os().any(|a| a.as_encoded_bytes().starts_with(b"--jobid"));
+    !in_job && !jobid_arg
 }
 
 /// The variable's value for a step that may run: the map, or `none` when
@@ -85,39 +155,16 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
 }
 
 /// The job id and node list of each component of a heterogeneous job, in
-/// component order, from the variables srun and salloc set for it (None: not
-/// a heterogeneous step). Slurm 22.05 says PACK where later releases say HET.
-fn het_components() -> Result<Option<Vec<(u32, String)>>> {
-    let var = |het: &str, pack: &str| std::env::var(het).or_else(|_| std::env::var(pack)).ok();
-    let Some(size) = var("SLURM_HET_SIZE", "SLURM_PACK_SIZE") else {
+/// component order, read from srun's environment by the core's readers
+/// (None: not a heterogeneous step).
+fn het_components() -> Result<Option<Vec<(u32, core::hostlist::HostList)>>> {
+    let env = &mut ProcessEnv;
+    let Some(size) = het_size(env)? else {
         return Ok(None);
     };
-    let size: u32 = match size.parse() {
-        Ok(n @ 1..=128) => n,
-        _ => {
-            return Err(Error::new(format!(
-                "SLURM_HET_SIZE is {size:?}, not a component count"
-            )));
-        }
-    };
+    let mut budget = MAX_NODES as usize;
     (0..size)
-        .map(|k| {
-            let job = var(
-                &format!("SLURM_JOB_ID_HET_GROUP_{k}"),
-                &format!("SLURM_JOB_ID_PACK_GROUP_{k}"),
-            )
-            .and_then(|j| j.parse().ok());
-            let nodes = var(
-                &format!("SLURM_JOB_NODELIST_HET_GROUP_{k}"),
-                &format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"),
-            );
-            match (job, nodes) {
-                (Some(job), Some(nodes)) => Ok((job, nodes)),
-                _ => Err(Error::new(format!(
-                    "heterogeneous job without the job id or node list of component {k}"
-                ))),
-            }
-        })
+        .map(|k| Ok((het_job_id(env, k)?, het_nodelist(env, k, &mut budget)?)))
         .collect::<Result<Vec<_>>>()
         .map(Some)
 }
@@ -130,7 +177,7 @@ fn het_map_for(
     settings: &Settings,
     job: u32,
     step: u32,
-    components: &[(u32, String)],
+    components: &[(u32, core::hostlist::HostList)],
 ) -> Result<String> {
     let start = std::time::Instant::now();
     let mut layouts = Vec::with_capacity(components.len());
@@ -138,9 +185,7 @@ fn het_map_for(
         match fetch(spank, component_job, step) {
             Ok((component, _)) => layouts.push(component.into_parts()?),
             Err(e) => {
-                let tasks: u32 = std::env::var("SLURM_NTASKS")
-                    .ok()
-                    .and_then(|n| n.parse().ok())
+                let tasks = number(&mut ProcessEnv, "SLURM_NTASKS")?
                     .ok_or_else(|| Error::new("heterogeneous step without SLURM_NTASKS"))?;
                 core::check_before_launch(settings, tasks, None)?;
                 log::info!("{e}: the tasks rebuild the layout");
@@ -151,10 +196,7 @@ fn het_map_for(
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
     core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
-    let nodelists = components
-        .iter()
-        .map(|(_, nodes)| HostList::parse(nodes, MAX_TASKS as usize))
-        .collect::<Result<Vec<_>>>()?;
+    let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);
     log::info!(
@@ -167,9 +209,13 @@ fn het_map_for(
 }
 
 /// The layout of step `job`.`step` from slurmctld (or the injected fault).
-fn fetch(spank: &Spank, job: u32, step: u32) -> Result<(layout::Component, std::time::Duration)> {
+fn fetch(
+    spank: &Spank,
+    job: u32,
+    step: u32,
+) -> Result<(step_layout_rpc::Component, std::time::Duration)> {
     if fault::active("layout_rpc", Some(spank)) {
         return Err(Error::new("slurmctld gave no layout: fault injected"));
     }
-    layout::fetch(job, step)
+    step_layout_rpc::fetch(job, step)
 }

@@ -101,6 +101,8 @@ pub fn spec(tasks: u32) -> String {
 pub fn task_path(spec: &str, env: &[(String, String)]) -> Injection {
     let mut settings = Settings::from_admin_args(["port-base=8888"]).expect("admin args");
     settings.roles = RoleSpec::parse(spec).expect("spec");
-    let step = Step::gather(&settings, &mut Env(env)).expect("gather");
+    let step = Step::gather(&settings, &mut Env(env))
+        .and_then(|g| g.step())
+        .expect("gather");
     core::resolve(&settings, &step).expect("resolve")
 }

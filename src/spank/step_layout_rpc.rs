@@ -9,7 +9,7 @@ use super::bindings as sys;
 use super::handle::slurm_errno_text;
 use crate::core::hostlist::HostList;
 use crate::core::task_map::TaskMap;
-use crate::core::{Error, MAX_TASKS, Result};
+use crate::core::{Error, MAX_NODES, MAX_TASKS, Result};
 
 /// A step's layout, as Slurm gave it.
 pub struct Component {
@@ -85,7 +85,7 @@ pub fn fetch(job: u32, step: u32) -> Result<(Component, Duration)> {
 impl Component {
     /// The step's task map, and its node list text.
     pub fn into_map(self, job: u32, step: u32) -> Result<(TaskMap, String)> {
-        let hosts = HostList::parse(&self.nodes, MAX_TASKS as usize)?;
+        let hosts = HostList::parse(&self.nodes, MAX_NODES as usize)?;
         Ok((
             TaskMap::from_tids(job, step, hosts, &self.tids)?,
             self.nodes,
@@ -94,6 +94,6 @@ impl Component {
 
     /// The hosts and each one's task ids, for merging components.
     pub fn into_parts(self) -> Result<(HostList, Vec<Vec<u32>>)> {
-        Ok((HostList::parse(&self.nodes, MAX_TASKS as usize)?, self.tids))
+        Ok((HostList::parse(&self.nodes, MAX_NODES as usize)?, self.tids))
     }
 }

@@ -1,9 +1,37 @@
-//! Facts read from the node itself, shared by the plugin and the CLI.
+//! The one place the core touches the operating system, shared by the
+//! plugin and the CLI: the process's own environment (srun's, the CLI's),
+//! the node's GPU count, and a file a user names. Everything else in the
+//! core is computation on values.
 
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
-use crate::{Error, Result};
+use crate::{Error, Result, Source};
+
+/// This process's environment as a [`Source`]: srun reads its own variables
+/// through the core's parsers, and the CLI reads a task's as the plugin
+/// reads them in slurmstepd.
+pub struct ProcessEnv;
+
+impl Source for ProcessEnv {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        match std::env::var(name) {
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(Error::new(format!("{name} is not valid UTF-8")))
+            }
+        }
+    }
+
+    fn gpu_count(&mut self) -> Result<u32> {
+        node_gpu_count()
+    }
+
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        read_user_file(path)
+    }
+}
 
 /// The NVIDIA driver lists one directory per GPU here; reading it costs no
 /// fork (TensorFlow's resolver runs `nvidia-smi`, which slurmstepd must not).

@@ -1,0 +1,118 @@
+//! TensorFlow (`--tf-cluster[=ROLE:N,…]`): TF_CONFIG, every rank's role and
+//! `host:port`, as TFConfigClusterResolver reads it. Its size bounds the step:
+//! every task's TF_CONFIG lists every address, in one environment variable.
+
+use std::borrow::Cow;
+
+use super::{Arg, Framework, GpuRule, Launch, Task, Vars};
+use crate::error::bail;
+use crate::hostlist::HostList;
+use crate::layout::Layout;
+use crate::roles::{self, RoleSpec};
+use crate::settings::Settings;
+use crate::{ENV_LIMIT, Result, number, tf_config};
+
+/// More tasks than this cannot fit TF_CONFIG in one environment variable
+/// (each address takes at least 6 bytes), so larger steps are refused before
+/// any work scales with them.
+pub const MAX_TASKS: u32 = (ENV_LIMIT / 6) as u32;
+
+pub static FRAMEWORK: Framework = Framework {
+    name: "TensorFlow",
+    option: "tf-cluster",
+    arg: Some(Arg {
+        name: "ROLE:N,...",
+        set: |settings, spec| {
+            settings.roles = RoleSpec::parse(spec)?;
+            Ok(())
+        },
+    }),
+    help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
+    max_tasks: MAX_TASKS,
+    max_tasks_why: "TF_CONFIG for more than 21845 cannot fit in one environment variable",
+    // Local task k takes the k-th port of its node.
+    ports: Layout::max_local,
+    check_before_launch,
+    gpus: GpuRule::Slice,
+    render,
+    columns: &["ROLE", "INDEX", "ADDRESS"],
+    row,
+};
+
+/// The spec must cover the tasks, and TF_CONFIG must be able to fit.
+fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
+    let roles = settings.roles.for_step(launch.tasks)?;
+    let shortest_host = launch
+        .nodelist
+        .and_then(|list| HostList::parse(list, usize::MAX).ok())
+        .and_then(|hosts| hosts.iter().map(str::len).min())
+        .unwrap_or(1);
+    // Ports are port base + k or ports Slurm reserved; reserved ports are
+    // taken to be unprivileged (≥ 1000), so at least 4 digits.
+    let port_digits = number::digits(u64::from(settings.port_base)).min(4);
+    let size = tf_config::min_size(
+        roles.iter().map(|r| (r.name.as_str(), r.count)),
+        shortest_host,
+        port_digits,
+        settings.rpc_layer.as_deref(),
+    );
+    tf_config::check_min_size(size, launch.tasks)
+}
+
+/// TF_CONFIG of the task. An `evaluator` stays out of the cluster part:
+/// TensorFlow runs it beside the cluster, not in it.
+fn render(task: &Task, vars: &mut Vars) -> Result<()> {
+    let layout = task.layout;
+    if task.step.num_tasks.is_none() && task.settings.roles.total().is_none() {
+        bail!("SLURM_STEP_NUM_TASKS is not set: not inside a Slurm step?");
+    }
+    let roles = task.settings.roles.for_step(layout.num_tasks())?;
+    let Some((role, index)) = roles::role_of(&roles, task.rank) else {
+        bail!(
+            "SLURM_PROCID {} is outside the step's {} task(s)",
+            task.rank,
+            layout.num_tasks()
+        );
+    };
+    let addresses: Vec<Cow<str>> = (0..layout.num_nodes()).map(|n| layout.address(n)).collect();
+    let ports: Vec<String> = task.ports.iter().map(u16::to_string).collect();
+    let mut first = 0usize;
+    let jobs = roles.iter().filter_map(|r| {
+        let ranks = first..first + r.count as usize;
+        first = ranks.end;
+        (r.name != roles::EVALUATOR).then(|| tf_config::Job {
+            name: r.name.as_str(),
+            addresses: layout.placements()[ranks].iter().map(|p| {
+                (
+                    addresses[p.node as usize].as_ref(),
+                    ports[p.local as usize].as_str(),
+                )
+            }),
+        })
+    });
+    // Each address is `"host:port",`; role names and the rest are small.
+    let capacity = layout.placements().len() * (layout.longest_address() + 9) + 256;
+    let rpc_layer = task.settings.rpc_layer.as_deref();
+    let tf_config = tf_config::render(jobs, role, index, rpc_layer, capacity);
+    tf_config::check_size(&tf_config, layout.num_tasks())?;
+    vars.push(("TF_CONFIG", tf_config));
+    Ok(())
+}
+
+/// ROLE, INDEX and ADDRESS of the task.
+fn row(task: &Task) -> Vec<String> {
+    let layout = task.layout;
+    let (role, index) = match task.settings.roles.for_step(layout.num_tasks()) {
+        Ok(roles) => roles::role_of(&roles, task.rank)
+            .map(|(r, i)| (r.to_string(), i.to_string()))
+            .unwrap_or_default(),
+        Err(_) => Default::default(),
+    };
+    let p = task.placement;
+    let address = format!(
+        "{}:{}",
+        layout.address(p.node),
+        task.ports[p.local as usize]
+    );
+    vec![role, index, address]
+}

@@ -1,0 +1,295 @@
+//! Every framework from one layout: what each task gets, and how the
+//! frameworks share ports and GPUs.
+
+use std::collections::HashMap;
+
+use crate::error::bail;
+use crate::hostlist::HostList;
+use crate::roles;
+use crate::task_map::TaskMap;
+use crate::{Injection, Result, Settings, Step, check_het_rebuild, resolve};
+
+use super::{Frameworks, jax, pytorch, tensorflow};
+
+/// A task's variables, as slurmstepd would show them.
+struct Vars(HashMap<&'static str, String>);
+
+impl crate::Source for Vars {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        Ok(self.0.get(name).cloned())
+    }
+    fn gpu_count(&mut self) -> Result<u32> {
+        Ok(0)
+    }
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        bail!("no file {path} here")
+    }
+}
+
+/// A task of `srun -n1 -w node3 : -N2 -n3 -w node1,node2`, as measured on
+/// the testbed: the first component's task sees `cyclic`.
+fn het_task(procid: &str, node_id: &str, gtids: &str, dist: &str) -> Step {
+    let vars = [
+        ("SLURM_PROCID", procid),
+        ("SLURM_STEP_NUM_TASKS", "4"),
+        ("SLURM_STEP_NODELIST", "node[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2,1(x2)"),
+        ("SLURM_DISTRIBUTION", dist),
+        ("SLURM_NODEID", node_id),
+        ("SLURM_GTIDS", gtids),
+        ("SLURM_HET_SIZE", "2"),
+        ("SLURM_JOB_NODELIST_HET_GROUP_0", "node3"),
+        ("SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"),
+    ];
+    let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    Step::gather(&Settings::default(), &mut Vars(vars))
+        .unwrap()
+        .step()
+        .unwrap()
+}
+
+fn vars_of(injection: &Injection) -> Vec<(&'static str, &str)> {
+    injection.vars().collect()
+}
+
+/// `srun -N3 -n5 -m cyclic --resv-ports=4 --gres=gpu:4 --torch-cluster
+/// --jax-cluster --tf-host-template={}-ib`, rank 3 (on n1, as its
+/// second task: n1 runs 0,3, n2 1,4, n3 2).
+#[test]
+fn torch_and_jax_from_the_same_layout() {
+    let vars = [
+        ("SLURM_PROCID", "3"),
+        ("SLURM_STEP_NUM_TASKS", "5"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_DISTRIBUTION", "cyclic"),
+        ("SLURM_NODEID", "0"),
+        ("SLURM_GTIDS", "0,3"),
+        ("SLURM_STEP_RESV_PORTS", "12000-12003"),
+        ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+    ];
+    let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    let mut settings = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK).with(&jax::FRAMEWORK),
+        ..Settings::default()
+    };
+    settings.set("host-template", "{}-ib").unwrap();
+    let step = Step::gather(&settings, &mut Vars(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    let injection = resolve(&settings, &step).unwrap();
+    assert_eq!(
+        vars_of(&injection),
+        [
+            // The node's GPUs: local rank 1 takes the second with set_device(1).
+            ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+            ("MASTER_ADDR", "n1-ib"),
+            ("MASTER_PORT", "12000"),
+            ("RANK", "3"),
+            ("WORLD_SIZE", "5"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("GROUP_RANK", "0"),
+            ("GROUP_WORLD_SIZE", "3"),
+            // torchrun's arguments: each task one launcher.
+            ("PET_NNODES", "5"),
+            ("PET_NODE_RANK", "3"),
+            ("PET_MASTER_ADDR", "n1-ib"),
+            ("PET_MASTER_PORT", "12000"),
+            ("PET_RDZV_BACKEND", "static"),
+            ("PET_RDZV_ENDPOINT", "n1-ib:12000"),
+            ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
+            // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0.
+            ("JAX_LOCAL_DEVICE_IDS", "2,3"),
+        ]
+    );
+    // With TF_CONFIG too, TF's tasks take ports 0 and 1 of each node:
+    // PyTorch's and JAX's come after them, so 4 reserved ports are needed.
+    settings.frameworks = settings.frameworks.with(&tensorflow::FRAMEWORK);
+    let injection = resolve(&settings, &step).unwrap();
+    assert_eq!(injection.get("MASTER_PORT"), Some("12002"));
+    assert_eq!(
+        injection.get("JAX_COORDINATOR_ADDRESS"),
+        Some("n1-ib:12003")
+    );
+    let tf: serde_json::Value = serde_json::from_str(injection.get("TF_CONFIG").unwrap()).unwrap();
+    assert_eq!(
+        tf["cluster"]["worker"],
+        serde_json::json!([
+            "n1-ib:12000",
+            "n2-ib:12000",
+            "n3-ib:12000",
+            "n1-ib:12001",
+            "n2-ib:12001"
+        ])
+    );
+    let mut short = step.clone();
+    short.resv_ports = Some("12000-12002".into());
+    let e = resolve(&settings, &short).unwrap_err().to_string();
+    assert!(
+        e.starts_with("Slurm reserved 3 port(s) (12000-12002) but"),
+        "{e}"
+    );
+}
+
+/// PyTorch's GROUP_RANK counts nodes in the order of their first rank:
+/// rank 0's node (node3 here, last by name) is group 0.
+#[test]
+fn group_ranks_follow_the_ranks() {
+    let mut settings = Settings::default();
+    settings.frameworks = settings.frameworks.with(&pytorch::FRAMEWORK);
+    let injection = resolve(&settings, &het_task("1", "1", "1,2", "block")).unwrap();
+    assert_eq!(injection.get("MASTER_ADDR"), Some("node3"));
+    assert_eq!(injection.get("GROUP_RANK"), Some("1"));
+    assert_eq!(injection.get("LOCAL_WORLD_SIZE"), Some("2"));
+    assert_eq!(injection.get("TORCHELASTIC_RUN_ID"), None);
+}
+
+/// `chief:1,worker:2,evaluator:1`: the evaluator is the last rank, and no
+/// task's cluster names it.
+#[test]
+fn the_evaluator_runs_beside_the_cluster() {
+    let settings = Settings {
+        roles: roles::RoleSpec::parse("chief:1,worker:2,evaluator:1").unwrap(),
+        ..Settings::default()
+    };
+    for (rank, task) in [
+        ("0", r#"{"type":"chief","index":0}"#),
+        ("3", r#"{"type":"evaluator","index":0}"#),
+    ] {
+        let vars = [
+            ("SLURM_PROCID", rank),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_STEP_NODELIST", "n[1-2]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+        ];
+        let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let step = Step::gather(&settings, &mut Vars(vars))
+            .unwrap()
+            .step()
+            .unwrap();
+        let tf = resolve(&settings, &step).unwrap();
+        assert_eq!(
+            tf.get("TF_CONFIG").unwrap(),
+            format!(
+                r#"{{"cluster":{{"chief":["n1:8888"],"worker":["n1:8889","n2:8888"]}},"task":{task}}}"#
+            )
+        );
+    }
+}
+
+/// `srun -n1 -w node3 : -n4 -w node[1-2] -m cyclic|block`: srun merges
+/// the components' layouts, and refuses the one the components without
+/// its map would rebuild differently.
+#[test]
+fn het_maps_are_merged_and_checked_against_the_rebuild() {
+    let one = |list: &str| HostList::parse(list, 10).unwrap();
+    let nodelists = [one("node3"), one("node[1-2]")];
+    let cyclic = TaskMap::from_components(
+        5,
+        0,
+        &[
+            (one("node3"), vec![vec![0]]),
+            (one("node[1-2]"), vec![vec![0, 2], vec![1, 3]]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        cyclic.hosts.iter().collect::<Vec<_>>(),
+        ["node3", "node1", "node2"]
+    );
+    assert_eq!(cyclic.node_of, [0, 1, 2, 1, 2]);
+    let e = check_het_rebuild(&cyclic, &nodelists)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("rank 2 of this heterogeneous step runs on node2, not on node1"),
+        "{e}"
+    );
+    let block = TaskMap::from_components(
+        5,
+        0,
+        &[
+            (one("node3"), vec![vec![0]]),
+            (one("node[1-2]"), vec![vec![0, 1], vec![2, 3]]),
+        ],
+    )
+    .unwrap();
+    assert_eq!(block.node_of, [0, 1, 1, 2, 2]);
+    check_het_rebuild(&block, &nodelists).unwrap();
+    // A component's task ids beyond its own count are Slurm's error.
+    let e = TaskMap::from_components(5, 0, &[(one("node1"), vec![vec![0, 2]])]).unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
+fn het_components_agree_whatever_distribution_they_report() {
+    let settings = Settings {
+        roles: roles::RoleSpec::parse("ps:1,worker:3").unwrap(),
+        ..Settings::default()
+    };
+    let want =
+        r#"{"cluster":{"ps":["node3:8888"],"worker":["node1:8888","node1:8889","node2:8888"]},"#;
+    for step in [
+        het_task("0", "0", "0", "cyclic"),
+        het_task("1", "1", "1,2", "block"),
+        het_task("3", "2", "3", "block"),
+    ] {
+        let injection = resolve(&settings, &step).unwrap();
+        let tf = injection.get("TF_CONFIG").unwrap();
+        assert!(tf.starts_with(want), "{tf}");
+    }
+    // A component really laid out cyclically is caught on its nodes.
+    let e = resolve(&settings, &het_task("1", "1", "1,3", "cyclic")).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("heterogeneous steps need block layouts"),
+        "{e}"
+    );
+}
+
+/// `srun -N3 --ntasks-per-node=1 -m arbitrary --torch-cluster torchrun …`
+/// with the host file node3,node1,node2 in step 4242.7: launcher k is torchrun's
+/// node k, in rank order, and the rendezvous is on rank 0's node, node3.
+#[test]
+fn one_torchrun_per_node() {
+    let settings = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK),
+        ..Settings::default()
+    };
+    let map = "1;4242.7;node[1-3];2,0,1";
+    for (procid, node, want_group) in [("0", "node3", "0"), ("2", "node2", "2")] {
+        let vars = [
+            ("SLURM_PROCID", procid),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+            ("SLURM_STEP_NODELIST", "node[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+            ("SLURMD_NODENAME", node),
+            ("SLURM_GTIDS", procid),
+            ("SLURM_STEP_RESV_PORTS", "13000-13001"),
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_STEP_ID", "7"),
+            ("SLURM_TF_CLUSTER_MAP", map),
+        ];
+        let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let step = Step::gather(&settings, &mut Vars(vars))
+            .unwrap()
+            .step()
+            .unwrap();
+        let injection = resolve(&settings, &step).unwrap();
+        for (name, want) in [
+            ("PET_NNODES", "3"),
+            ("PET_NODE_RANK", procid),
+            ("GROUP_RANK", want_group),
+            ("PET_MASTER_ADDR", "node3"),
+            ("PET_RDZV_ENDPOINT", "node3:13000"),
+            ("PET_RDZV_ID", "4242.7"),
+            ("PET_RDZV_BACKEND", "static"),
+            ("LOCAL_RANK", "0"),
+        ] {
+            assert_eq!(injection.get(name), Some(want), "rank {procid}: {name}");
+        }
+        assert_eq!(injection.get("TF_CONFIG"), None);
+    }
+}
