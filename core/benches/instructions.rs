@@ -13,7 +13,10 @@ use std::hint::black_box;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+#[path = "common/callgrind.rs"]
+mod callgrind;
 mod common;
+use callgrind::callgrind;
 
 const SIZES: [u32; 5] = [1, 64, 1024, 4096, 6000];
 const REPEAT: u64 = 20;
@@ -96,8 +99,8 @@ fn main() {
     for tasks in SIZES {
         let (allocs, bytes, names, len) = count_one(tasks);
         let instructions = if valgrind {
-            let one = callgrind(&me, tasks, 1);
-            let many = callgrind(&me, tasks, 1 + REPEAT);
+            let loop_of = |n: u64| callgrind(&me, &["loop", &tasks.to_string(), &n.to_string()]);
+            let (one, many) = (loop_of(1), loop_of(1 + REPEAT));
             let per = (many - one) / REPEAT;
             format!("{per:>14}  {:>12.1}", per as f64 / f64::from(tasks))
         } else {
@@ -151,30 +154,6 @@ fn count_one(tasks: u32) -> (u64, u64, Vec<String>, usize) {
         source.names,
         injection.get("TF_CONFIG").unwrap().len(),
     )
-}
-
-/// Instructions executed by `loop tasks n`, from callgrind's totals.
-fn callgrind(me: &std::path::Path, tasks: u32, n: u64) -> u64 {
-    let out =
-        std::env::temp_dir().join(format!("tfc-callgrind.{}.{tasks}.{n}", std::process::id()));
-    let status = Command::new("valgrind")
-        .args(["--tool=callgrind", "-q"])
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(me)
-        .args(["loop", &tasks.to_string(), &n.to_string()])
-        .status()
-        .expect("running valgrind");
-    assert!(status.success(), "valgrind failed");
-    let text = std::fs::read_to_string(&out).expect("callgrind output");
-    let _ = std::fs::remove_file(&out);
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("totals: ")
-                .or_else(|| l.strip_prefix("summary: "))
-        })
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("callgrind totals")
 }
 
 /// Process-creating system calls made while resolving (fork, clone, exec…):

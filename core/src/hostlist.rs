@@ -61,7 +61,8 @@ impl Item<'_> {
 
 /// The names as they are written out: one buffer and where each name ends.
 struct Names {
-    buf: String,
+    /// Pieces of the list's text (so UTF-8) and digits.
+    buf: Vec<u8>,
     ends: Vec<u32>,
 }
 
@@ -75,7 +76,7 @@ impl HostList {
         }
         check_brackets(list).map_err(bad)?;
         let mut names = Names {
-            buf: String::new(),
+            buf: Vec::new(),
             ends: Vec::new(),
         };
         let mut head = String::new();
@@ -93,8 +94,12 @@ impl HostList {
         if names.ends.is_empty() {
             bail!("the host list {} names no host", shown(list));
         }
+        // Whole pieces of the (UTF-8) list, so one check of the whole.
+        let Ok(buf) = String::from_utf8(names.buf) else {
+            bail!("the host list {} is not text", shown(list));
+        };
         Ok(HostList {
-            buf: names.buf,
+            buf,
             ends: names.ends,
         })
     }
@@ -130,14 +135,37 @@ impl HostList {
     }
 
     /// A name listed twice, if any (two ranks must never share host:port).
+    /// Slurm's node lists are sorted (shorter names first, as `node9` before
+    /// `node10`): those are checked in one pass without hashing.
     pub fn first_duplicate(&self) -> Option<&str> {
+        let names = self.buf.as_bytes();
+        let mut start = 0;
+        let mut prev: &[u8] = &[];
+        let mut sorted = true;
+        for &end in &self.ends {
+            let name = &names[start..end as usize];
+            if (prev.len(), prev) >= (name.len(), name) && start > 0 {
+                sorted = false;
+                break;
+            }
+            (prev, start) = (name, end as usize);
+        }
+        if sorted {
+            return None;
+        }
         let mut seen = std::collections::HashSet::with_capacity(self.len());
         self.iter().find(|&name| !seen.insert(name))
     }
 
     /// The index of `name`.
     pub fn position(&self, name: &str) -> Option<usize> {
-        self.iter().position(|h| h == name)
+        let mut start = 0;
+        self.ends.iter().position(|&end| {
+            let found =
+                end as usize - start == name.len() && &self.buf[start..end as usize] == name;
+            start = end as usize;
+            found
+        })
     }
 
     /// The length of the longest name.
@@ -149,6 +177,33 @@ impl HostList {
             start = end;
         }
         longest as usize
+    }
+}
+
+/// A decimal number zero-padded to a width, counted up in place: a range
+/// of thousands of names is written without formatting each number.
+struct Counter {
+    digits: Vec<u8>,
+}
+
+impl Counter {
+    fn new(n: u64, width: usize) -> Counter {
+        let mut digits = n.to_string().into_bytes();
+        let pad = width.saturating_sub(digits.len());
+        digits.splice(0..0, std::iter::repeat_n(b'0', pad));
+        Counter { digits }
+    }
+
+    fn increment(&mut self) {
+        for d in self.digits.iter_mut().rev() {
+            if *d == b'9' {
+                *d = b'0';
+            } else {
+                *d += 1;
+                return;
+            }
+        }
+        self.digits.insert(0, b'1');
     }
 }
 
@@ -169,7 +224,7 @@ impl Names {
     ) {
         let k = item.k;
         if k == 0 {
-            self.buf.push_str(item.literals[0]);
+            self.buf.extend_from_slice(item.literals[0].as_bytes());
             self.ends.push(self.buf.len() as u32);
             return;
         }
@@ -186,12 +241,13 @@ impl Names {
             };
             let tail = item.literals[k];
             for r in item.group(k - 1) {
-                for n in r.lo..=r.hi {
-                    let width = r.width;
-                    self.buf.push_str(head);
-                    let _ = write!(self.buf, "{n:0width$}");
-                    self.buf.push_str(tail);
+                let mut n = Counter::new(r.lo, r.width);
+                for _ in r.lo..=r.hi {
+                    self.buf.extend_from_slice(head.as_bytes());
+                    self.buf.extend_from_slice(&n.digits);
+                    self.buf.extend_from_slice(tail.as_bytes());
                     self.ends.push(self.buf.len() as u32);
+                    n.increment();
                 }
             }
             return;
@@ -331,6 +387,36 @@ fn parse_bound(digits: &str, range: &str) -> Result<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn counted_numbers_as_format_writes_them() {
+        for (lo, width) in [(0, 0), (0, 3), (7, 1), (95, 4), (998, 2), (99_990, 0)] {
+            let mut n = Counter::new(lo, width);
+            for v in lo..lo + 20 {
+                assert_eq!(n.digits, format!("{v:0width$}").as_bytes());
+                n.increment();
+            }
+        }
+    }
+
+    #[test]
+    fn duplicates_in_any_order() {
+        for (list, dup) in [
+            ("n[1-10]", None),
+            ("n[08-11]", None),
+            ("b,a,c", None),
+            ("n[1-3],n2", Some("n2")),
+            ("n[1-2],n[1-2]", Some("n1")),
+            ("n10,n9,n10", Some("n10")),
+        ] {
+            assert_eq!(
+                HostList::parse(list, 100).unwrap().first_duplicate(),
+                dup,
+                "{list}"
+            );
+        }
+    }
+
     use super::*;
 
     fn names(list: &str) -> Vec<String> {

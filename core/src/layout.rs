@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use super::distribution::{self, Distribution, Placement};
 use super::error::{bail, shown};
 use super::hostlist::HostList;
+use super::runs::Runs;
 use super::step::{FromSrun, Step};
 use super::task_map::TaskMap;
 use super::{MAX_NODES, MAX_TASKS, Result};
@@ -21,8 +22,9 @@ pub struct Layout {
     hosts: HostList,
     /// Tasks of the step on each node.
     counts: Vec<u32>,
-    /// Where each rank runs, by rank.
-    placements: Vec<Placement>,
+    /// The node of each rank, as runs: never expanded per rank unless a
+    /// framework needs every rank ([`Layout::placements`]).
+    ranks: Runs,
     /// Each host's name on the fast network, `{}` standing for the node's.
     template: Option<String>,
     /// Each node's [`Layout::group_of`], computed when first asked.
@@ -33,9 +35,11 @@ impl Layout {
     /// Lays out the step (srun's map, else rebuilt) and checks it against
     /// this node's SLURM_GTIDS. `template`: the host template, if any.
     pub fn build(step: &Step, template: Option<&str>) -> Result<Layout> {
-        let counts = required(step.tasks_per_node.clone(), "SLURM_STEP_TASKS_PER_NODE")?;
-        let hosts = required(step.hosts.clone(), "SLURM_STEP_NODELIST")?;
-        if let Some(dup) = hosts.first_duplicate() {
+        let counts = required(step.tasks_per_node.as_ref(), "SLURM_STEP_TASKS_PER_NODE")?;
+        let hosts = required(step.hosts.as_ref(), "SLURM_STEP_NODELIST")?;
+        // srun's map was checked when it was read, and must name these hosts.
+        let mapped = matches!(step.from_srun, FromSrun::Map(_));
+        if let Some(dup) = hosts.first_duplicate().filter(|_| !mapped) {
             bail!("SLURM_STEP_NODELIST names {dup} twice: two tasks would share one address");
         }
         if hosts.len() != counts.len() {
@@ -53,14 +57,14 @@ impl Layout {
         if let Some(n) = step.num_tasks.filter(|&n| n != total) {
             bail!("SLURM_STEP_NUM_TASKS is {n} but SLURM_STEP_TASKS_PER_NODE adds up to {total}");
         }
-        let (hosts, counts, placements) = match &step.from_srun {
-            FromSrun::Map(map) => from_map(map, &hosts, &counts)?,
-            FromSrun::NoMap | FromSrun::Nothing => rebuild(step, hosts, counts)?,
+        let (hosts, counts, ranks) = match &step.from_srun {
+            FromSrun::Map(map) => from_map(map, hosts, counts)?,
+            FromSrun::NoMap | FromSrun::Nothing => rebuild(step, hosts.clone(), counts.clone())?,
         };
         let layout = Layout {
             hosts,
             counts,
-            placements,
+            ranks,
             template: template.map(str::to_string),
             groups: OnceCell::new(),
         };
@@ -69,17 +73,17 @@ impl Layout {
     }
 
     pub fn num_tasks(&self) -> u32 {
-        self.placements.len() as u32
+        self.ranks.len()
     }
 
     pub fn num_nodes(&self) -> u32 {
         self.hosts.len() as u32
     }
 
-    /// Where `rank` runs.
+    /// Where `rank` runs: O(runs).
     pub fn placement(&self, rank: u32) -> Result<Placement> {
-        match self.placements.get(rank as usize) {
-            Some(&p) => Ok(p),
+        match self.ranks.placement(rank) {
+            Some((node, local)) => Ok(Placement { node, local }),
             None => bail!(
                 "SLURM_PROCID {rank} is outside the step's {} task(s)",
                 self.num_tasks()
@@ -87,9 +91,17 @@ impl Layout {
         }
     }
 
-    /// Every rank's placement, by rank.
-    pub fn placements(&self) -> &[Placement] {
-        &self.placements
+    /// Every rank's placement, in rank order: O(ranks).
+    pub fn placements(&self) -> impl Iterator<Item = Placement> + '_ {
+        let mut placed = vec![0u32; self.hosts.len()];
+        self.ranks.iter().map(move |node| {
+            let local = &mut placed[node as usize];
+            *local += 1;
+            Placement {
+                node,
+                local: *local - 1,
+            }
+        })
     }
 
     /// Tasks of the step on node `node`.
@@ -124,19 +136,12 @@ impl Layout {
     }
 
     /// Node `node`'s index in the order of the nodes' first ranks (rank 0's
-    /// node is 0): PyTorch's GROUP_RANK. One pass over the ranks, made once.
+    /// node is 0): PyTorch's GROUP_RANK. O(nodes) for regular layouts, made
+    /// once.
     pub fn group_of(&self, node: u32) -> u32 {
-        let groups = self.groups.get_or_init(|| {
-            let mut groups = vec![u32::MAX; self.hosts.len()];
-            let mut next = 0;
-            for p in &self.placements {
-                if groups[p.node as usize] == u32::MAX {
-                    groups[p.node as usize] = next;
-                    next += 1;
-                }
-            }
-            groups
-        });
+        let groups = self
+            .groups
+            .get_or_init(|| self.ranks.first_rank_order(self.hosts.len()));
         groups[node as usize]
     }
 
@@ -163,7 +168,7 @@ impl Layout {
             );
         }
         // Slurm lists the node's ranks in local order: the k-th is local task k.
-        let computed: Vec<u32> = distribution::ranks_on(&self.placements, node).collect();
+        let computed = self.ranks.ranks_on(node);
         if computed != *gtids || computed.len() != self.counts[node as usize] as usize {
             let hint = match (&step.from_srun, step.het_nodelists.is_empty()) {
                 (FromSrun::Map(_), _) => " (srun's task map disagrees with this node)",
@@ -196,53 +201,38 @@ pub fn check_size(tasks: u64, nodes: usize) -> Result<()> {
     Ok(())
 }
 
-/// The hosts in node-index order, their counts and every rank's placement,
-/// from srun's map: it must agree with what slurmstepd says of the step.
+/// The hosts in node-index order, their counts and the ranks' nodes, from
+/// srun's map: it must agree with what slurmstepd says of the step.
 fn from_map(
     map: &TaskMap,
     nodelist: &HostList,
     counts: &[u32],
-) -> Result<(HostList, Vec<u32>, Vec<Placement>)> {
-    let mut map_counts = vec![0u32; map.hosts.len()];
-    let placements: Vec<Placement> = map
-        .node_of
-        .iter()
-        .map(|&node| {
-            let local = &mut map_counts[node as usize];
-            *local += 1;
-            Placement {
-                node,
-                local: *local - 1,
-            }
-        })
-        .collect();
-    // Both lists are usually in the same order: compare name by name, and
-    // index the names only when they are not.
-    let agrees = map.hosts.len() == nodelist.len()
-        && if map.hosts.iter().eq(nodelist.iter()) {
-            map_counts == counts
-        } else {
-            let given: HashMap<&str, u32> = nodelist.iter().zip(counts.iter().copied()).collect();
-            map.hosts
+) -> Result<(HostList, Vec<u32>, Runs)> {
+    let map_counts = map.runs.counts(map.hosts.len());
+    // Both lists are usually the same: compare them whole, and index the
+    // names only when they are not.
+    let agrees = if map.hosts == *nodelist {
+        map_counts == counts
+    } else {
+        let given: HashMap<&str, u32> = nodelist.iter().zip(counts.iter().copied()).collect();
+        map.hosts.len() == nodelist.len()
+            && map
+                .hosts
                 .iter()
                 .zip(&map_counts)
                 .all(|(host, n)| given.get(host) == Some(n))
-        };
+    };
     if !agrees {
         bail!(
             "srun's task map does not match SLURM_STEP_NODELIST and SLURM_STEP_TASKS_PER_NODE: it is not this step's"
         );
     }
-    Ok((map.hosts.clone(), map_counts, placements))
+    Ok((map.hosts.clone(), map_counts, map.runs.clone()))
 }
 
 /// The layout rebuilt from the step's variables when srun gave no map: the
 /// distribution, the host file or the heterogeneous components' node lists.
-fn rebuild(
-    step: &Step,
-    hosts: HostList,
-    counts: Vec<u32>,
-) -> Result<(HostList, Vec<u32>, Vec<Placement>)> {
+fn rebuild(step: &Step, hosts: HostList, counts: Vec<u32>) -> Result<(HostList, Vec<u32>, Runs)> {
     let (hosts, counts) = if step.het_nodelists.is_empty() {
         (hosts, counts)
     } else {
@@ -270,7 +260,8 @@ fn rebuild(
         }
         (dist, _) => distribution::place(&counts, dist),
     };
-    Ok((hosts, counts, placements))
+    let node_of: Vec<u32> = placements.iter().map(|p| p.node).collect();
+    Ok((hosts, counts, Runs::from_node_of(&node_of)))
 }
 
 /// srun's check of a heterogeneous step. Slurm runs srun's
@@ -280,13 +271,10 @@ fn rebuild(
 /// over the components' node lists in component order. This refuses a step
 /// whose real map differs from that rebuild, before anything runs.
 pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[HostList]) -> Result<()> {
-    let mut counts = vec![0u32; map.hosts.len()];
-    for &n in &map.node_of {
-        counts[n as usize] += 1;
-    }
+    let counts = map.runs.counts(map.hosts.len());
     let (hosts, counts) = distribution::het_order(&map.hosts, &counts, het_nodelists)?;
     let rebuilt = distribution::place(&counts, Distribution::Block);
-    for (rank, (p, &node)) in rebuilt.iter().zip(&map.node_of).enumerate() {
+    for (rank, (p, node)) in rebuilt.iter().zip(map.runs.iter()).enumerate() {
         let (guess, real) = (hosts.get(p.node as usize), map.hosts.get(node as usize));
         if guess != real {
             bail!(

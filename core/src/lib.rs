@@ -17,6 +17,7 @@ mod number;
 pub mod os;
 pub mod ports;
 pub mod roles;
+pub mod runs;
 pub mod settings;
 pub mod step;
 pub mod task_map;

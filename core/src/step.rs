@@ -126,7 +126,15 @@ pub struct Step {
 impl Step {
     /// Reads the step from `source`.
     pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Gathered> {
-        let from_srun = match from_srun(source)? {
+        // The step's node list first: srun's map names the same list, which
+        // is then expanded once.
+        let nodelist = source.var("SLURM_STEP_NODELIST")?;
+        let hosts = nodelist
+            .as_deref()
+            .map(|list| hosts(list, "SLURM_STEP_NODELIST"))
+            .transpose()?;
+        let known = nodelist.as_deref().zip(hosts.as_ref());
+        let from_srun = match from_srun(source, known)? {
             Found::Verdict(Verdict::Skip) => return Ok(Gathered::Skip),
             Found::Verdict(Verdict::Refused) => return Ok(Gathered::Refused),
             Found::Verdict(Verdict::None) => FromSrun::NoMap,
@@ -136,10 +144,7 @@ impl Step {
         let mut step = Step {
             procid: number(source, "SLURM_PROCID")?,
             num_tasks: number(source, "SLURM_STEP_NUM_TASKS")?,
-            hosts: source
-                .var("SLURM_STEP_NODELIST")?
-                .map(|list| hosts(&list, "SLURM_STEP_NODELIST"))
-                .transpose()?,
+            hosts,
             tasks_per_node: source
                 .var("SLURM_STEP_TASKS_PER_NODE")?
                 .map(|text| tasks_per_node::parse(&text, MAX_NODES as usize))
@@ -227,7 +232,7 @@ fn hostfile_hosts(text: &str) -> Result<HostList> {
 }
 
 /// srun's map or verdict for this step, if srun left one.
-fn from_srun(source: &mut impl Source) -> Result<Found> {
+fn from_srun(source: &mut impl Source, nodelist: Option<(&str, &HostList)>) -> Result<Found> {
     let Some(text) = source.var(task_map::VAR)? else {
         return Ok(Found::Other);
     };
@@ -237,7 +242,7 @@ fn from_srun(source: &mut impl Source) -> Result<Found> {
             task_map::VAR
         );
     };
-    TaskMap::decode(&text, job, step)
+    TaskMap::decode_for(&text, job, step, nodelist)
 }
 
 /// The number of components of a heterogeneous job (None: not one), from

@@ -30,6 +30,7 @@
 use super::error::{Result, bail, shown};
 use super::hostlist::HostList;
 use super::number::parse_u32;
+use super::runs::Runs;
 use super::{MAX_NODES, MAX_TASKS};
 
 /// The variable srun sets and every task of the step inherits.
@@ -46,8 +47,8 @@ pub struct TaskMap {
     pub job: u32,
     pub step: u32,
     pub hosts: HostList,
-    /// Node index (into `hosts`) of each rank.
-    pub node_of: Vec<u32>,
+    /// Node index (into `hosts`) of each rank, as runs.
+    pub runs: Runs,
 }
 
 /// What a variable found in a task's environment says about this step.
@@ -161,25 +162,31 @@ impl TaskMap {
 
     /// Checks that the hosts are distinct and each runs a task.
     pub fn new(job: u32, step: u32, hosts: HostList, node_of: Vec<u32>) -> Result<TaskMap> {
+        if let Some(&n) = node_of.iter().find(|&&n| n as usize >= hosts.len()) {
+            bail!("the task map places a task on node index {n}, beyond its hosts");
+        }
+        TaskMap::from_runs(job, step, hosts, Runs::from_node_of(&node_of))
+    }
+
+    fn from_runs(job: u32, step: u32, hosts: HostList, runs: Runs) -> Result<TaskMap> {
         if let Some(dup) = hosts.first_duplicate() {
             bail!("the task map names node {dup} twice");
         }
-        let mut used = vec![false; hosts.len()];
-        for &n in &node_of {
-            match used.get_mut(n as usize) {
-                Some(u) => *u = true,
-                None => bail!("the task map places a task on node index {n}, beyond its hosts"),
-            }
-        }
-        if let Some(i) = used.iter().position(|u| !u) {
+        if let Some(i) = runs.counts(hosts.len()).iter().position(|&c| c == 0) {
             bail!("the task map's node {} runs no task", hosts.get(i));
         }
         Ok(TaskMap {
             job,
             step,
             hosts,
-            node_of,
+            runs,
         })
+    }
+
+    /// The node index of every rank (srun's side: the map is expanded once
+    /// per step there, never per task).
+    pub fn node_of(&self) -> Vec<u32> {
+        self.runs.iter().collect()
     }
 
     /// The map as the variable's value, `hosts_text` being the step's
@@ -189,13 +196,25 @@ impl TaskMap {
             "1;{}.{};{hosts_text};{}",
             self.job,
             self.step,
-            encode_runs(&self.node_of)
+            self.runs.text()
         )
     }
 
     /// Reads the variable's value; `job`/`step` are the task's own (from
     /// Slurm's items, not its environment).
     pub fn decode(text: &str, job: u32, step: u32) -> Result<Found> {
+        TaskMap::decode_for(text, job, step, None)
+    }
+
+    /// [`TaskMap::decode`], reusing `nodelist` (SLURM_STEP_NODELIST's text and
+    /// hosts) when the map names the hosts with the same text, as srun's map
+    /// of a step does: a task then expands the list once.
+    pub fn decode_for(
+        text: &str,
+        job: u32,
+        step: u32,
+        nodelist: Option<(&str, &HostList)>,
+    ) -> Result<Found> {
         let bad = |why: &str| -> Result<Found> { bail!("bad {VAR} {}: {why}", shown(text)) };
         if text.len() > MAX_LEN {
             return bad(&format!("longer than {MAX_LEN} bytes"));
@@ -231,152 +250,14 @@ impl TaskMap {
                 None => bad("not 1;JOB.STEP;HOSTS;RUNS nor a verdict"),
             };
         };
-        let hosts = HostList::parse(hosts, MAX_NODES as usize)
-            .map_err(|e| super::Error::new(format!("{VAR}: {e}")))?;
-        let node_of = decode_runs(runs, hosts.len())
+        let hosts = match nodelist {
+            Some((same, parsed)) if same == hosts => parsed.clone(),
+            _ => HostList::parse(hosts, MAX_NODES as usize)
+                .map_err(|e| super::Error::new(format!("{VAR}: {e}")))?,
+        };
+        let runs = Runs::parse(runs, hosts.len())
             .map_err(|e| super::Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
-        Ok(Found::Ours(TaskMap::new(job, step, hosts, node_of)?))
-    }
-}
-
-/// One term `A[-B][*K][xR]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Term {
-    first: u32,
-    last: u32,
-    each: u32,
-    times: u32,
-}
-
-impl Term {
-    fn nodes(&self) -> impl Iterator<Item = u32> + use<> {
-        let (a, b) = (self.first, self.last);
-        let span: Box<dyn Iterator<Item = u32>> = if a <= b {
-            Box::new(a..=b)
-        } else {
-            Box::new((b..=a).rev())
-        };
-        let each = self.each;
-        span.flat_map(move |n| std::iter::repeat_n(n, each as usize))
-    }
-
-    fn len(&self) -> u64 {
-        (u64::from(self.first.abs_diff(self.last)) + 1)
-            * u64::from(self.each)
-            * u64::from(self.times)
-    }
-}
-
-fn encode_runs(node_of: &[u32]) -> String {
-    // Runs of one node, then runs of consecutive nodes with equal lengths,
-    // then repeats of equal terms.
-    let mut runs: Vec<(u32, u32)> = Vec::new();
-    for &n in node_of {
-        match runs.last_mut() {
-            Some((node, len)) if *node == n => *len += 1,
-            _ => runs.push((n, 1)),
-        }
-    }
-    let mut terms: Vec<Term> = Vec::new();
-    for (node, len) in runs {
-        if let Some(t) = terms.last_mut()
-            && t.times == 1
-            && t.each == len
-        {
-            let ascending = t.first <= t.last && t.last.checked_add(1) == Some(node);
-            let descending = t.first >= t.last && t.last.checked_sub(1) == Some(node);
-            let single = t.first == t.last;
-            if (ascending || descending) && (single || (t.first < t.last) == ascending) {
-                t.last = node;
-                continue;
-            }
-        }
-        terms.push(Term {
-            first: node,
-            last: node,
-            each: len,
-            times: 1,
-        });
-    }
-    let mut out: Vec<Term> = Vec::new();
-    for t in terms {
-        match out.last_mut() {
-            Some(prev) if Term { times: 1, ..*prev } == t => prev.times += 1,
-            _ => out.push(t),
-        }
-    }
-    let text: Vec<String> = out
-        .iter()
-        .map(|t| {
-            let mut s = t.first.to_string();
-            if t.last != t.first {
-                s += &format!("-{}", t.last);
-            }
-            if t.each != 1 {
-                s += &format!("*{}", t.each);
-            }
-            if t.times != 1 {
-                s += &format!("x{}", t.times);
-            }
-            s
-        })
-        .collect();
-    text.join(",")
-}
-
-fn decode_runs(text: &str, nodes: usize) -> Result<Vec<u32>> {
-    let mut terms = Vec::new();
-    let mut total = 0u64;
-    for item in text.split(',') {
-        let (rest, times) = suffix(item, 'x')?;
-        let (rest, each) = suffix(rest, '*')?;
-        let (first, last) = match rest.split_once('-') {
-            Some((a, b)) => (number(a)?, number(b)?),
-            None => (number(rest)?, number(rest)?),
-        };
-        if first.max(last) as usize >= nodes {
-            bail!(
-                "node index {} but the map has {nodes} node(s)",
-                first.max(last)
-            );
-        }
-        let term = Term {
-            first,
-            last,
-            each,
-            times,
-        };
-        total += term.len();
-        if total > u64::from(MAX_TASKS) {
-            bail!("more than {MAX_TASKS} tasks");
-        }
-        terms.push(term);
-    }
-    let mut node_of = Vec::with_capacity(total as usize);
-    for t in terms {
-        for _ in 0..t.times {
-            node_of.extend(t.nodes());
-        }
-    }
-    Ok(node_of)
-}
-
-/// `text` split at its last `sep`, the count after it (1 when absent; 0 is
-/// refused: an empty term is never written).
-fn suffix(text: &str, sep: char) -> Result<(&str, u32)> {
-    match text.rsplit_once(sep) {
-        None => Ok((text, 1)),
-        Some((rest, n)) => match number(n)? {
-            0 => bail!("a count of 0 in {}", shown(text)),
-            n => Ok((rest, n)),
-        },
-    }
-}
-
-fn number(text: &str) -> Result<u32> {
-    match parse_u32(text) {
-        Some(n) => Ok(n),
-        None => bail!("{} is not a number", shown(text)),
+        Ok(Found::Ours(TaskMap::from_runs(job, step, hosts, runs)?))
     }
 }
 
@@ -434,7 +315,7 @@ mod tests {
     fn from_tids_is_the_layout() {
         let tids = [vec![0], vec![1, 3, 4], vec![2]];
         let map = TaskMap::from_tids(1, 0, hosts("node[1-3]"), &tids).unwrap();
-        assert_eq!(map.node_of, [0, 1, 2, 1, 1]);
+        assert_eq!(map.node_of(), [0, 1, 2, 1, 1]);
         for bad in [
             vec![vec![0], vec![0]],
             vec![vec![0], vec![2]],

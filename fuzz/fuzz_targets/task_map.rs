@@ -8,7 +8,7 @@ use tf_cluster_core::task_map::{Found, TaskMap};
 
 fuzz_target!(|text: &str| {
     let Ok(Found::Ours(map)) = TaskMap::decode(text, 7, 3) else { return };
-    assert!(map.node_of.len() <= MAX_TASKS as usize);
+    assert!(map.runs.len() <= MAX_TASKS);
     let hosts = text.split(';').nth(2).unwrap();
     let again = map.encode(hosts);
     assert_eq!(TaskMap::decode(&again, 7, 3).unwrap(), Found::Ours(map));

@@ -134,7 +134,7 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
         }
     };
     let (map, hosts_text) = component.into_map(job, step)?;
-    core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
+    core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
     } else {
@@ -195,7 +195,7 @@ fn het_map_for(
     }
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
-    core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
+    core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
     let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);

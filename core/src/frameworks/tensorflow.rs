@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use super::{Arg, Framework, GpuRule, Launch, Task, Vars};
+use crate::distribution::Placement;
 use crate::error::bail;
 use crate::hostlist::HostList;
 use crate::layout::Layout;
@@ -76,13 +77,15 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     };
     let addresses: Vec<Cow<str>> = (0..layout.num_nodes()).map(|n| layout.address(n)).collect();
     let ports: Vec<String> = task.ports.iter().map(u16::to_string).collect();
+    // TF_CONFIG lists every rank: O(ranks) is its nature.
+    let placements: Vec<Placement> = layout.placements().collect();
     let mut first = 0usize;
     let jobs = roles.iter().filter_map(|r| {
         let ranks = first..first + r.count as usize;
         first = ranks.end;
         (r.name != roles::EVALUATOR).then(|| tf_config::Job {
             name: r.name.as_str(),
-            addresses: layout.placements()[ranks].iter().map(|p| {
+            addresses: placements[ranks].iter().map(|p| {
                 (
                     addresses[p.node as usize].as_ref(),
                     ports[p.local as usize].as_str(),
@@ -91,7 +94,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
         })
     });
     // Each address is `"host:port",`; role names and the rest are small.
-    let capacity = layout.placements().len() * (layout.longest_address() + 9) + 256;
+    let capacity = placements.len() * (layout.longest_address() + 9) + 256;
     let rpc_layer = task.settings.rpc_layer.as_deref();
     let tf_config = tf_config::render(jobs, role, index, rpc_layer, capacity);
     tf_config::check_size(&tf_config, layout.num_tasks())?;

@@ -199,7 +199,7 @@ fn het_maps_are_merged_and_checked_against_the_rebuild() {
         cyclic.hosts.iter().collect::<Vec<_>>(),
         ["node3", "node1", "node2"]
     );
-    assert_eq!(cyclic.node_of, [0, 1, 2, 1, 2]);
+    assert_eq!(cyclic.node_of(), [0, 1, 2, 1, 2]);
     let e = check_het_rebuild(&cyclic, &nodelists)
         .unwrap_err()
         .to_string();
@@ -216,7 +216,7 @@ fn het_maps_are_merged_and_checked_against_the_rebuild() {
         ],
     )
     .unwrap();
-    assert_eq!(block.node_of, [0, 1, 1, 2, 2]);
+    assert_eq!(block.node_of(), [0, 1, 1, 2, 2]);
     check_het_rebuild(&block, &nodelists).unwrap();
     // A component's task ids beyond its own count are Slurm's error.
     let e = TaskMap::from_components(5, 0, &[(one("node1"), vec![vec![0, 2]])]).unwrap_err();
