@@ -126,7 +126,13 @@ pub struct Step {
 impl Step {
     /// Reads the step from `source`.
     pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Gathered> {
-        // The step's node list first: srun's map names the same list, which
+        // The step's size first: nothing larger than the plugin lays out is
+        // read further.
+        let num_tasks = number(source, "SLURM_STEP_NUM_TASKS")?;
+        if let Some(n) = num_tasks {
+            crate::layout::check_size(u64::from(n), 0)?;
+        }
+        // The step's node list next: srun's map names the same list, which
         // is then expanded once.
         let nodelist = source.var("SLURM_STEP_NODELIST")?;
         let hosts = nodelist
@@ -143,7 +149,7 @@ impl Step {
         };
         let mut step = Step {
             procid: number(source, "SLURM_PROCID")?,
-            num_tasks: number(source, "SLURM_STEP_NUM_TASKS")?,
+            num_tasks,
             hosts,
             tasks_per_node: source
                 .var("SLURM_STEP_TASKS_PER_NODE")?
