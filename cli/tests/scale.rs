@@ -49,7 +49,11 @@ fn pytorch_and_jax_at_131072_ranks() {
     let rank = 100_005;
     let env = step(131_072, 16_384, rank);
     let out = cli("--torch-cluster", &env);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let vars: Value = serde_json::from_slice(&out.stdout).unwrap();
     for (name, want) in [
         ("RANK", "100005"),
@@ -67,7 +71,11 @@ fn pytorch_and_jax_at_131072_ranks() {
     }
     assert!(vars.get("TF_CONFIG").is_none());
     let out = cli("--jax-cluster", &env);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let vars: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(vars["JAX_COORDINATOR_ADDRESS"], "gpu00001:20000");
 }

@@ -293,3 +293,35 @@ fn one_torchrun_per_node() {
         assert_eq!(injection.get("TF_CONFIG"), None);
     }
 }
+
+/// Each framework's limit says its own number, and only TensorFlow's is
+/// below what the layout takes.
+#[test]
+fn limits_name_their_numbers() {
+    for f in super::FRAMEWORKS {
+        assert!(
+            f.max_tasks_why.contains(&f.max_tasks.to_string()),
+            "{}: {}",
+            f.name,
+            f.max_tasks_why
+        );
+        assert!(f.max_tasks <= crate::MAX_TASKS, "{}", f.name);
+    }
+    assert_eq!(tensorflow::FRAMEWORK.max_tasks, 21_845);
+    let settings = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK).with(&jax::FRAMEWORK),
+        ..Settings::default()
+    };
+    crate::check_before_launch(&settings, 262_144, None).unwrap();
+    let e = crate::check_before_launch(&settings, 262_145, None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the step has 262145 tasks; tf-cluster lays out at most 262144"
+    );
+    let tf = Settings::default();
+    let e = crate::check_before_launch(&tf, 21_846, None).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the step has 21846 tasks; TF_CONFIG for more than 21845 cannot fit in one environment variable"
+    );
+}
