@@ -1,0 +1,116 @@
+/* A probe for docker/scale-bench.sh: two tiny SPANK plugins built from this
+ * file (-DSTOP or not) and listed around tf_cluster in plugstack.conf:
+ *
+ *   required /path/tfcs_start.so
+ *   required /path/libtf_cluster.so
+ *   required /path/tfcs_stop.so dir=/path/probe
+ *
+ * Plugins run in plugstack order, in the same process: start notes the time
+ * in the process environment, stop takes the difference. In slurmstepd it
+ * appends one line per event to dir/<host name>:
+ *   init <pid> <ns>                    slurm_spank_init of the plugin between
+ *   task <pid> <ns> <hwm kB> <ppid hwm kB>  task_init, in the task's process
+ *                                      just before exec: its VmHWM (the
+ *                                      forked slurmstepd with the plugin's
+ *                                      work in it) and its parent's (the
+ *                                      step's slurmstepd)
+ */
+#include <fcntl.h>
+#include <slurm/spank.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef STOP
+SPANK_PLUGIN(tfcs_stop, 1);
+#else
+SPANK_PLUGIN(tfcs_start, 1);
+#endif
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+#ifndef STOP
+static void mark(const char *var)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%lld", now_ns());
+    setenv(var, b, 1);
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    if (spank_context() == S_CTX_REMOTE)
+        mark("TFCS_INIT_T0");
+    return 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    mark("TFCS_TASK_T0");
+    return 0;
+}
+#else
+static long hwm_kb(const char *path)
+{
+    char line[256];
+    long v = -1;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) {
+            v = atol(line + 6);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static void record(int ac, char **av, const char *var, const char *kind, int task)
+{
+    const char *dir = NULL, *t0 = getenv(var);
+    char host[256], path[4096], line[256], ppid[64];
+    long long dt;
+    int fd, n;
+    for (int i = 0; i < ac; i++)
+        if (!strncmp(av[i], "dir=", 4))
+            dir = av[i] + 4;
+    if (!dir || !t0 || gethostname(host, sizeof host))
+        return;
+    dt = now_ns() - atoll(t0);
+    if (task) {
+        snprintf(ppid, sizeof ppid, "/proc/%d/status", (int)getppid());
+        n = snprintf(line, sizeof line, "%s %d %lld %ld %ld\n", kind, (int)getpid(), dt,
+                     hwm_kb("/proc/self/status"), hwm_kb(ppid));
+    } else {
+        n = snprintf(line, sizeof line, "%s %d %lld\n", kind, (int)getpid(), dt);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, host);
+    fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    if (fd < 0)
+        return;
+    if (write(fd, line, n) < 0) {
+    }
+    close(fd);
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    if (spank_context() == S_CTX_REMOTE)
+        record(ac, av, "TFCS_INIT_T0", "init", 0);
+    return 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    record(ac, av, "TFCS_TASK_T0", "task", 1);
+    return 0;
+}
+#endif
