@@ -226,7 +226,7 @@ scale_step() {
 # shellcheck disable=SC2016 # expanded by the task's shell
 scale_task_cmd() {
     case $1 in
-    tf) echo 'c=${TF_CONFIG%,"task":*}; [ "$SLURM_PROCID" != 0 ] || printf %s "$c" >"$OUT/cluster";
+    tf) echo 'c="${TF_CONFIG%,\"task\":*}"; [ "$SLURM_PROCID" != 0 ] || printf %s "$c" >"$OUT/cluster";
         printf "%s %s %s %s\n" "$SLURM_PROCID" "$SLURMD_NODENAME" "${TF_CONFIG##*\"task\":}" "$(printf %s "$c" | cksum | tr " " :)"' ;;
     torch) echo 'echo "$SLURM_PROCID $SLURMD_NODENAME $SLURM_LOCALID $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"' ;;
     esac
@@ -242,7 +242,7 @@ scale_task_cmd() {
 #          node), GROUP_RANK (nodes in order of first rank), GROUP_WORLD_SIZE,
 #          MASTER_ADDR (rank 0's node), one MASTER_PORT
 scale_check() {
-    local fw=$1 dist=$2 out=$SCALE_RUN/out/$1-$2 tasks=$((SCALE_NODES * SCALE_TPN)) opt crc
+    local fw=$1 dist=$2 out=$SCALE_RUN/out/$1-$2 tasks=$((SCALE_NODES * SCALE_TPN)) opt crc=
     rm -rf "$out" && mkdir -p "$out"
     case $fw in
     tf) opt=--tf-cluster=chief:1,worker:$((tasks - 1)) ;;
