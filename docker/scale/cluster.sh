@@ -4,7 +4,8 @@
 # Debian's Slurm is built without multiple-slurmd support (one slurmd per host
 # name), so every node is a real slurmd in namespaces of its own: a network
 # namespace (its own address, port 6818 free for each) and a UTS namespace
-# (its own host name, which is how slurmd knows which NodeName it is). The
+# (its own host name, which is how slurmd knows which NodeName it is) and a
+# PID namespace (its own /proc, which slurmstepd scans for the step's tasks). The
 # controller (slurmctld, host name ctl) and the submit side (srun, salloc)
 # share a "hub" network namespace that holds a bridge; one veth pair per node
 # joins each node to it. Addresses are 10.213.0.0/16, and exist only inside
@@ -170,8 +171,13 @@ scale_up() {
         >>"$SCALE_RUN/log/slurmctld.out" 2>&1 &
     disown
     for ((i = 1; i <= SCALE_NODES; i++)); do
-        nsenter --net="/run/netns/$SCALE_PREFIX-n$i" unshare --uts \
-            sh -c "hostname node$i && exec slurmd -D" >>"$SCALE_RUN/log/slurmd.out" 2>&1 &
+        # A PID namespace (and its /proc) per node too: slurmstepd's
+        # proctrack/linuxproc scans /proc, which must hold one node's
+        # processes as on a real node, not the whole cluster's. Its PID 1 is
+        # a shell that reaps the orphans (slurmstepd is one).
+        nsenter --net="/run/netns/$SCALE_PREFIX-n$i" unshare --uts --pid --fork --mount-proc \
+            sh -c "hostname node$i || exit 1; slurmd -D & while :; do wait; sleep 1; done" \
+            >>"$SCALE_RUN/log/slurmd.out" 2>&1 &
         disown
     done
     deadline=$((SECONDS + ${SCALE_UP_TIMEOUT:-120}))
