@@ -165,18 +165,22 @@ awk -v a="${med[absent]}" -v n="${med[none]}" -v n2="${med[none2]}" -v tf="${med
     printf "ratio torch/none  %.3f\n", to / n }'
 read -r rpc_m rpc_lo rpc_hi <<<"$(stats "${rpc[@]}")"
 echo "srun task-map RPC: median $rpc_m µs (p10 $rpc_lo, p90 $rpc_hi), map $bytes bytes"
+us() { awk -v n="$1" 'BEGIN { if (n == "-") print "-"; else printf "%.1f", n / 1000 }'; }
 for p in absent none tf torch; do
-    printf 'probe %-6s task_init %6s µs/task (median of %s)  task VmHWM %s kB (max %s)  slurmstepd VmHWM %s kB  plugin init %s µs/node\n' \
-        "$p" "$(awk "BEGIN{print $(probe_median task 3 "$p")/1000}")" \
+    printf 'probe %-6s task_init %6s µs cpu %6s µs wall %s faults per task (median of %s)  task VmHWM %s kB (max %s)  slurmstepd VmHWM %s kB  init %s µs cpu per node\n' \
+        "$p" "$(us "$(probe_median task 6 "$p")")" "$(us "$(probe_median task 3 "$p")")" "$(probe_median task 7 "$p")" \
         "$(grep -c '^task' "$SCALE_RUN/out/probe-$p")" "$(probe_median task 4 "$p")" "$(probe_max task 4 "$p")" \
-        "$(probe_median task 5 "$p")" "$(awk "BEGIN{print $(probe_median init 3 "$p")/1000}")"
+        "$(probe_median task 5 "$p")" "$(us "$(probe_median init 4 "$p")")"
 done
-# One line for BENCHMARKS.md's table.
-printf 'ROW | %s | %s | %s | %.3f | %.3f | %.3f | %.3f | %s | %s | %s / %s / %s | %s / %s | %s / %s |\n' \
-    "$SCALE_NODES" "$SCALE_TPN" "$TASKS" \
+# One line for BENCHMARKS.md's table: nodes, tasks per node, tasks, none
+# (ms), ratios none2/none, none/absent, tf/none, torch/none, RPC, map bytes,
+# slurmstepd VmHWM absent/tf, task process VmHWM none/tf at the end of
+# task_init, task_init CPU µs per task absent/none/tf/torch.
+printf 'ROW | %s | %s | %s | %.0f | %.3f | %.3f | %.3f | %.3f | %s µs | %s | %s / %s | %s / %s | %s / %s / %s / %s |\n' \
+    "$SCALE_NODES" "$SCALE_TPN" "$TASKS" "$(us "${med[none]}")" \
     "$(awk "BEGIN{print ${med[none2]}/${med[none]}}")" "$(awk "BEGIN{print ${med[none]}/${med[absent]}}")" \
     "$(awk "BEGIN{print ${med[tf]}/${med[none]}}")" "$(awk "BEGIN{print ${med[torch]}/${med[none]}}")" \
-    "$(awk "BEGIN{printf \"%.0f\", ${med[none]}/1000}")" "$rpc_m µs, $bytes B" \
-    "$(probe_median task 5 absent)" "$(probe_median task 5 none)" "$(probe_median task 5 tf)" \
+    "$rpc_m" "$bytes" "$(probe_median task 5 absent)" "$(probe_median task 5 tf)" \
     "$(probe_median task 4 none)" "$(probe_median task 4 tf)" \
-    "$(awk "BEGIN{print $(probe_median task 3 absent)/1000}")" "$(awk "BEGIN{print $(probe_median task 3 tf)/1000}")"
+    "$(us "$(probe_median task 6 absent)")" "$(us "$(probe_median task 6 none)")" \
+    "$(us "$(probe_median task 6 tf)")" "$(us "$(probe_median task 6 torch)")"
