@@ -233,7 +233,7 @@ scale_step() {
 scale_task_cmd() {
     case $1 in
     tf) echo 'c="${TF_CONFIG%,\"task\":*}"; [ "$SLURM_PROCID" != 0 ] || printf %s "$c" >"$OUT/cluster";
-        printf "%s %s %s %s\n" "$SLURM_PROCID" "$SLURMD_NODENAME" "${TF_CONFIG##*\"task\":}" "$(printf %s "$c" | cksum | tr " " :)"' ;;
+        printf "%s %s %s %s\n" "$SLURM_PROCID" "$SLURMD_NODENAME" "${TF_CONFIG##*\"task\":}" "$(printf %s "$c" | cksum)"' ;;
     torch) echo 'echo "$SLURM_PROCID $SLURMD_NODENAME $SLURM_LOCALID $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $MASTER_ADDR $MASTER_PORT"' ;;
     esac
 }
@@ -258,7 +258,7 @@ scale_check() {
         { cat "$out/stderr" >&2; scale_die "$fw $dist step failed"; }
     if [ "$fw" = tf ]; then
         [ -s "$out/cluster" ] || scale_die "$fw $dist: task 0 had no TF_CONFIG"
-        crc=$(cksum <"$out/cluster" | tr ' ' :)
+        crc=$(cksum <"$out/cluster")
     fi
     awk -v fw="$fw" -v T="$tasks" -v N="$SCALE_NODES" -v crc="$crc" -v cl="$out/cluster" '
         function bad(m) { print "task " $1 " on " $2 ": " m; errors++ }
@@ -275,7 +275,7 @@ scale_check() {
             if (($1 in node) || $1 !~ /^[0-9]+$/ || $1 >= T) { bad("rank unexpected or twice"); next }
             node[$1] = $2; local[$1] = $3; per[$2]++; lines++
             if (fw == "tf") {
-                if ($4 != crc) bad("cluster differs from task 0: " $4 " vs " crc)
+                if ($4 " " $5 != crc) bad("cluster differs from task 0: " $4 " " $5 " vs " crc)
                 want = ($1 == 0) ? "{\"type\":\"chief\",\"index\":0}}" : "{\"type\":\"worker\",\"index\":" ($1 - 1) "}}"
                 if ($3 != want) bad("task " $3 ", want " want)
                 e = ($1 == 0) ? ch[1] : wk[$1]
