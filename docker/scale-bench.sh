@@ -29,7 +29,9 @@
 #    and the step's slurmstepd VmHWM; srun -v's task-map RPC time and bytes.
 #
 # Everything runs in a private mount namespace and stops on exit (trap).
-set -euo pipefail
+set -Eeuo pipefail
+# Fail loudly: name the command that failed.
+trap 'echo "scale-bench: error: line $LINENO: \"$BASH_COMMAND\" failed (exit $?)" >&2' ERR
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
