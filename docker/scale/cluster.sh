@@ -134,6 +134,11 @@ scale_network() {
     ip -n "$SCALE_PREFIX-hub" link add br0 type bridge
     ip -n "$SCALE_PREFIX-hub" addr add "$scale_ctl_addr/16" dev br0
     ip -n "$SCALE_PREFIX-hub" link set br0 up
+    # srun accepts one I/O connection per node at once from every
+    # slurmstepd: on a loaded machine a short accept queue made some of them
+    # fail ("Slurmd could not connect IO") at 256 nodes.
+    scale_hub sysctl -q -w net.core.somaxconn=65535 net.ipv4.tcp_max_syn_backlog=65535 ||
+        scale_die "cannot raise the hub's accept queue"
     {
         for ((i = 1; i <= SCALE_NODES; i++)); do echo "netns add $SCALE_PREFIX-n$i"; done
     } | ip -batch - || scale_die "cannot create the nodes' network namespaces"
