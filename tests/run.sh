@@ -30,5 +30,10 @@ bash tests/memcheck.sh
 CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
     cargo test --release -p tf-cluster-core --lib --test properties
 bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
+# A real launch at scale: 24 real slurmd nodes (one per network, UTS and
+# PID namespace) on this machine, every task of tf and torch steps, block
+# and cyclic, checked against Slurm's placement (docker/scale-bench.sh has
+# the benchmark).
+bash tests/scale-smoke.sh
 # The testbed binaries, against each Slurm with the plugin built for it.
 bash docker/matrix.sh
