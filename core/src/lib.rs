@@ -58,6 +58,12 @@ impl Injection {
             .map(|(name, value)| (*name, value.as_str()))
     }
 
+    /// The variables to set, in order, by value: a caller that copies each
+    /// value to C can reuse its buffer instead of copying it once more.
+    pub fn into_vars(self) -> impl Iterator<Item = (&'static str, String)> {
+        self.list.into_iter()
+    }
+
     /// The value given to `name`, if any.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars().find(|(n, _)| *n == name).map(|(_, v)| v)

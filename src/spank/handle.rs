@@ -102,8 +102,10 @@ impl<'a> Spank<'a> {
         }
     }
 
-    /// Sets a variable of the task's environment (slurmstepd only).
-    pub fn setenv(&self, name: &str, value: &str) -> Result<()> {
+    /// Sets a variable of the task's environment (slurmstepd only). The
+    /// value's buffer becomes the C string (no copy when it has room for the
+    /// NUL).
+    pub fn setenv(&self, name: &str, value: String) -> Result<()> {
         let cname = CString::new(name).map_err(|_| Error::new("variable name with NUL"))?;
         let cvalue =
             CString::new(value).map_err(|_| Error::new(format!("{name}: value with NUL")))?;

@@ -46,10 +46,12 @@ impl Stepd {
                 Gathered::Refused => return Err(Error::new("")),
             };
             let injection = core::resolve(&settings, &step)?;
-            for (name, value) in injection.vars() {
+            log::debug!("{}", core::explain(&step, &injection));
+            // By value: in a freshly forked task every new page faults, and a
+            // TF_CONFIG of thousands of tasks is tens of pages.
+            for (name, value) in injection.into_vars() {
                 spank.setenv(name, value)?;
             }
-            log::debug!("{}", core::explain(&step, &injection));
             Ok(())
         })
     }
