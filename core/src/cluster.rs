@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::error::{bail, shown};
-use super::gpus::GpuPlan;
+use super::gpus::{GpuPlan, NodeGpus};
 use super::hostlist::HostList;
 use super::layout::{self, Distribution, Placement};
 use super::roles::{self, Role};
@@ -104,16 +104,16 @@ impl Cluster {
                 next += 1;
             }
         }
-        let gpus = if settings.auto_set_gpu && !step.gpus_bound_by_slurm {
-            GpuPlan::new(
-                settings,
-                step.cuda_visible_devices.as_deref(),
-                step.node_gpus,
-                max_local,
-            )?
-        } else {
-            GpuPlan::untouched()
-        };
+        let gpus = GpuPlan::new(
+            settings,
+            f,
+            NodeGpus {
+                visible: &step.visible_gpus,
+                bind: step.gpu_bind.as_ref(),
+                probed: step.node_gpus,
+                local_tasks: max_local,
+            },
+        )?;
         let cluster = Cluster {
             hosts,
             addresses,
@@ -218,24 +218,18 @@ impl Cluster {
         if f.tf {
             vars.push(("TF_CONFIG", self.tf_config(rank)?));
         }
-        // PyTorch's scripts pick their GPU with set_device(LOCAL_RANK): they
-        // see the node's GPUs, local rank k using the k-th (never two ranks
-        // one GPU, as the plan gives each local task its own).
-        let gpus = if f.torch {
-            self.gpus.whole()
-        } else {
-            self.gpus.for_local(p.local)
-        };
-        if let Some(list) = gpus {
+        // The device variables by the frameworks' rule (gpus.rs): PyTorch's
+        // tasks see the node's GPUs, the others their slice.
+        for (name, list) in self.gpus.task_vars(p.local) {
             // Slurm would drop a longer one and leave every GPU visible.
-            let size = "CUDA_VISIBLE_DEVICES=".len() + list.len() + 1;
+            let size = name.len() + 1 + list.len() + 1;
             if size >= tf_config::ENV_LIMIT {
                 bail!(
-                    "CUDA_VISIBLE_DEVICES would be {size} bytes, over the {}-byte limit of one environment variable",
+                    "{name} would be {size} bytes, over the {}-byte limit of one environment variable",
                     tf_config::ENV_LIMIT
                 );
             }
-            vars.push(("CUDA_VISIBLE_DEVICES", list));
+            vars.push((name, list));
         }
         let first = self.placements[0];
         let coordinator = self.addresses.get(first.node as usize);
@@ -266,7 +260,7 @@ impl Cluster {
                 "JAX_COORDINATOR_ADDRESS",
                 format!("{coordinator}:{}", self.ports[port]),
             ));
-            if let Some(ids) = self.gpus.device_ids(p.local, f.torch) {
+            if let Some(ids) = self.gpus.jax_ids(p.local) {
                 vars.push(("JAX_LOCAL_DEVICE_IDS", ids));
             }
         }

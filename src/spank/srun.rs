@@ -6,6 +6,7 @@
 
 use super::handle::Spank;
 use super::{fault, layout};
+use crate::core::gpus;
 use crate::core::hostlist::HostList;
 use crate::core::task_map::{self, MAX_LEN, Verdict};
 use crate::core::{self, Error, MAX_TASKS, Result, Settings};
@@ -65,6 +66,7 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
     };
     let (map, hosts_text) = component.into_map(job, step)?;
     core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
+    check_gpus(settings, &map)?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
     } else {
@@ -151,6 +153,7 @@ fn het_map_for(
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
     core::check_before_launch(settings, map.node_of.len() as u32, Some(&hosts_text))?;
+    check_gpus(settings, &map)?;
     let nodelists = components
         .iter()
         .map(|(_, nodes)| HostList::parse(nodes, MAX_TASKS as usize))
@@ -164,6 +167,19 @@ fn het_map_for(
         value.len()
     );
     Ok(value)
+}
+
+/// The GPU refusals srun can make before launch: the GPU request as srun's
+/// own environment shows it (core::gpus::SrunRequest) against the most tasks
+/// the map puts on one node. Each task checks again (the catch-all).
+fn check_gpus(settings: &Settings, map: &task_map::TaskMap) -> Result<()> {
+    let mut counts = vec![0u32; map.hosts.len()];
+    for &node in &map.node_of {
+        counts[node as usize] += 1;
+    }
+    let most = counts.into_iter().max().unwrap_or(0);
+    let request = gpus::SrunRequest::from_env(|name| std::env::var(name).ok());
+    gpus::check_before_launch(settings, &request, most)
 }
 
 /// The layout of step `job`.`step` from slurmctld (or the injected fault).
