@@ -18,8 +18,8 @@
 //! - PyTorch (`set_device(LOCAL_RANK)`): every local task sees the node's
 //!   whole list, local rank k using the k-th GPU; a per-task binding is
 //!   refused (LOCAL_RANK would name a GPU the task cannot see), and so are
-//!   more tasks than GPUs. With JAX too, JAX_LOCAL_DEVICE_IDS are the task's
-//!   slice positions within the whole list.
+//!   more tasks than GPUs. With JAX too, local task k's JAX_LOCAL_DEVICE_IDS
+//!   are k, k+L, … within the whole list (its PyTorch GPU among them).
 //!
 //! All functions here are pure: the task's variables come in, the plan goes
 //! out; [`check_before_launch`] is srun's early form of the same refusals.
@@ -257,6 +257,8 @@ pub struct GpuPlan {
     mode: Mode,
     /// Whether JAX_LOCAL_DEVICE_IDS are wanted.
     jax: bool,
+    /// The local tasks the GPUs are shared among.
+    tasks: usize,
 }
 
 /// What a node says about its GPUs, for [`GpuPlan::new`].
@@ -282,6 +284,7 @@ impl GpuPlan {
             per_task: 0,
             mode: Mode::Leave,
             jax: false,
+            tasks: 1,
         }
     }
 
@@ -295,6 +298,7 @@ impl GpuPlan {
         plan.jax = frameworks.jax;
         let given_count = node.visible.count()?;
         let tasks = node.local_tasks.max(1);
+        plan.tasks = tasks as usize;
         if let Some(bind) = node.bind.filter(|b| b.per_task()) {
             if given_count == 0 {
                 // Bound but no list (gres.conf no_gpu_env): nothing to keep.
@@ -396,7 +400,9 @@ impl GpuPlan {
 
     /// JAX_LOCAL_DEVICE_IDS of local task `local`: JAX numbers the GPUs the
     /// task sees from 0, so its own slice is 0..s-1 when it sees only that
-    /// slice, k·s.. when it sees the whole node (with PyTorch).
+    /// slice. When it sees the whole node (with PyTorch), local task k takes
+    /// k, k+L, k+2L, … (L local tasks): its PyTorch GPU (the k-th) is among
+    /// its JAX devices, and no two tasks share one.
     pub fn jax_ids(&self, local: u32) -> Option<String> {
         if !self.jax {
             return None;
@@ -406,8 +412,10 @@ impl GpuPlan {
             Mode::Bound(m) => 0..m,
             Mode::Slice => 0..self.per_task,
             Mode::Whole => {
-                let first = local as usize * self.per_task;
-                first..first + self.per_task
+                let ids: Vec<String> = (0..self.per_task)
+                    .map(|j| (local as usize + j * self.tasks).to_string())
+                    .collect();
+                return Some(ids.join(","));
             }
         };
         let ids: Vec<String> = ids.map(|i| i.to_string()).collect();
@@ -833,10 +841,15 @@ mod tests {
         let p = plan_of(&s, TORCH, "4,5,6,7", 2);
         assert_eq!(slices(&p, 2), some(&["4,5,6,7", "4,5,6,7"]));
         assert_eq!(ids(&p, 2), [None, None]);
-        // With JAX: ids are the task's slice within the whole list.
+        // With JAX: local task k's JAX devices are k, k+L, …: its PyTorch
+        // GPU (set_device(k)) among them, none shared with another task.
         let p = plan_of(&s, TORCH_JAX, "4,5,6,7", 2);
         assert_eq!(slices(&p, 2), some(&["4,5,6,7", "4,5,6,7"]));
-        assert_eq!(ids(&p, 2), some(&["0,1", "2,3"]));
+        assert_eq!(ids(&p, 2), some(&["0,2", "1,3"]));
+        let p = plan_of(&s, TORCH_JAX, "0,1,2,3", 4);
+        assert_eq!(ids(&p, 4), some(&["0", "1", "2", "3"]));
+        let p = plan_of(&s, TORCH_JAX, "0,1,2,3,4,5,6,7", 3);
+        assert_eq!(ids(&p, 3), some(&["0,3", "1,4", "2,5"]));
         let p = plan_of(&s, TORCH_JAX, "0,1,2,3", 1);
         assert_eq!(ids(&p, 1), some(&["0,1,2,3"]));
         // With TensorFlow: the whole list too.
