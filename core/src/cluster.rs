@@ -112,6 +112,7 @@ impl Cluster {
                 bind: step.gpu_bind.as_ref(),
                 probed: step.node_gpus,
                 local_tasks: max_local,
+                node_tasks: step.gtids.as_ref().map_or(max_local, |g| g.len() as u32),
             },
         )?;
         let cluster = Cluster {

@@ -271,8 +271,11 @@ pub struct NodeGpus<'a> {
     /// The node's GPU count when no variable is set and no count was
     /// configured ([`needs_probe`]).
     pub probed: Option<u32>,
-    /// The most tasks of the step on one node.
+    /// The most tasks of the step on one node (TensorFlow's slice width).
     pub local_tasks: u32,
+    /// The tasks of the step on this node (SLURM_GTIDS): PyTorch's and JAX's
+    /// rules share this node's GPUs among them.
+    pub node_tasks: u32,
 }
 
 impl GpuPlan {
@@ -297,8 +300,24 @@ impl GpuPlan {
         }
         plan.jax = frameworks.jax;
         let given_count = node.visible.count()?;
-        let tasks = node.local_tasks.max(1);
+        let one_each = frameworks.torch || frameworks.jax;
+        let tasks = if one_each {
+            node.node_tasks
+        } else {
+            node.local_tasks
+        }
+        .max(1);
         plan.tasks = tasks as usize;
+        if node.bind == Some(&GpuBind::None) && !node.visible.is_unset() && given_count == 0 {
+            // Slurm 22.05 empties every list under --gpu-bind=none.
+            if one_each {
+                bail!(
+                    "--gpu-bind=none left this task an empty {} (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
+                    node.visible.lists[0].0
+                );
+            }
+            return Ok(GpuPlan::untouched());
+        }
         if let Some(bind) = node.bind.filter(|b| b.per_task()) {
             if given_count == 0 {
                 // Bound but no list (gres.conf no_gpu_env): nothing to keep.
@@ -343,7 +362,6 @@ impl GpuPlan {
             (None, true) => plan.ordinals(node.probed.unwrap_or(0)),
         }
         let n = plan.count;
-        let one_each = frameworks.torch || frameworks.jax;
         if one_each && n > 0 && tasks as usize > n {
             bail!("{}", oversubscribed(frameworks, tasks, n));
         }
@@ -670,6 +688,7 @@ mod tests {
                 bind: bind.as_ref(),
                 probed: None,
                 local_tasks: tasks,
+                node_tasks: tasks,
             },
         )
     }
@@ -816,6 +835,42 @@ mod tests {
         assert_eq!((p.for_local(0), p.jax_ids(0)), (None, None));
     }
 
+    /// Slurm 22.05 gives the tasks of `--gpu-bind=none` empty lists.
+    #[test]
+    fn emptied_lists_under_gpu_bind_none() {
+        let s = settings(None, None);
+        for f in [TORCH, JAX] {
+            let e = err(plan(&s, f, &cuda(""), Some("gpu:none"), 2));
+            assert!(e.contains("leave out --gpu-bind=none"), "{e}");
+        }
+        let p = plan(&s, TF, &cuda(""), Some("gpu:none"), 2).unwrap();
+        assert_eq!(p.for_local(0), None);
+    }
+
+    /// PyTorch and JAX share this node's GPUs among this node's tasks: a
+    /// node with 1 task of a step whose fullest node has 3 is not refused.
+    #[test]
+    fn this_nodes_tasks_count_for_torch_and_jax() {
+        let visible = cuda("0");
+        let node = |f| {
+            GpuPlan::new(
+                &settings(None, None),
+                f,
+                NodeGpus {
+                    visible: &visible,
+                    bind: None,
+                    probed: None,
+                    local_tasks: 3,
+                    node_tasks: 1,
+                },
+            )
+        };
+        assert_eq!(node(TORCH).unwrap().for_local(0).as_deref(), Some("0"));
+        assert_eq!(node(JAX).unwrap().jax_ids(0).as_deref(), Some("0"));
+        // TensorFlow's width stays the fullest node's: 1 ÷ 3 = 0, untouched.
+        assert_eq!(node(TF).unwrap().for_local(0), None);
+    }
+
     #[test]
     fn more_ranks_than_gpus_is_refused_for_torch_and_jax() {
         let s = settings(None, None);
@@ -954,6 +1009,7 @@ mod tests {
                         bind: None,
                         probed,
                         local_tasks: tasks,
+                        node_tasks: tasks,
                     },
                 );
                 if let Ok(p) = p {
@@ -977,6 +1033,7 @@ mod tests {
                 bind: None,
                 probed: Some(8),
                 local_tasks: 4,
+                node_tasks: 4,
             },
         )
         .unwrap();
