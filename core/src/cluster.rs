@@ -113,6 +113,7 @@ impl Cluster {
                 probed: step.node_gpus,
                 local_tasks: max_local,
                 node_tasks: step.gtids.as_ref().map_or(max_local, |g| g.len() as u32),
+                gpus_on_node: step.gpus_on_node,
             },
         )?;
         let cluster = Cluster {

@@ -276,6 +276,8 @@ pub struct NodeGpus<'a> {
     /// The tasks of the step on this node (SLURM_GTIDS): PyTorch's and JAX's
     /// rules share this node's GPUs among them.
     pub node_tasks: u32,
+    /// SLURM_GPUS_ON_NODE: how many GPUs Slurm gave the step on this node.
+    pub gpus_on_node: Option<u32>,
 }
 
 impl GpuPlan {
@@ -308,12 +310,16 @@ impl GpuPlan {
         }
         .max(1);
         plan.tasks = tasks as usize;
-        if node.bind == Some(&GpuBind::None) && !node.visible.is_unset() && given_count == 0 {
-            // Slurm 22.05 empties every list under --gpu-bind=none.
+        if node.bind == Some(&GpuBind::None)
+            && given_count == 0
+            && node.gpus_on_node.is_some_and(|n| n > 0)
+        {
+            // Slurm 22.05 sets no device list at all under --gpu-bind=none,
+            // though the step has GPUs on the node.
             if one_each {
                 bail!(
-                    "--gpu-bind=none left this task an empty {} (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
-                    node.visible.lists[0].0
+                    "--gpu-bind=none: Slurm gave this task's node {} GPU(s) but no CUDA_VISIBLE_DEVICES (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
+                    node.gpus_on_node.unwrap_or_default()
                 );
             }
             return Ok(GpuPlan::untouched());
@@ -498,11 +504,19 @@ fn describe(bind: &GpuBind) -> String {
 
 /// Whether the node's GPUs must be counted: only when GPUs are to be set and
 /// neither Slurm nor the settings say how many there are.
-pub fn needs_probe(settings: &Settings, visible: &Visible, bind: Option<&GpuBind>) -> bool {
+/// (SLURM_GPUS_ON_NODE set: Slurm gave the step GPUs but no list, so a
+/// count of the node's would name GPUs that may not be the step's.)
+pub fn needs_probe(
+    settings: &Settings,
+    visible: &Visible,
+    bind: Option<&GpuBind>,
+    gpus_on_node: Option<u32>,
+) -> bool {
     settings.auto_set_gpu
         && !bind.is_some_and(GpuBind::per_task)
         && settings.gpus_per_node.is_none()
         && visible.is_unset()
+        && gpus_on_node.is_none()
 }
 
 /// What srun's own environment says of the step's GPU request when
@@ -689,6 +703,7 @@ mod tests {
                 probed: None,
                 local_tasks: tasks,
                 node_tasks: tasks,
+                gpus_on_node: None,
             },
         )
     }
@@ -835,16 +850,32 @@ mod tests {
         assert_eq!((p.for_local(0), p.jax_ids(0)), (None, None));
     }
 
-    /// Slurm 22.05 gives the tasks of `--gpu-bind=none` empty lists.
+    /// Slurm 22.05 sets no list under `--gpu-bind=none` (measured:
+    /// SLURM_GPUS_ON_NODE=4, SLURMD_TRES_BIND=gpu:none, nothing else).
     #[test]
-    fn emptied_lists_under_gpu_bind_none() {
+    fn no_lists_under_gpu_bind_none() {
         let s = settings(None, None);
+        let bind = GpuBind::None;
+        let node = |f| {
+            GpuPlan::new(
+                &s,
+                f,
+                NodeGpus {
+                    visible: &Visible::default(),
+                    bind: Some(&bind),
+                    probed: None,
+                    local_tasks: 2,
+                    node_tasks: 2,
+                    gpus_on_node: Some(4),
+                },
+            )
+        };
         for f in [TORCH, JAX] {
-            let e = err(plan(&s, f, &cuda(""), Some("gpu:none"), 2));
+            let e = err(node(f));
             assert!(e.contains("leave out --gpu-bind=none"), "{e}");
         }
-        let p = plan(&s, TF, &cuda(""), Some("gpu:none"), 2).unwrap();
-        assert_eq!(p.for_local(0), None);
+        assert_eq!(node(TF).unwrap().for_local(0), None);
+        assert!(!needs_probe(&s, &Visible::default(), Some(&bind), Some(4)));
     }
 
     /// PyTorch and JAX share this node's GPUs among this node's tasks: a
@@ -862,6 +893,7 @@ mod tests {
                     probed: None,
                     local_tasks: 3,
                     node_tasks: 1,
+                    gpus_on_node: None,
                 },
             )
         };
@@ -1010,6 +1042,7 @@ mod tests {
                         probed,
                         local_tasks: tasks,
                         node_tasks: tasks,
+                        gpus_on_node: None,
                     },
                 );
                 if let Ok(p) = p {
@@ -1034,6 +1067,7 @@ mod tests {
                 probed: Some(8),
                 local_tasks: 4,
                 node_tasks: 4,
+                gpus_on_node: None,
             },
         )
         .unwrap();
@@ -1092,21 +1126,22 @@ mod tests {
         let s = Settings::default();
         let none = Visible::default();
         let per_task = GpuBind::PerTask(1);
-        assert!(needs_probe(&s, &none, None));
-        assert!(needs_probe(&s, &none, Some(&GpuBind::None)));
-        assert!(!needs_probe(&s, &cuda("0"), None));
+        assert!(needs_probe(&s, &none, None, None));
+        assert!(needs_probe(&s, &none, Some(&GpuBind::None), None));
+        assert!(!needs_probe(&s, &cuda("0"), None, None));
         assert!(!needs_probe(
             &s,
             &Visible::from_pairs([("ROCR_VISIBLE_DEVICES", "0")]),
+            None,
             None
         ));
-        assert!(!needs_probe(&s, &none, Some(&per_task)));
-        assert!(!needs_probe(&settings(Some(2), None), &none, None));
+        assert!(!needs_probe(&s, &none, Some(&per_task), None));
+        assert!(!needs_probe(&settings(Some(2), None), &none, None, None));
         let off = Settings {
             auto_set_gpu: false,
             ..Settings::default()
         };
-        assert!(!needs_probe(&off, &none, None));
+        assert!(!needs_probe(&off, &none, None, None));
     }
 
     fn srun(vars: &[(&str, &str)]) -> SrunRequest {

@@ -70,6 +70,8 @@ pub struct Step {
     pub visible_gpus: gpus::Visible,
     /// Slurm's GPU binding of the step's tasks (SLURMD_TRES_BIND).
     pub gpu_bind: Option<gpus::GpuBind>,
+    /// SLURM_GPUS_ON_NODE: the step's GPUs on this node, a count.
+    pub gpus_on_node: Option<u32>,
     /// GPUs found on the node, when nothing else says how many there are.
     pub node_gpus: Option<u32>,
     /// SLURM_JOB_NODELIST_HET_GROUP_k of each component of a heterogeneous
@@ -119,6 +121,7 @@ impl Step {
             gpu_bind: source
                 .var("SLURMD_TRES_BIND")?
                 .and_then(|b| gpus::GpuBind::parse(&b)),
+            gpus_on_node: number(source, "SLURM_GPUS_ON_NODE")?,
             node_gpus: None,
             het_nodelists: Vec::new(),
             hostfile: None,
@@ -147,7 +150,12 @@ impl Step {
                 step.hostfile = Some(hostfile_hosts(&source.read_file(&path)?)?);
             }
         }
-        if gpus::needs_probe(settings, &step.visible_gpus, step.gpu_bind.as_ref()) {
+        if gpus::needs_probe(
+            settings,
+            &step.visible_gpus,
+            step.gpu_bind.as_ref(),
+            step.gpus_on_node,
+        ) {
             step.node_gpus = Some(source.gpu_count()?);
         }
         Ok(step)

@@ -19,7 +19,7 @@ fuzz_target!(|input: (Option<u8>, Option<u8>, u8, Option<u8>, &str, &str, u8)| {
     let tasks = u32::from(tasks.max(1));
     for visible in [None, Some(list)] {
         let lists = Visible::from_pairs(visible.map(|v| ("CUDA_VISIBLE_DEVICES", v)));
-        let node = NodeGpus { visible: &lists, bind: bind.as_ref(), probed: probed.map(u32::from), local_tasks: tasks, node_tasks: tasks };
+        let node = NodeGpus { visible: &lists, bind: bind.as_ref(), probed: probed.map(u32::from), local_tasks: tasks, node_tasks: tasks, gpus_on_node: None };
         let Ok(plan) = GpuPlan::new(&settings, frameworks, node) else { continue };
         for local in 0..tasks {
             let _ = plan.jax_ids(local);
