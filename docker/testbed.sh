@@ -80,9 +80,12 @@
 # node3, node1, node2 (tests/testbed_topology_block.rs). Slurm before 23.11 has no
 # topology/block: there `block` configures no topology plugin (with a warning).
 #
+# TFC_GRES=NAME: docker/config/gres/NAME.conf in place of gres.conf (vendors: each
+# node another vendor's environment flag, tests/testbed_gpu_vendors.rs).
+#
 # Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, network tfc,
 # run dir docker/run; another prefix P gives P-ctl …, network P, docker/run-P),
-# TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_RUN_DIR,
+# TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
 set -euo pipefail
@@ -181,7 +184,14 @@ write_config() {
     # release or on TFC_TOPOLOGY is chosen here.
     local config=$here/config topology=${TFC_TOPOLOGY:-}
     cp "$config/slurm.conf" "$RUN/etc/slurm.conf.new"
-    cp "$config/gres.conf" "$RUN/etc/gres.conf.new"
+    local gres=${TFC_GRES:-}
+    if [ -n "$gres" ]; then
+        [ -f "$config/gres/$gres.conf" ] ||
+            die "TFC_GRES must be empty or one of $(ls "$config/gres" | sed 's/\.conf$//' | tr '\n' ' '), not '$gres'"
+        cp "$config/gres/$gres.conf" "$RUN/etc/gres.conf.new"
+    else
+        cp "$config/gres.conf" "$RUN/etc/gres.conf.new"
+    fi
     rm -f "$RUN/etc/topology.conf"
     if [ -n "$topology" ]; then
         [ -f "$config/topology/$topology/topology.conf" ] ||

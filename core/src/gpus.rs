@@ -1,138 +1,637 @@
-//! CUDA_VISIBLE_DEVICES per task: local task k gets the k-th slice of the
-//! node's GPUs, using Slurm's own tokens (`4,5,6,7` → `4,5` | `6,7`), never
-//! ordinals in their place.
+//! The GPUs of each task: one device rule per framework, under every way of
+//! asking Slurm for GPUs (docs/layouts-and-gpus.md has the table).
+//!
+//! Slurm's gres plugin writes one device list per task into every vendor
+//! variable its gres.conf flags name (CUDA_VISIBLE_DEVICES,
+//! ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL; all four by
+//! default), the same tokens in each. With `--gpus-per-task`, `--gpu-bind`
+//! or `--ntasks-per-gpu` it binds GPUs per task itself and slurmstepd says
+//! how in SLURMD_TRES_BIND ([`GpuBind`]). The rules:
+//!
+//! - TensorFlow: Slurm's per-task binding is kept; otherwise local task k
+//!   gets the k-th slice of the node's list (`4,5,6,7` → `4,5` | `6,7`), in
+//!   Slurm's own tokens; a slice of 0 GPUs leaves the list as Slurm set it.
+//! - JAX: an exclusive per-task binding is kept, JAX_LOCAL_DEVICE_IDS =
+//!   0..m-1; a binding that lets tasks share GPUs is refused; without one,
+//!   the k-th slice as for TensorFlow, ids 0..s-1. More tasks than GPUs is
+//!   refused.
+//! - PyTorch (`set_device(LOCAL_RANK)`): every local task sees the node's
+//!   whole list, local rank k using the k-th GPU; a per-task binding is
+//!   refused (LOCAL_RANK would name a GPU the task cannot see), and so are
+//!   more tasks than GPUs. With JAX too, local task k's JAX_LOCAL_DEVICE_IDS
+//!   are k, k+L, … within the whole list (its PyTorch GPU among them).
+//!
+//! All functions here are pure: the task's variables come in, the plan goes
+//! out; [`check_before_launch`] is srun's early form of the same refusals.
 
 use super::error::{Result, bail, shown};
 use super::settings::Settings;
 use std::fmt::Write;
+
+/// What the step's frameworks ask of the GPUs, from each one's rule
+/// (crate::frameworks::GpuRule), with the option that asked, for messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// A framework's tasks see the whole node and pick their GPU by local
+    /// rank (PyTorch's `set_device(LOCAL_RANK)`).
+    pub whole: Option<&'static str>,
+    /// A framework's tasks are told which GPUs they see are their own
+    /// (JAX_LOCAL_DEVICE_IDS).
+    pub own_ids: Option<&'static str>,
+}
+
+impl Rules {
+    /// Every rank takes GPUs of its own (PyTorch's and JAX's common programs).
+    fn one_each(&self) -> bool {
+        self.whole.is_some() || self.own_ids.is_some()
+    }
+
+    /// The options that asked for a GPU per rank, e.g. `--torch-cluster`.
+    fn who(&self) -> String {
+        let options: Vec<String> = [self.whole, self.own_ids]
+            .into_iter()
+            .flatten()
+            .map(|o| format!("--{o}"))
+            .collect();
+        options.join(" ")
+    }
+}
 
 /// Most GPUs a node, a task or Slurm's list may name: far above any real
 /// node, low enough that no count a user gives makes the task build a huge
 /// list before its limits apply.
 pub const MAX_GPUS: u32 = 1024;
 
-/// How the GPUs of a node are shared among its tasks. `per_task == 0` means
-/// CPU-only: CUDA_VISIBLE_DEVICES stays as it is.
+/// The variables Slurm's gres/gpu plugin sets to a task's device list
+/// (gres_common.c, `gres_common_gpu_set_env`, 22.05 to 26.05): by gres.conf
+/// `Flags=nvidia_gpu_env`, `amd_gpu_env`, `intel_gpu_env`, `opencl_env`, all
+/// four without Flags. The plugin slices and binds each one it finds.
+pub const DEVICE_VARS: [&str; 4] = [
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    "GPU_DEVICE_ORDINAL",
+];
+
+/// The device lists Slurm gave one task: each variable of [`DEVICE_VARS`]
+/// that is set, with its value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Visible {
+    lists: Vec<(&'static str, String)>,
+}
+
+impl Visible {
+    /// From a lookup of the task's variables.
+    pub fn read<E>(
+        mut var: impl FnMut(&str) -> std::result::Result<Option<String>, E>,
+    ) -> std::result::Result<Visible, E> {
+        let mut lists = Vec::new();
+        for name in DEVICE_VARS {
+            if let Some(value) = var(name)? {
+                lists.push((name, value));
+            }
+        }
+        Ok(Visible { lists })
+    }
+
+    /// From (name, value) pairs; names outside [`DEVICE_VARS`] are ignored.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Visible {
+        let mut lists = Vec::new();
+        for (name, value) in pairs {
+            if let Some(&known) = DEVICE_VARS.iter().find(|&&v| v == name) {
+                lists.push((known, value.to_string()));
+            }
+        }
+        Visible { lists }
+    }
+
+    /// No device variable is set at all.
+    pub fn is_unset(&self) -> bool {
+        self.lists.is_empty()
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.lists
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// How many GPUs the lists name: every list checked, and all must name
+    /// as many (Slurm writes one list into each).
+    pub fn count(&self) -> Result<usize> {
+        let mut count: Option<(&str, usize)> = None;
+        for (name, list) in &self.lists {
+            let n = count_tokens(name, list)?;
+            match count {
+                Some((first, m)) if m != n => bail!(
+                    "{first} names {m} GPU(s) but {name} names {n}: the device variables disagree, so no GPU choice is safe (unset the one not from Slurm, or use --tf-auto-set-gpu=false)"
+                ),
+                Some(_) => {}
+                None => count = Some((name, n)),
+            }
+        }
+        Ok(count.map_or(0, |(_, n)| n))
+    }
+}
+
+/// Slurm's GPU binding of a step's tasks, from SLURMD_TRES_BIND (set by
+/// slurmstepd: `gpu:per_task:1` in 22.05, `gres/gpu:per_task:1` from 23.02
+/// on) or srun's SLURM_TRES_BIND / SLURM_GPU_BIND (tres_bind.c grammar).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuBind {
+    /// `none`: every task sees the step's GPUs of its node.
+    None,
+    /// `per_task:N` (`--gpus-per-task=N`): N GPUs of its own per task.
+    PerTask(u32),
+    /// `single:K` (`--ntasks-per-gpu=K`): K tasks share each GPU.
+    Single(u32),
+    /// `map_gpu:` / `map:`: local task k gets the GPU of entry k (cycling).
+    Map(Vec<u64>),
+    /// `mask_gpu:` / `mask:`: local task k gets the GPUs of mask k (cycling).
+    Mask(Vec<u64>),
+    /// `closest`: the GPUs nearest the task's CPUs; tasks may share them.
+    Closest,
+    /// Anything else this plugin does not know: taken as shared.
+    Other(String),
+}
+
+/// Most entries of a map or mask the plugin expands (`0*100000` would
+/// otherwise be a huge list).
+const MAX_BIND_ENTRIES: usize = 4096;
+
+impl GpuBind {
+    /// The GPU part of a tres_bind string (`gres/gpu:verbose,single:1+…`),
+    /// or None when it has none.
+    pub fn parse(tres_bind: &str) -> Option<GpuBind> {
+        let rest = tres_bind.split('+').find_map(|part| {
+            part.strip_prefix("gres/gpu:")
+                .or_else(|| part.strip_prefix("gpu:"))
+        })?;
+        Some(GpuBind::parse_gpu_bind(rest))
+    }
+
+    /// One `--gpu-bind` value (`closest`, `single:2`, `map_gpu:0,1`, …).
+    pub fn parse_gpu_bind(value: &str) -> GpuBind {
+        let rest = strip_prefix_ci(value, "verbose,").unwrap_or(value);
+        let number = |s: &str| s.parse::<u32>().ok();
+        if strip_prefix_ci(rest, "none").is_some() {
+            GpuBind::None
+        } else if strip_prefix_ci(rest, "closest").is_some() {
+            GpuBind::Closest
+        } else if let Some(n) = strip_prefix_ci(rest, "per_task:").and_then(number) {
+            GpuBind::PerTask(n)
+        } else if let Some(n) = strip_prefix_ci(rest, "single:").and_then(number) {
+            GpuBind::Single(n)
+        } else if let Some(list) =
+            strip_prefix_ci(rest, "map_gpu:").or_else(|| strip_prefix_ci(rest, "map:"))
+        {
+            expand(list, false).map_or_else(|| GpuBind::Other(rest.into()), GpuBind::Map)
+        } else if let Some(list) =
+            strip_prefix_ci(rest, "mask_gpu:").or_else(|| strip_prefix_ci(rest, "mask:"))
+        {
+            expand(list, true).map_or_else(|| GpuBind::Other(rest.into()), GpuBind::Mask)
+        } else {
+            GpuBind::Other(rest.into())
+        }
+    }
+
+    /// Slurm binds GPUs per task: each task's device list is its own part.
+    pub fn per_task(&self) -> bool {
+        !matches!(self, GpuBind::None)
+    }
+
+    /// No two of the first `local_tasks` tasks of a node share a GPU.
+    pub fn exclusive(&self, local_tasks: u32) -> bool {
+        let l = local_tasks as usize;
+        match self {
+            GpuBind::None => local_tasks <= 1,
+            GpuBind::PerTask(n) => *n > 0,
+            GpuBind::Single(k) => *k == 1 || local_tasks <= 1,
+            GpuBind::Map(entries) => {
+                l <= entries.len() && {
+                    let mut first: Vec<u64> = entries[..l].to_vec();
+                    first.sort_unstable();
+                    first.windows(2).all(|w| w[0] != w[1])
+                }
+            }
+            GpuBind::Mask(masks) => {
+                l <= masks.len() && {
+                    let mut seen = 0u64;
+                    masks[..l].iter().all(|&m| {
+                        let ok = m != 0 && seen & m == 0;
+                        seen |= m;
+                        ok
+                    })
+                }
+            }
+            GpuBind::Closest | GpuBind::Other(_) => local_tasks <= 1,
+        }
+    }
+}
+
+fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = text.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &text[prefix.len()..])
+}
+
+/// A map (`0,1*2`) or mask (`0x3,c*2`) list with its `*N` repeats expanded.
+fn expand(list: &str, hex: bool) -> Option<Vec<u64>> {
+    let mut out = Vec::new();
+    for tok in list.split(',') {
+        let (value, times) = match tok.split_once('*') {
+            Some((v, t)) => (v, t.parse::<usize>().ok()?),
+            None => (tok, 1),
+        };
+        let value = if hex {
+            let v = value.strip_prefix("0x").unwrap_or(value);
+            u64::from_str_radix(v, 16).ok()?
+        } else {
+            value.parse::<u64>().ok()?
+        };
+        if out.len() + times > MAX_BIND_ENTRIES {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(value, times));
+    }
+    Some(out)
+}
+
+/// How the plan hands GPUs to the node's tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Leave every device variable as Slurm set it; no JAX ids.
+    Leave,
+    /// Slurm's exclusive per-task binding kept; JAX numbers the task's `m`.
+    Bound(usize),
+    /// Local task k gets the k-th slice.
+    Slice,
+    /// Every local task gets the whole list (PyTorch).
+    Whole,
+}
+
+/// What one node's tasks get: the device lists (each vendor variable in its
+/// own tokens) and the rule sharing them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuPlan {
-    /// The node's GPU tokens joined by commas (one string, not one per GPU),
-    list: String,
-    /// and how many there are.
+    /// The lists to share, in [`DEVICE_VARS`] order, each cut to the GPUs
+    /// the plan uses.
+    lists: Vec<(&'static str, String)>,
+    /// How many GPUs each list names.
     count: usize,
+    /// The width of one task's slice.
     per_task: usize,
+    mode: Mode,
+    /// Whether the tasks are told their own devices (JAX_LOCAL_DEVICE_IDS).
+    own_ids: bool,
+    /// The local tasks the GPUs are shared among.
+    tasks: usize,
+}
+
+/// What a node says about its GPUs, for [`GpuPlan::new`].
+#[derive(Debug, Clone, Copy)]
+pub struct NodeGpus<'a> {
+    /// The device variables of the task, as Slurm set them.
+    pub visible: &'a Visible,
+    /// SLURMD_TRES_BIND, parsed (None: unset, or no GPU part).
+    pub bind: Option<&'a GpuBind>,
+    /// The node's GPU count when no variable is set and no count was
+    /// configured ([`needs_probe`]).
+    pub probed: Option<u32>,
+    /// The most tasks of the step on one node (TensorFlow's slice width).
+    pub local_tasks: u32,
+    /// The tasks of the step on this node (SLURM_GTIDS): PyTorch's and JAX's
+    /// rules share this node's GPUs among them.
+    pub node_tasks: u32,
+    /// SLURM_GPUS_ON_NODE: how many GPUs Slurm gave the step on this node.
+    pub gpus_on_node: Option<u32>,
 }
 
 impl GpuPlan {
-    /// A plan that leaves CUDA_VISIBLE_DEVICES alone.
+    /// A plan that leaves every device variable alone.
     pub fn untouched() -> GpuPlan {
         GpuPlan {
-            list: String::new(),
+            lists: Vec::new(),
             count: 0,
             per_task: 0,
+            mode: Mode::Leave,
+            own_ids: false,
+            tasks: 1,
         }
     }
 
-    /// `visible`: Slurm's CUDA_VISIBLE_DEVICES; `probed`: the node's GPU count
-    /// when that is unset and no count was configured; `max_local_tasks`: the
-    /// most tasks of the step on one node (TensorFlow's rule for the default).
-    pub fn new(
-        settings: &Settings,
-        visible: Option<&str>,
-        probed: Option<u32>,
-        max_local_tasks: u32,
-    ) -> Result<GpuPlan> {
-        let given = visible.unwrap_or("");
-        let given_count = count_tokens(given)?;
+    /// The plan for `frameworks` on a node: Err refuses the task with one
+    /// line naming what to use instead.
+    pub fn new(settings: &Settings, rules: Rules, node: NodeGpus) -> Result<GpuPlan> {
         let mut plan = GpuPlan::untouched();
-        match (settings.gpus_per_node, visible) {
+        if !settings.auto_set_gpu {
+            return Ok(plan);
+        }
+        plan.own_ids = rules.own_ids.is_some();
+        let given_count = node.visible.count()?;
+        let one_each = rules.one_each();
+        let tasks = if one_each {
+            node.node_tasks
+        } else {
+            node.local_tasks
+        }
+        .max(1);
+        plan.tasks = tasks as usize;
+        if node.bind == Some(&GpuBind::None)
+            && given_count == 0
+            && node.gpus_on_node.is_some_and(|n| n > 0)
+        {
+            // Slurm 22.05 sets no device list at all under --gpu-bind=none,
+            // though the step has GPUs on the node.
+            if one_each {
+                bail!(
+                    "--gpu-bind=none: Slurm gave this task's node {} GPU(s) but no CUDA_VISIBLE_DEVICES (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
+                    node.gpus_on_node.unwrap_or_default()
+                );
+            }
+            return Ok(GpuPlan::untouched());
+        }
+        if let Some(bind) = node.bind.filter(|b| b.per_task()) {
+            if given_count == 0 {
+                // Bound but no list (gres.conf no_gpu_env): nothing to keep.
+                return Ok(GpuPlan::untouched());
+            }
+            if let Some(option) = rules.whole {
+                bail!("{}", torch_bound(option, bind));
+            }
+            if let Some(option) = rules.own_ids {
+                if !bind.exclusive(tasks) {
+                    bail!("{}", jax_shared(option, bind, tasks));
+                }
+                plan.mode = Mode::Bound(given_count);
+            }
+            return Ok(plan);
+        }
+        match (settings.gpus_per_node, node.visible.is_unset()) {
             (Some(n), _) if given_count > 0 => {
                 if n as usize > given_count {
                     bail!(
-                        "gpus-per-node is {n} but Slurm gave this step {} GPU(s) on this node (CUDA_VISIBLE_DEVICES={})",
-                        given_count,
-                        visible.unwrap_or_default()
+                        "gpus-per-node is {n} but Slurm gave this step {given_count} GPU(s) on this node ({})",
+                        node.visible
+                            .lists
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .next()
+                            .unwrap_or_default()
                     );
                 }
-                // The first n tokens joined by commas: the list up to its n-th comma.
-                let end = token_end(given, given_count, n as usize);
-                plan.list = given[..end].to_string();
+                // The first n tokens of each list: up to its n-th comma.
+                for (name, list) in &node.visible.lists {
+                    let end = token_end(list, given_count, n as usize);
+                    plan.lists.push((name, list[..end].to_string()));
+                }
                 plan.count = n as usize;
             }
             (Some(n), _) => plan.ordinals(n),
-            (None, Some(_)) => {
-                plan.list = given.to_string();
+            (None, false) => {
+                plan.lists = node.visible.lists.clone();
                 plan.count = given_count;
             }
-            (None, None) => plan.ordinals(probed.unwrap_or(0)),
+            (None, true) => plan.ordinals(node.probed.unwrap_or(0)),
         }
-        let tokens = plan.count;
+        let n = plan.count;
+        if one_each && n > 0 && tasks as usize > n {
+            bail!("{}", oversubscribed(rules, tasks, n));
+        }
         plan.per_task = match settings.gpus_per_task {
-            Some(n) => n as usize,
-            None => tokens / max_local_tasks.max(1) as usize,
+            Some(s) => s as usize,
+            None => n / tasks as usize,
         };
-        let per_task = plan.per_task;
-        if per_task * max_local_tasks as usize > tokens {
+        if plan.per_task * tasks as usize > n {
             bail!(
-                "{per_task} GPU(s) per task × {max_local_tasks} task(s) on a node needs {} GPUs, but the node has {}",
-                per_task * max_local_tasks as usize,
-                tokens
+                "{} GPU(s) per task × {tasks} task(s) on a node needs {} GPUs, but the node has {n}",
+                plan.per_task,
+                plan.per_task * tasks as usize,
             );
         }
+        plan.mode = match (plan.per_task, rules.whole.is_some()) {
+            (0, _) => Mode::Leave,
+            (_, true) => Mode::Whole,
+            (_, false) => Mode::Slice,
+        };
         Ok(plan)
     }
 
-    /// Tokens `0`, `1`, … `n-1`.
+    /// Tokens `0`, `1`, … `n-1` in CUDA_VISIBLE_DEVICES (the HIP runtime
+    /// reads it too).
     fn ordinals(&mut self, n: u32) {
+        let mut list = String::new();
         for i in 0..n {
             if i > 0 {
-                self.list.push(',');
+                list.push(',');
             }
-            let _ = write!(self.list, "{i}");
+            let _ = write!(list, "{i}");
         }
+        self.lists = vec![(DEVICE_VARS[0], list)];
         self.count = n as usize;
     }
 
-    /// The node's GPUs for every local task (PyTorch's rule), or None to
-    /// leave CUDA_VISIBLE_DEVICES.
-    pub fn whole(&self) -> Option<String> {
-        (self.per_task > 0).then(|| self.list.clone())
+    /// The device variables of local task `local` (empty: leave them all).
+    pub fn task_vars(&self, local: u32) -> Vec<(&'static str, String)> {
+        match self.mode {
+            Mode::Leave | Mode::Bound(_) => Vec::new(),
+            Mode::Whole => self.lists.clone(),
+            Mode::Slice => self
+                .lists
+                .iter()
+                .map(|(name, list)| (*name, self.slice(list, local)))
+                .collect(),
+        }
     }
 
-    /// The GPUs of local task `local` as JAX numbers the visible ones: from 0
-    /// when the task sees its slice only, at the slice's place when it sees
-    /// the whole node (`whole`).
-    pub fn device_ids(&self, local: u32, whole: bool) -> Option<String> {
-        if self.per_task == 0 {
+    /// The first device variable of local task `local` (for `explain`).
+    pub fn for_local(&self, local: u32) -> Option<String> {
+        self.task_vars(local).into_iter().next().map(|(_, v)| v)
+    }
+
+    /// JAX_LOCAL_DEVICE_IDS of local task `local`: JAX numbers the GPUs the
+    /// task sees from 0, so its own slice is 0..s-1 when it sees only that
+    /// slice. When it sees the whole node (with PyTorch), local task k takes
+    /// k, k+L, k+2L, … (L local tasks): its PyTorch GPU (the k-th) is among
+    /// its JAX devices, and no two tasks share one.
+    pub fn jax_ids(&self, local: u32) -> Option<String> {
+        if !self.own_ids {
             return None;
         }
-        let first = if whole {
-            local as usize * self.per_task
-        } else {
-            0
+        let ids = match self.mode {
+            Mode::Leave => return None,
+            Mode::Bound(m) => 0..m,
+            Mode::Slice => 0..self.per_task,
+            Mode::Whole => {
+                let ids: Vec<String> = (0..self.per_task)
+                    .map(|j| (local as usize + j * self.tasks).to_string())
+                    .collect();
+                return Some(ids.join(","));
+            }
         };
-        let ids: Vec<String> = (first..first + self.per_task)
-            .map(|i| i.to_string())
-            .collect();
+        let ids: Vec<String> = ids.map(|i| i.to_string()).collect();
         Some(ids.join(","))
     }
 
-    /// The CUDA_VISIBLE_DEVICES of local task `local`, or None to leave it.
-    pub fn for_local(&self, local: u32) -> Option<String> {
-        if self.per_task == 0 {
-            return None;
-        }
-        // The tokens of one task are consecutive: their part of the list is
-        // them joined by commas.
+    /// The tokens of local task `local` in `list`: consecutive, so their
+    /// part of the list is them joined by commas.
+    fn slice(&self, list: &str, local: u32) -> String {
         let first = local as usize * self.per_task;
         let last = first + self.per_task;
         assert!(last <= self.count, "local task {local} has no GPUs");
         let start = if first == 0 {
             0
         } else {
-            token_end(&self.list, self.count, first) + 1
+            token_end(list, self.count, first) + 1
         };
-        let end = token_end(&self.list, self.count, last);
-        Some(self.list[start..end].to_string())
+        let end = token_end(list, self.count, last);
+        list[start..end].to_string()
+    }
+}
+
+/// PyTorch under a per-task binding.
+fn torch_bound(option: &str, bind: &GpuBind) -> String {
+    format!(
+        "--{option}: Slurm binds GPUs to each task here ({}), so set_device(LOCAL_RANK) would name a GPU the task cannot see; use --gpus-per-node=N (or --gres=gpu:N) with --ntasks-per-node=N, or --tf-auto-set-gpu=false to keep Slurm's binding",
+        describe(bind)
+    )
+}
+
+/// JAX under a binding that lets tasks share GPUs.
+fn jax_shared(option: &str, bind: &GpuBind, tasks: u32) -> String {
+    format!(
+        "--{option}: Slurm's GPU binding ({}) lets the {tasks} tasks of a node share GPUs, and jax.distributed.initialize() would put two processes on one GPU; use --gpus-per-task=N, or --gpus-per-node=N without --gpu-bind",
+        describe(bind)
+    )
+}
+
+/// More tasks on a node than GPUs.
+fn oversubscribed(rules: Rules, tasks: u32, gpus: usize) -> String {
+    let who = rules.who();
+    format!(
+        "{who}: {tasks} tasks on a node but {gpus} GPU(s) for them: every rank takes a GPU of its own; run at most {gpus} task(s) per node (--ntasks-per-node={gpus}), ask for more GPUs, or use --tf-auto-set-gpu=false"
+    )
+}
+
+fn describe(bind: &GpuBind) -> String {
+    match bind {
+        GpuBind::None => "--gpu-bind=none".into(),
+        GpuBind::PerTask(n) => format!("--gpus-per-task={n}"),
+        GpuBind::Single(k) => format!("--gpu-bind=single:{k}"),
+        GpuBind::Map(_) => "--gpu-bind=map_gpu".into(),
+        GpuBind::Mask(_) => "--gpu-bind=mask_gpu".into(),
+        GpuBind::Closest => "--gpu-bind=closest".into(),
+        GpuBind::Other(text) => format!("--gpu-bind={}", shown(text)),
+    }
+}
+
+/// Whether the node's GPUs must be counted: only when GPUs are to be set and
+/// neither Slurm nor the settings say how many there are.
+/// (SLURM_GPUS_ON_NODE set: Slurm gave the step GPUs but no list, so a
+/// count of the node's would name GPUs that may not be the step's.)
+pub fn needs_probe(
+    settings: &Settings,
+    visible: &Visible,
+    bind: Option<&GpuBind>,
+    gpus_on_node: Option<u32>,
+) -> bool {
+    settings.auto_set_gpu
+        && !bind.is_some_and(GpuBind::per_task)
+        && settings.gpus_per_node.is_none()
+        && visible.is_unset()
+        && gpus_on_node.is_none()
+}
+
+/// What srun's own environment says of the step's GPU request when
+/// `local_user_init` runs. Slurm 24.11 and 26.05 write srun's final options
+/// there before the callback (srun.c `_setup_one_job_env`:
+/// `set_env_from_opts` then `env_array_set_environment`): SLURM_TRES_BIND
+/// (with the implicit `per_task:N` of --gpus-per-task and `single:K` of
+/// --ntasks-per-gpu), SLURM_TRES_PER_TASK, SLURM_GPUS_PER_NODE. Slurm 22.05
+/// does not: there only what the allocation or the user exported is seen
+/// (SLURM_GPUS_PER_TASK, SLURM_GPU_BIND, SLURM_NTASKS_PER_GPU,
+/// SLURM_GPUS_PER_NODE), which srun also takes as its options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SrunRequest {
+    /// The binding the step will have, if any is known.
+    pub bind: Option<GpuBind>,
+    /// GPUs per node, if known.
+    pub gpus_per_node: Option<u32>,
+}
+
+impl SrunRequest {
+    /// From srun's environment (`var` looks a variable up).
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> SrunRequest {
+        let bind = if let Some(text) = var("SLURM_TRES_BIND") {
+            GpuBind::parse(&text)
+        } else if let Some(text) = var("SLURM_GPU_BIND") {
+            Some(GpuBind::parse_gpu_bind(&text))
+        } else if let Some(n) = var("SLURM_GPUS_PER_TASK").and_then(|v| last_count(&v)) {
+            Some(GpuBind::PerTask(n))
+        } else if let Some(n) = var("SLURM_TRES_PER_TASK").and_then(|v| gpus_in_tres(&v)) {
+            Some(GpuBind::PerTask(n))
+        } else {
+            var("SLURM_NTASKS_PER_GPU")
+                .and_then(|v| v.parse().ok())
+                .map(GpuBind::Single)
+        };
+        SrunRequest {
+            bind,
+            gpus_per_node: var("SLURM_GPUS_PER_NODE").and_then(|v| last_count(&v)),
+        }
+    }
+}
+
+/// `2` or `a100:2` → 2.
+fn last_count(text: &str) -> Option<u32> {
+    text.rsplit(':').next()?.parse().ok()
+}
+
+/// The GPUs of a tres list (`cpu=2,gres/gpu:1` or `gres/gpu:a100=2`).
+fn gpus_in_tres(text: &str) -> Option<u32> {
+    text.split(',').find_map(|t| {
+        let t = t
+            .strip_prefix("gres/")
+            .or_else(|| t.strip_prefix("gres:"))?;
+        if !t.starts_with("gpu") {
+            return None;
+        }
+        t.rsplit([':', '=']).next()?.parse().ok()
+    })
+}
+
+/// srun's check before launch, for a step of at most `local_tasks` tasks
+/// per node: the refusals of [`GpuPlan::new`] that srun can already see.
+/// The task's own check stays the catch-all.
+pub fn check_before_launch(
+    settings: &Settings,
+    rules: Rules,
+    request: &SrunRequest,
+    local_tasks: u32,
+) -> Result<()> {
+    if !settings.auto_set_gpu || !rules.one_each() {
+        return Ok(());
+    }
+    if let Some(bind) = request.bind.as_ref().filter(|b| b.per_task()) {
+        if let Some(option) = rules.whole {
+            bail!("{}", torch_bound(option, bind));
+        }
+        if let Some(option) = rules
+            .own_ids
+            .filter(|_| !bind.exclusive(local_tasks.max(1)))
+        {
+            bail!("{}", jax_shared(option, bind, local_tasks));
+        }
+        return Ok(());
+    }
+    let gpus = settings.gpus_per_node.or(request.gpus_per_node);
+    match gpus {
+        Some(n) if n > 0 && local_tasks > n => {
+            bail!("{}", oversubscribed(rules, local_tasks, n as usize))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -148,18 +647,9 @@ fn token_end(list: &str, count: usize, n: usize) -> usize {
     commas.map(|(i, _)| i).nth(n - 1).unwrap_or(list.len())
 }
 
-/// Whether the node's GPUs must be counted: only when GPUs are to be set and
-/// neither Slurm nor the settings say how many there are.
-pub fn needs_probe(settings: &Settings, visible: Option<&str>, bound_by_slurm: bool) -> bool {
-    settings.auto_set_gpu
-        && !bound_by_slurm
-        && settings.gpus_per_node.is_none()
-        && visible.is_none()
-}
-
-/// Checks `0,1` / `GPU-8e2c…` / `MIG-…/1/0` and counts its tokens; empty
-/// means no GPUs.
-fn count_tokens(list: &str) -> Result<usize> {
+/// Checks `0,1` / `GPU-8e2c…` / `MIG-…/1/0` (the list of variable `name`)
+/// and counts its tokens; empty means no GPUs.
+fn count_tokens(name: &str, list: &str) -> Result<usize> {
     if list.is_empty() {
         return Ok(0);
     }
@@ -170,15 +660,11 @@ fn count_tokens(list: &str) -> Result<usize> {
                 c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'/' | b':' | b'.')
             });
         if !ok {
-            bail!(
-                "bad CUDA_VISIBLE_DEVICES {}: {} is not a GPU id",
-                shown(list),
-                shown(t)
-            );
+            bail!("bad {name} {}: {} is not a GPU id", shown(list), shown(t));
         }
         count += 1;
         if count > MAX_GPUS as usize {
-            bail!("CUDA_VISIBLE_DEVICES lists more than {MAX_GPUS} GPUs");
+            bail!("{name} lists more than {MAX_GPUS} GPUs");
         }
     }
     Ok(count)
@@ -196,33 +682,369 @@ mod tests {
         }
     }
 
+    const TF: Rules = Rules {
+        whole: None,
+        own_ids: None,
+    };
+    const TORCH: Rules = Rules {
+        whole: Some("torch-cluster"),
+        own_ids: None,
+    };
+    const JAX: Rules = Rules {
+        whole: None,
+        own_ids: Some("jax-cluster"),
+    };
+    const TORCH_JAX: Rules = Rules {
+        whole: Some("torch-cluster"),
+        own_ids: Some("jax-cluster"),
+    };
+    /// TensorFlow's slice rule adds nothing beside PyTorch's whole list.
+    const TF_TORCH: Rules = TORCH;
+
+    fn cuda(list: &str) -> Visible {
+        Visible::from_pairs([("CUDA_VISIBLE_DEVICES", list)])
+    }
+
+    /// The plan of `frameworks` for `visible`, `bind` (a SLURMD_TRES_BIND),
+    /// `tasks` local tasks.
+    fn plan(
+        s: &Settings,
+        f: Rules,
+        visible: &Visible,
+        bind: Option<&str>,
+        tasks: u32,
+    ) -> Result<GpuPlan> {
+        let bind = bind.and_then(GpuBind::parse);
+        GpuPlan::new(
+            s,
+            f,
+            NodeGpus {
+                visible,
+                bind: bind.as_ref(),
+                probed: None,
+                local_tasks: tasks,
+                node_tasks: tasks,
+                gpus_on_node: None,
+            },
+        )
+    }
+
     fn slices(plan: &GpuPlan, tasks: u32) -> Vec<Option<String>> {
         (0..tasks).map(|k| plan.for_local(k)).collect()
     }
 
+    fn ids(plan: &GpuPlan, tasks: u32) -> Vec<Option<String>> {
+        (0..tasks).map(|k| plan.jax_ids(k)).collect()
+    }
+
+    fn some(v: &[&str]) -> Vec<Option<String>> {
+        v.iter().map(|s| Some(s.to_string())).collect()
+    }
+
+    fn err(r: Result<GpuPlan>) -> String {
+        r.unwrap_err().to_string()
+    }
+
     #[test]
-    fn slices_slurms_own_tokens() {
-        let plan = GpuPlan::new(&settings(None, None), Some("4,5,6,7"), None, 2).unwrap();
-        assert_eq!(slices(&plan, 2), [Some("4,5".into()), Some("6,7".into())]);
-        let plan = GpuPlan::new(&settings(None, None), Some("2,3"), None, 2).unwrap();
-        assert_eq!(slices(&plan, 2), [Some("2".into()), Some("3".into())]);
+    fn tres_bind_forms() {
+        let p = |t: &str| GpuBind::parse(t).unwrap();
+        assert_eq!(p("gpu:per_task:1"), GpuBind::PerTask(1)); // 22.05
+        assert_eq!(p("gres/gpu:per_task:2"), GpuBind::PerTask(2)); // 24.11+
+        assert_eq!(p("gres/gpu:verbose,single:1"), GpuBind::Single(1));
+        assert_eq!(p("gres/gpu:none"), GpuBind::None);
+        assert_eq!(p("gres/gpu:closest"), GpuBind::Closest);
+        assert_eq!(
+            p("gres/gpu:map_gpu:0,1*2,3"),
+            GpuBind::Map(vec![0, 1, 1, 3])
+        );
+        assert_eq!(p("gres/gpu:map:1,0"), GpuBind::Map(vec![1, 0]));
+        assert_eq!(p("gres/gpu:mask_gpu:0x3,c"), GpuBind::Mask(vec![3, 12]));
+        assert_eq!(p("gres/gpu:mask:1*2"), GpuBind::Mask(vec![1, 1]));
+        assert_eq!(p("gres/nic:none+gres/gpu:single:2"), GpuBind::Single(2));
+        assert!(matches!(p("gres/gpu:bogus"), GpuBind::Other(_)));
+        assert!(matches!(
+            p("gres/gpu:map_gpu:0*99999999"),
+            GpuBind::Other(_)
+        ));
+        assert_eq!(GpuBind::parse("gres/nic:none"), None);
+        assert_eq!(GpuBind::parse(""), None);
+    }
+
+    #[test]
+    fn which_bindings_are_exclusive() {
+        let p = |t: &str| GpuBind::parse(t).unwrap();
+        assert!(p("gres/gpu:per_task:1").exclusive(4));
+        assert!(p("gres/gpu:single:1").exclusive(4));
+        assert!(!p("gres/gpu:single:2").exclusive(2));
+        assert!(p("gres/gpu:single:2").exclusive(1));
+        assert!(p("gres/gpu:map_gpu:3,2,1,0").exclusive(4));
+        assert!(!p("gres/gpu:map_gpu:0,0,1").exclusive(2));
+        // Cycling: a fifth task takes entry 0 again.
+        assert!(!p("gres/gpu:map_gpu:0,1,2,3").exclusive(5));
+        assert!(p("gres/gpu:map_gpu:0,1,0").exclusive(2));
+        assert!(p("gres/gpu:mask_gpu:0x3,0xc").exclusive(2));
+        assert!(!p("gres/gpu:mask_gpu:0x3,0x6").exclusive(2));
+        assert!(!p("gres/gpu:mask_gpu:0,1").exclusive(2));
+        assert!(!p("gres/gpu:closest").exclusive(2));
+        assert!(p("gres/gpu:closest").exclusive(1));
+    }
+
+    #[test]
+    fn tensorflow_slices_slurms_own_tokens() {
+        let s = settings(None, None);
+        let p = plan(&s, TF, &cuda("4,5,6,7"), None, 2).unwrap();
+        assert_eq!(slices(&p, 2), some(&["4,5", "6,7"]));
+        assert_eq!(ids(&p, 2), [None, None]);
+        let p = plan_of(&s, TF, "2,3", 2);
+        assert_eq!(slices(&p, 2), some(&["2", "3"]));
+        // 2 GPUs ÷ 3 tasks = 0: left as Slurm set it.
+        let p = plan_of(&s, TF, "0,1", 3);
+        assert_eq!(slices(&p, 3), [None, None, None]);
+    }
+
+    fn plan_of(s: &Settings, f: Rules, list: &str, tasks: u32) -> GpuPlan {
+        plan(s, f, &cuda(list), None, tasks).unwrap()
+    }
+
+    #[test]
+    fn tensorflow_keeps_slurms_binding() {
+        for bind in [
+            "gres/gpu:per_task:1",
+            "gres/gpu:single:2",
+            "gres/gpu:closest",
+            "gpu:map_gpu:0,0",
+        ] {
+            let p = plan(&settings(None, None), TF, &cuda("1"), Some(bind), 4).unwrap();
+            assert_eq!(p.task_vars(1), [], "{bind}");
+        }
+    }
+
+    #[test]
+    fn jax_keeps_an_exclusive_binding() {
+        let s = settings(None, None);
+        for bind in [
+            "gpu:per_task:1",
+            "gres/gpu:single:1",
+            "gres/gpu:map_gpu:1,0",
+            "gres/gpu:mask_gpu:1,2",
+        ] {
+            let p = plan(&s, JAX, &cuda("1"), Some(bind), 2).unwrap();
+            assert_eq!(p.task_vars(1), [], "{bind}");
+            assert_eq!(p.jax_ids(1).as_deref(), Some("0"), "{bind}");
+        }
+        let p = plan(&s, JAX, &cuda("2,3"), Some("gres/gpu:per_task:2"), 2).unwrap();
+        assert_eq!(p.jax_ids(1).as_deref(), Some("0,1"));
+        // --gpu-bind=none is no binding: JAX's slice.
+        let p = plan(&s, JAX, &cuda("0,1,2,3"), Some("gres/gpu:none"), 2).unwrap();
+        assert_eq!(slices(&p, 2), some(&["0,1", "2,3"]));
+        assert_eq!(ids(&p, 2), some(&["0,1", "0,1"]));
+    }
+
+    #[test]
+    fn jax_refuses_a_shared_binding() {
+        let s = settings(None, None);
+        for bind in [
+            "gres/gpu:single:2",
+            "gres/gpu:closest",
+            "gres/gpu:map_gpu:0,0",
+            "gres/gpu:mask_gpu:3,1",
+        ] {
+            let e = err(plan(&s, JAX, &cuda("0,1"), Some(bind), 2));
+            assert!(e.starts_with("--jax-cluster: Slurm's GPU binding"), "{e}");
+            assert!(e.contains("use --gpus-per-task=N"), "{e}");
+        }
+    }
+
+    #[test]
+    fn jax_slices_without_a_binding() {
+        let s = settings(None, None);
+        let p = plan_of(&s, JAX, "0,1,2,3", 4);
+        assert_eq!(slices(&p, 4), some(&["0", "1", "2", "3"]));
+        assert_eq!(ids(&p, 4), some(&["0", "0", "0", "0"]));
+        let p = plan_of(&s, JAX, "0,1,2,3", 3);
+        assert_eq!(slices(&p, 3), some(&["0", "1", "2"]));
+        // --tf-gpus-per-task widens the slice.
+        let p = plan_of(&settings(None, Some(2)), JAX, "0,1,2,3", 2);
+        assert_eq!(ids(&p, 2), some(&["0,1", "0,1"]));
+        // CPU only: nothing.
+        let p = plan(&s, JAX, &Visible::default(), None, 2).unwrap();
+        assert_eq!((p.for_local(0), p.jax_ids(0)), (None, None));
+    }
+
+    /// Slurm 22.05 sets no list under `--gpu-bind=none` (measured:
+    /// SLURM_GPUS_ON_NODE=4, SLURMD_TRES_BIND=gpu:none, nothing else).
+    #[test]
+    fn no_lists_under_gpu_bind_none() {
+        let s = settings(None, None);
+        let bind = GpuBind::None;
+        let node = |f| {
+            GpuPlan::new(
+                &s,
+                f,
+                NodeGpus {
+                    visible: &Visible::default(),
+                    bind: Some(&bind),
+                    probed: None,
+                    local_tasks: 2,
+                    node_tasks: 2,
+                    gpus_on_node: Some(4),
+                },
+            )
+        };
+        for f in [TORCH, JAX] {
+            let e = err(node(f));
+            assert!(e.contains("leave out --gpu-bind=none"), "{e}");
+        }
+        assert_eq!(node(TF).unwrap().for_local(0), None);
+        assert!(!needs_probe(&s, &Visible::default(), Some(&bind), Some(4)));
+    }
+
+    /// PyTorch and JAX share this node's GPUs among this node's tasks: a
+    /// node with 1 task of a step whose fullest node has 3 is not refused.
+    #[test]
+    fn this_nodes_tasks_count_for_torch_and_jax() {
+        let visible = cuda("0");
+        let node = |f| {
+            GpuPlan::new(
+                &settings(None, None),
+                f,
+                NodeGpus {
+                    visible: &visible,
+                    bind: None,
+                    probed: None,
+                    local_tasks: 3,
+                    node_tasks: 1,
+                    gpus_on_node: None,
+                },
+            )
+        };
+        assert_eq!(node(TORCH).unwrap().for_local(0).as_deref(), Some("0"));
+        assert_eq!(node(JAX).unwrap().jax_ids(0).as_deref(), Some("0"));
+        // TensorFlow's width stays the fullest node's: 1 ÷ 3 = 0, untouched.
+        assert_eq!(node(TF).unwrap().for_local(0), None);
+    }
+
+    #[test]
+    fn more_ranks_than_gpus_is_refused_for_torch_and_jax() {
+        let s = settings(None, None);
+        for f in [TORCH, JAX, TORCH_JAX] {
+            let e = err(plan(&s, f, &cuda("0,1"), None, 3));
+            assert!(e.contains("3 tasks on a node but 2 GPU(s)"), "{e}");
+            assert!(e.contains("--ntasks-per-node=2"), "{e}");
+        }
+        // TensorFlow's rule stays: the list as Slurm set it.
+        assert_eq!(plan_of(&s, TF, "0,1", 3).for_local(2), None);
+        // Turned off: nothing checked, nothing set.
+        let off = Settings {
+            auto_set_gpu: false,
+            ..Settings::default()
+        };
+        let p = plan(&off, TORCH, &cuda("0,1"), None, 3).unwrap();
+        assert_eq!((p.for_local(0), p.jax_ids(0)), (None, None));
+    }
+
+    #[test]
+    fn torch_sees_the_whole_node() {
+        let s = settings(None, None);
+        let p = plan_of(&s, TORCH, "4,5,6,7", 2);
+        assert_eq!(slices(&p, 2), some(&["4,5,6,7", "4,5,6,7"]));
+        assert_eq!(ids(&p, 2), [None, None]);
+        // With JAX: local task k's JAX devices are k, k+L, …: its PyTorch
+        // GPU (set_device(k)) among them, none shared with another task.
+        let p = plan_of(&s, TORCH_JAX, "4,5,6,7", 2);
+        assert_eq!(slices(&p, 2), some(&["4,5,6,7", "4,5,6,7"]));
+        assert_eq!(ids(&p, 2), some(&["0,2", "1,3"]));
+        let p = plan_of(&s, TORCH_JAX, "0,1,2,3", 4);
+        assert_eq!(ids(&p, 4), some(&["0", "1", "2", "3"]));
+        let p = plan_of(&s, TORCH_JAX, "0,1,2,3,4,5,6,7", 3);
+        assert_eq!(ids(&p, 3), some(&["0,3", "1,4", "2,5"]));
+        let p = plan_of(&s, TORCH_JAX, "0,1,2,3", 1);
+        assert_eq!(ids(&p, 1), some(&["0,1,2,3"]));
+        // With TensorFlow: the whole list too.
+        let p = plan_of(&s, TF_TORCH, "0,1,2,3", 2);
+        assert_eq!(slices(&p, 2), some(&["0,1,2,3", "0,1,2,3"]));
+    }
+
+    #[test]
+    fn torch_refuses_any_per_task_binding() {
+        let s = settings(None, None);
+        for bind in [
+            "gpu:per_task:1",
+            "gres/gpu:single:1",
+            "gres/gpu:closest",
+            "gres/gpu:map_gpu:0,1",
+        ] {
+            for f in [TORCH, TORCH_JAX, TF_TORCH] {
+                let e = err(plan(&s, f, &cuda("1"), Some(bind), 2));
+                assert!(e.starts_with("--torch-cluster: Slurm binds GPUs"), "{e}");
+                assert!(e.contains("--gpus-per-node=N"), "{e}");
+                assert!(e.contains("--tf-auto-set-gpu=false"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_vendor_variable_by_the_same_rule() {
+        let visible = Visible::from_pairs([
+            ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
+            ("ROCR_VISIBLE_DEVICES", "0,1,2,3"),
+            ("ZE_AFFINITY_MASK", "0,1,2,3"),
+            ("GPU_DEVICE_ORDINAL", "0,1,2,3"),
+        ]);
+        let p = plan(&settings(None, None), JAX, &visible, None, 2).unwrap();
+        assert_eq!(
+            p.task_vars(1),
+            [
+                ("CUDA_VISIBLE_DEVICES", "2,3".to_string()),
+                ("ROCR_VISIBLE_DEVICES", "2,3".to_string()),
+                ("ZE_AFFINITY_MASK", "2,3".to_string()),
+                ("GPU_DEVICE_ORDINAL", "2,3".to_string()),
+            ]
+        );
+        // AMD alone (Flags=amd_gpu_env), UUIDs: Slurm's tokens kept.
+        let amd = Visible::from_pairs([("ROCR_VISIBLE_DEVICES", "GPU-aa,GPU-bb")]);
+        let p = plan(&settings(None, None), TF, &amd, None, 2).unwrap();
+        assert_eq!(
+            p.task_vars(1),
+            [("ROCR_VISIBLE_DEVICES", "GPU-bb".to_string())]
+        );
+        // Intel with --tf-gpus-per-node: the first N of each.
+        let intel = Visible::from_pairs([("ZE_AFFINITY_MASK", "3,5,7")]);
+        let p = plan(&settings(Some(2), None), TORCH, &intel, None, 2).unwrap();
+        assert_eq!(p.task_vars(0), [("ZE_AFFINITY_MASK", "3,5".to_string())]);
+        // MIG tokens.
+        let mig = cuda("MIG-a/1/0,MIG-b/2/0");
+        let p = plan(&settings(None, None), JAX, &mig, None, 2).unwrap();
+        assert_eq!(p.for_local(1).as_deref(), Some("MIG-b/2/0"));
+        // Lists that disagree in count are refused.
+        let bad = Visible::from_pairs([
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("ROCR_VISIBLE_DEVICES", "0"),
+        ]);
+        let e = err(plan(&settings(None, None), TF, &bad, None, 1));
+        assert!(e.contains("the device variables disagree"), "{e}");
     }
 
     #[test]
     fn configured_counts() {
         // TF's test: 2 GPUs per node, 1 per task, no list from Slurm.
-        let plan = GpuPlan::new(&settings(Some(2), Some(1)), Some(""), None, 2).unwrap();
-        assert_eq!(slices(&plan, 2), [Some("0".into()), Some("1".into())]);
-        // 4 per node, 2 per task.
-        let plan = GpuPlan::new(&settings(Some(4), Some(2)), None, None, 2).unwrap();
-        assert_eq!(slices(&plan, 2), [Some("0,1".into()), Some("2,3".into())]);
-        // Fewer than Slurm gave: the first ones.
-        let plan = GpuPlan::new(&settings(Some(2), None), Some("6,7,8"), None, 1).unwrap();
-        assert_eq!(slices(&plan, 1), [Some("6,7".into())]);
+        let p = plan(&settings(Some(2), Some(1)), TF, &cuda(""), None, 2).unwrap();
+        assert_eq!(slices(&p, 2), some(&["0", "1"]));
+        let p = plan(
+            &settings(Some(4), Some(2)),
+            TF,
+            &Visible::default(),
+            None,
+            2,
+        )
+        .unwrap();
+        assert_eq!(slices(&p, 2), some(&["0,1", "2,3"]));
+        let p = plan_of(&settings(Some(2), None), TF, "6,7,8", 1);
+        assert_eq!(slices(&p, 1), some(&["6,7"]));
     }
 
     #[test]
-    fn cpu_only_leaves_the_variable_alone() {
+    fn cpu_only_leaves_the_variables_alone() {
         for (per_node, visible, probed, tasks) in [
             (Some(0), None, None, 2),
             (Some(1), None, None, 2),
@@ -230,71 +1052,191 @@ mod tests {
             (None, None, Some(0), 4),
             (None, None, None, 4),
         ] {
-            let plan = GpuPlan::new(&settings(per_node, None), visible, probed, tasks).unwrap();
-            assert_eq!(plan.for_local(0), None, "{per_node:?} {visible:?}");
+            let visible = visible.map_or_else(Visible::default, cuda);
+            for f in [TF, TORCH, JAX] {
+                let p = GpuPlan::new(
+                    &settings(per_node, None),
+                    f,
+                    NodeGpus {
+                        visible: &visible,
+                        bind: None,
+                        probed,
+                        local_tasks: tasks,
+                        node_tasks: tasks,
+                        gpus_on_node: None,
+                    },
+                );
+                if let Ok(p) = p {
+                    assert_eq!(p.for_local(0), None, "{per_node:?} {visible:?}");
+                    assert_eq!(p.jax_ids(0), None);
+                } else {
+                    // 1 GPU configured for 2 tasks: PyTorch/JAX refuse.
+                    assert_eq!((per_node, f == TF), (Some(1), false));
+                }
+            }
         }
     }
 
     #[test]
     fn probed_count_gives_ordinals() {
-        let plan = GpuPlan::new(&settings(None, None), None, Some(8), 4).unwrap();
-        assert_eq!(plan.for_local(1), Some("2,3".into()));
+        let p = GpuPlan::new(
+            &settings(None, None),
+            TF,
+            NodeGpus {
+                visible: &Visible::default(),
+                bind: None,
+                probed: Some(8),
+                local_tasks: 4,
+                node_tasks: 4,
+                gpus_on_node: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            p.task_vars(1),
+            [("CUDA_VISIBLE_DEVICES", "2,3".to_string())]
+        );
     }
 
     #[test]
     fn too_many_gpus_is_an_error() {
-        let e = GpuPlan::new(&settings(Some(4), Some(4)), None, None, 2)
-            .unwrap_err()
-            .to_string();
+        let e = err(plan(
+            &settings(Some(4), Some(4)),
+            TF,
+            &Visible::default(),
+            None,
+            2,
+        ));
         assert!(e.contains("needs 8 GPUs, but the node has 4"), "{e}");
-        let e = GpuPlan::new(&settings(Some(4), None), Some("0,1"), None, 1)
-            .unwrap_err()
-            .to_string();
+        let e = err(plan(&settings(Some(4), None), TF, &cuda("0,1"), None, 1));
         assert!(
             e.contains("gpus-per-node is 4 but Slurm gave this step 2"),
             "{e}"
         );
-        let e = GpuPlan::new(&settings(None, Some(1)), Some(""), None, 1)
-            .unwrap_err()
-            .to_string();
+        let e = err(plan(&settings(None, Some(1)), TF, &cuda(""), None, 1));
         assert!(e.contains("the node has 0"), "{e}");
     }
 
     #[test]
     fn zero_gpus_per_node_with_a_list_from_slurm() {
-        // `--tf-gpus-per-node=0 --gres=gpu:4`: nothing to share, no wrap-around.
-        let plan = GpuPlan::new(&settings(Some(0), None), Some("0,1,2,3"), None, 2).unwrap();
-        assert_eq!(slices(&plan, 2), [None, None]);
+        let p = plan_of(&settings(Some(0), None), TF, "0,1,2,3", 2);
+        assert_eq!(slices(&p, 2), [None, None]);
     }
 
     #[test]
-    fn long_lists_are_refused() {
+    fn long_and_garbage_lists_are_refused() {
         let list = vec!["0"; MAX_GPUS as usize + 1].join(",");
-        let e = GpuPlan::new(&settings(None, None), Some(&list), None, 1).unwrap_err();
-        assert!(e.to_string().contains("more than 1024 GPUs"), "{e}");
-    }
-
-    #[test]
-    fn garbage_lists_are_refused() {
+        let e = err(plan(&settings(None, None), TF, &cuda(&list), None, 1));
+        assert!(e.contains("more than 1024 GPUs"), "{e}");
         for bad in ["0,,1", ",", "0 1", "0;rm", "é"] {
-            let e = GpuPlan::new(&settings(None, None), Some(bad), None, 1)
-                .unwrap_err()
-                .to_string();
+            let e = err(plan(&settings(None, None), TF, &cuda(bad), None, 1));
             assert!(e.starts_with("bad CUDA_VISIBLE_DEVICES"), "{bad}: {e}");
         }
+        let e = err(plan(
+            &settings(None, None),
+            TF,
+            &Visible::from_pairs([("ZE_AFFINITY_MASK", "0;1")]),
+            None,
+            1,
+        ));
+        assert!(e.starts_with("bad ZE_AFFINITY_MASK"), "{e}");
     }
 
     #[test]
     fn probe_only_when_nothing_else_says() {
         let s = Settings::default();
-        assert!(needs_probe(&s, None, false));
-        assert!(!needs_probe(&s, Some("0"), false));
-        assert!(!needs_probe(&s, None, true));
-        assert!(!needs_probe(&settings(Some(2), None), None, false));
+        let none = Visible::default();
+        let per_task = GpuBind::PerTask(1);
+        assert!(needs_probe(&s, &none, None, None));
+        assert!(needs_probe(&s, &none, Some(&GpuBind::None), None));
+        assert!(!needs_probe(&s, &cuda("0"), None, None));
+        assert!(!needs_probe(
+            &s,
+            &Visible::from_pairs([("ROCR_VISIBLE_DEVICES", "0")]),
+            None,
+            None
+        ));
+        assert!(!needs_probe(&s, &none, Some(&per_task), None));
+        assert!(!needs_probe(&settings(Some(2), None), &none, None, None));
         let off = Settings {
             auto_set_gpu: false,
             ..Settings::default()
         };
-        assert!(!needs_probe(&off, None, false));
+        assert!(!needs_probe(&off, &none, None, None));
+    }
+
+    fn srun(vars: &[(&str, &str)]) -> SrunRequest {
+        SrunRequest::from_env(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    fn check(f: Rules, vars: &[(&str, &str)], tasks: u32) -> std::result::Result<(), String> {
+        check_before_launch(&Settings::default(), f, &srun(vars), tasks).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn srun_reads_the_request() {
+        // 24.11+: srun's final options.
+        assert_eq!(
+            srun(&[("SLURM_TRES_BIND", "gres/gpu:per_task:1")]).bind,
+            Some(GpuBind::PerTask(1))
+        );
+        assert_eq!(
+            srun(&[
+                ("SLURM_TRES_BIND", "gres/gpu:none"),
+                ("SLURM_TRES_PER_TASK", "gres/gpu:1")
+            ])
+            .bind,
+            Some(GpuBind::None)
+        );
+        assert_eq!(
+            srun(&[("SLURM_TRES_PER_TASK", "cpu=2,gres/gpu:a100:2")]).bind,
+            Some(GpuBind::PerTask(2))
+        );
+        // 22.05: what srun inherited.
+        assert_eq!(
+            srun(&[("SLURM_GPUS_PER_TASK", "1")]).bind,
+            Some(GpuBind::PerTask(1))
+        );
+        assert_eq!(
+            srun(&[("SLURM_GPU_BIND", "single:2")]).bind,
+            Some(GpuBind::Single(2))
+        );
+        assert_eq!(
+            srun(&[("SLURM_NTASKS_PER_GPU", "2")]).bind,
+            Some(GpuBind::Single(2))
+        );
+        assert_eq!(
+            srun(&[("SLURM_GPUS_PER_NODE", "a100:2")]).gpus_per_node,
+            Some(2)
+        );
+        assert_eq!(srun(&[]), SrunRequest::default());
+    }
+
+    #[test]
+    fn srun_refuses_what_no_task_could_run() {
+        let per_task = [("SLURM_TRES_BIND", "gres/gpu:per_task:1")];
+        let e = check(TORCH, &per_task, 2).unwrap_err();
+        assert!(e.starts_with("--torch-cluster: Slurm binds GPUs"), "{e}");
+        check(JAX, &per_task, 2).unwrap();
+        check(TF, &per_task, 2).unwrap();
+        let e = check(JAX, &[("SLURM_TRES_BIND", "gres/gpu:single:2")], 2).unwrap_err();
+        assert!(e.starts_with("--jax-cluster: Slurm's GPU binding"), "{e}");
+        let per_node = [("SLURM_GPUS_PER_NODE", "2")];
+        for f in [TORCH, JAX] {
+            let e = check(f, &per_node, 3).unwrap_err();
+            assert!(e.contains("3 tasks on a node but 2 GPU(s)"), "{e}");
+            check(f, &per_node, 2).unwrap();
+        }
+        check(TF, &per_node, 3).unwrap();
+        check(TORCH, &[], 8).unwrap();
+        let off = Settings {
+            auto_set_gpu: false,
+            ..Settings::default()
+        };
+        check_before_launch(&off, TORCH, &srun(&per_task), 2).unwrap();
     }
 }

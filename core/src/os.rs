@@ -37,19 +37,49 @@ impl Source for ProcessEnv {
 /// fork (TensorFlow's resolver runs `nvidia-smi`, which slurmstepd must not).
 const NVIDIA_GPUS: &str = "/proc/driver/nvidia/gpus";
 
+/// The AMD kernel driver (amdkfd) lists one topology node per CPU and per
+/// GPU here; a GPU's `properties` has a non-zero `simd_count`.
+const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
+
 /// Largest host file read: one line per task of the largest step whose
 /// TF_CONFIG can fit is far less.
 pub const MAX_USER_FILE: u64 = 1 << 20;
 
-/// The node's GPU count: 0 without the NVIDIA driver.
+/// The node's GPU count, without a fork: NVIDIA's from the driver's
+/// directory, else AMD's from amdkfd's topology; 0 without either driver.
 pub fn node_gpu_count() -> Result<u32> {
-    match std::fs::read_dir(NVIDIA_GPUS) {
-        Ok(entries) => Ok(entries.take(crate::gpus::MAX_GPUS as usize + 1).count() as u32),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(e) => Err(Error::new(format!(
-            "cannot count GPUs in {NVIDIA_GPUS}: {e}"
-        ))),
+    let nvidia = match std::fs::read_dir(NVIDIA_GPUS) {
+        Ok(entries) => entries.take(crate::gpus::MAX_GPUS as usize + 1).count() as u32,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => {
+            return Err(Error::new(format!(
+                "cannot count GPUs in {NVIDIA_GPUS}: {e}"
+            )));
+        }
+    };
+    if nvidia > 0 {
+        return Ok(nvidia);
     }
+    Ok(kfd_gpu_count(std::path::Path::new(KFD_NODES)))
+}
+
+/// GPUs among amdkfd's topology nodes under `dir` (0 when it is absent or
+/// unreadable: the count is only a default).
+fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut gpus = 0;
+    for entry in entries.take(4 * crate::gpus::MAX_GPUS as usize).flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("properties")) else {
+            continue;
+        };
+        let simds = text.lines().find_map(|l| l.strip_prefix("simd_count "));
+        if simds.is_some_and(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0)) {
+            gpus += 1;
+        }
+    }
+    gpus.min(crate::gpus::MAX_GPUS + 1)
 }
 
 /// A file the user named, as the calling process can read it: a regular
@@ -91,6 +121,23 @@ pub fn read_user_file(path: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn amd_gpus_are_counted_from_kfd_topology() {
+        let dir = std::env::temp_dir().join(format!("tfc-kfd-{}", std::process::id()));
+        for (node, simds) in [("0", 0), ("1", 104), ("2", 104)] {
+            let d = dir.join(node);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(
+                d.join("properties"),
+                format!("cpu_cores_count 0\nsimd_count {simds}\nmax_waves_per_simd 8\n"),
+            )
+            .unwrap();
+        }
+        assert_eq!(kfd_gpu_count(&dir), 2);
+        assert_eq!(kfd_gpu_count(&dir.join("absent")), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn only_small_regular_files_are_read() {

@@ -100,10 +100,13 @@ pub struct Step {
     pub gtids: Option<Vec<u32>>,
     /// SLURM_STEP_RESV_PORTS, as Slurm writes it (read by ports::ports).
     pub resv_ports: Option<String>,
-    /// CUDA_VISIBLE_DEVICES as Slurm's gres set it (read by gpus).
-    pub cuda_visible_devices: Option<String>,
-    /// SLURMD_TRES_BIND is set: Slurm already bound GPUs per task.
-    pub gpus_bound_by_slurm: bool,
+    /// The device variables as Slurm's gres set them (CUDA_VISIBLE_DEVICES,
+    /// ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL).
+    pub visible_gpus: gpus::Visible,
+    /// Slurm's GPU binding of the step's tasks (SLURMD_TRES_BIND).
+    pub gpu_bind: Option<gpus::GpuBind>,
+    /// SLURM_GPUS_ON_NODE: the step's GPUs on this node, a count.
+    pub gpus_on_node: Option<u32>,
     /// GPUs found on the node, when nothing else says how many there are.
     pub node_gpus: Option<u32>,
     /// SLURM_JOB_NODELIST_HET_GROUP_k of each component of a heterogeneous
@@ -159,8 +162,11 @@ impl Step {
             node_id: number(source, "SLURM_NODEID")?,
             gtids: source.var("SLURM_GTIDS")?.map(|g| gtids(&g)).transpose()?,
             resv_ports: source.var("SLURM_STEP_RESV_PORTS")?,
-            cuda_visible_devices: source.var("CUDA_VISIBLE_DEVICES")?,
-            gpus_bound_by_slurm: source.var("SLURMD_TRES_BIND")?.is_some(),
+            visible_gpus: gpus::Visible::read(|name| source.var(name))?,
+            gpu_bind: source
+                .var("SLURMD_TRES_BIND")?
+                .and_then(|b| gpus::GpuBind::parse(&b)),
+            gpus_on_node: number(source, "SLURM_GPUS_ON_NODE")?,
             node_gpus: None,
             het_nodelists: Vec::new(),
             hostfile: None,
@@ -191,8 +197,9 @@ impl Step {
         }
         if gpus::needs_probe(
             settings,
-            step.cuda_visible_devices.as_deref(),
-            step.gpus_bound_by_slurm,
+            &step.visible_gpus,
+            step.gpu_bind.as_ref(),
+            step.gpus_on_node,
         ) {
             step.node_gpus = Some(source.gpu_count()?);
         }

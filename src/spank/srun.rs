@@ -12,6 +12,7 @@ use super::hooks::guard;
 use super::options::{self, INHERITED_VAR};
 use super::{fault, step_layout_rpc};
 use crate::core::frameworks::{Framework, tensorflow};
+use crate::core::gpus;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
 use crate::core::task_map::{self, MAX_LEN, Verdict};
@@ -135,6 +136,7 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
     };
     let (map, hosts_text) = component.into_map(job, step)?;
     core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
+    check_gpus(settings, &map)?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
     } else {
@@ -196,6 +198,7 @@ fn het_map_for(
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
     core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
+    check_gpus(settings, &map)?;
     let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);
@@ -206,6 +209,21 @@ fn het_map_for(
         value.len()
     );
     Ok(value)
+}
+
+/// The GPU refusals srun can make before launch: the GPU request as srun's
+/// own environment shows it (core::gpus::SrunRequest) against the most tasks
+/// the map puts on one node. Each task checks again (the catch-all).
+fn check_gpus(settings: &Settings, map: &task_map::TaskMap) -> Result<()> {
+    let most = map
+        .runs
+        .counts(map.hosts.len())
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    let request = gpus::SrunRequest::from_env(|name| std::env::var(name).ok());
+    let rules = core::frameworks::gpu_rules(settings.frameworks);
+    gpus::check_before_launch(settings, rules, &request, most)
 }
 
 /// The layout of step `job`.`step` from slurmctld (or the injected fault).

@@ -63,6 +63,12 @@ pub fn deb() -> PathBuf {
 /// `topology` (docker/testbed.sh TFC_TOPOLOGY) or none; a testbed that cannot
 /// start fails the tests, it never skips them.
 fn ensure_up(topology: Option<&str>) {
+    ensure_up_with(topology, None)
+}
+
+/// [`ensure_up`] with the gres.conf variant `gres` (docker/testbed.sh
+/// TFC_GRES) or the default.
+fn ensure_up_with(topology: Option<&str>, gres: Option<&str>) {
     static UP: OnceLock<()> = OnceLock::new();
     UP.get_or_init(|| {
         // The testbed installs this package in every container: the tests
@@ -73,6 +79,10 @@ fn ensure_up(topology: Option<&str>) {
         match topology {
             Some(t) => up.env("TFC_TOPOLOGY", t),
             None => up.env_remove("TFC_TOPOLOGY"),
+        };
+        match gres {
+            Some(g) => up.env("TFC_GRES", g),
+            None => up.env_remove("TFC_GRES"),
         };
         let out = up.output().expect("running docker/testbed.sh up");
         assert!(
@@ -94,6 +104,12 @@ pub fn testbed() -> RwLockReadGuard<'static, ()> {
 /// either this or the others: the testbed is brought up once per binary).
 pub fn testbed_with_topology(topology: &str) -> RwLockReadGuard<'static, ()> {
     ensure_up(Some(topology));
+    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`testbed`] with the gres.conf variant `gres` (docker/config/gres/).
+pub fn testbed_with_gres(gres: &str) -> RwLockReadGuard<'static, ()> {
+    ensure_up_with(None, Some(gres));
     PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
 }
 

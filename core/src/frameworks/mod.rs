@@ -9,7 +9,7 @@ pub mod pytorch;
 pub mod tensorflow;
 
 use super::error::bail;
-use super::gpus::GpuPlan;
+use super::gpus::{GpuPlan, NodeGpus, Rules};
 use super::layout::Layout;
 use super::settings::Settings;
 use super::step::Step;
@@ -92,8 +92,9 @@ pub struct Task<'a> {
 /// The GPUs of one task, as the step's frameworks agreed.
 #[derive(Debug, Default)]
 pub struct Gpus {
-    /// CUDA_VISIBLE_DEVICES to set (None: leave Slurm's).
-    pub visible: Option<String>,
+    /// The device variables to set, each in Slurm's own tokens
+    /// (CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, …; empty: leave Slurm's).
+    pub vars: Vec<(&'static str, String)>,
     /// The task's own GPUs among those it sees, numbered from 0.
     pub own_ids: Option<String>,
 }
@@ -172,6 +173,20 @@ impl PortPlan {
     }
 }
 
+/// What the step's frameworks ask of the GPUs: each framework's rule, and
+/// the option that asked for it (for messages).
+pub fn gpu_rules(frameworks: Frameworks) -> Rules {
+    let mut rules = Rules::default();
+    for f in frameworks.iter() {
+        match f.gpus {
+            GpuRule::Slice => {}
+            GpuRule::Whole => rules.whole = rules.whole.or(Some(f.option)),
+            GpuRule::OwnIds => rules.own_ids = rules.own_ids.or(Some(f.option)),
+        }
+    }
+    rules
+}
+
 /// srun's check of the step before launch: the step's size, then each
 /// framework's own.
 pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
@@ -194,8 +209,6 @@ fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
 pub struct Plan {
     pub ports: PortPlan,
     gpus: GpuPlan,
-    /// Some framework's tasks see the whole node ([`GpuRule::Whole`]).
-    whole: bool,
 }
 
 impl Plan {
@@ -204,31 +217,28 @@ impl Plan {
             check_limit(f, layout.num_tasks())?;
         }
         let ports = PortPlan::new(settings, step, layout)?;
-        let gpus = if settings.auto_set_gpu && !step.gpus_bound_by_slurm {
-            GpuPlan::new(
-                settings,
-                step.cuda_visible_devices.as_deref(),
-                step.node_gpus,
-                layout.max_local(),
-            )?
-        } else {
-            GpuPlan::untouched()
+        // PyTorch's and JAX's rules share this node's GPUs among this
+        // node's tasks; TensorFlow's slice is as wide as the busiest node's.
+        let node = NodeGpus {
+            visible: &step.visible_gpus,
+            bind: step.gpu_bind.as_ref(),
+            probed: step.node_gpus,
+            local_tasks: layout.max_local(),
+            node_tasks: step
+                .gtids
+                .as_ref()
+                .map_or(layout.max_local(), |g| g.len() as u32),
+            gpus_on_node: step.gpus_on_node,
         };
-        let whole = settings.frameworks.iter().any(|f| f.gpus == GpuRule::Whole);
-        Ok(Plan { ports, gpus, whole })
+        let gpus = GpuPlan::new(settings, gpu_rules(settings.frameworks), node)?;
+        Ok(Plan { ports, gpus })
     }
 
-    /// The GPUs of local task `local`: the whole node's list when some
-    /// framework's tasks pick theirs by local rank, else its slice.
+    /// The GPUs of local task `local`, by the frameworks' rules (gpus.rs).
     pub fn gpus(&self, local: u32) -> Gpus {
-        let visible = if self.whole {
-            self.gpus.whole()
-        } else {
-            self.gpus.for_local(local)
-        };
         Gpus {
-            visible,
-            own_ids: self.gpus.device_ids(local, self.whole),
+            vars: self.gpus.task_vars(local),
+            own_ids: self.gpus.jax_ids(local),
         }
     }
 
@@ -259,15 +269,15 @@ pub fn render(settings: &Settings, step: &Step, layout: &Layout, rank: u32) -> R
     let plan = Plan::new(settings, step, layout)?;
     let gpus = plan.gpus(layout.placement(rank)?.local);
     let mut vars = Vars::new();
-    if let Some(list) = &gpus.visible {
+    for (name, list) in &gpus.vars {
         // Slurm would drop a longer one and leave every GPU visible.
-        let size = "CUDA_VISIBLE_DEVICES=".len() + list.len() + 1;
+        let size = name.len() + 1 + list.len() + 1;
         if size >= ENV_LIMIT {
             bail!(
-                "CUDA_VISIBLE_DEVICES would be {size} bytes, over the {ENV_LIMIT}-byte limit of one environment variable"
+                "{name} would be {size} bytes, over the {ENV_LIMIT}-byte limit of one environment variable"
             );
         }
-        vars.push(("CUDA_VISIBLE_DEVICES", list.clone()));
+        vars.push((name, list.clone()));
     }
     for f in settings.frameworks.iter() {
         let task = plan.task(f, settings, step, layout, rank, &gpus)?;
@@ -292,7 +302,8 @@ pub fn explain(settings: &Settings, step: &Step, layout: &Layout) -> Result<Vec<
         for f in settings.frameworks.iter() {
             row.extend((f.row)(&plan.task(f, settings, step, layout, rank, &gpus)?));
         }
-        row.push(gpus.visible.unwrap_or_else(|| "-".into()));
+        let visible = gpus.vars.into_iter().next().map(|(_, list)| list);
+        row.push(visible.unwrap_or_else(|| "-".into()));
         rows.push(row);
     }
     Ok(rows)

@@ -100,8 +100,10 @@ fn torch_and_jax_from_the_same_layout() {
             ("PET_RDZV_BACKEND", "static"),
             ("PET_RDZV_ENDPOINT", "n1-ib:12000"),
             ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
-            // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0.
-            ("JAX_LOCAL_DEVICE_IDS", "2,3"),
+            // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0:
+            // local rank 1 takes 1 (its PyTorch GPU) and 3, so no GPU is
+            // both one task's PyTorch GPU and another's JAX device.
+            ("JAX_LOCAL_DEVICE_IDS", "1,3"),
         ]
     );
     // With TF_CONFIG too, TF's tasks take ports 0 and 1 of each node:
