@@ -49,7 +49,6 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
         ("PET_NODE_RANK", rank.clone()),
         ("PET_MASTER_ADDR", master_addr.clone()),
         ("PET_MASTER_PORT", master_port.clone()),
-        ("PET_RDZV_BACKEND", "static".to_string()),
         ("PET_RDZV_ENDPOINT", format!("{master_addr}:{master_port}")),
     ];
     vars.extend([
@@ -67,6 +66,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     if let Some((job, step)) = task.step.job_step {
         vars.push(("PET_RDZV_ID", format!("{job}.{step}")));
     }
+    vars.push(("PET_RDZV_BACKEND", "static".to_string()));
     Ok(())
 }
 

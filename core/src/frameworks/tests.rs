@@ -97,8 +97,8 @@ fn torch_and_jax_from_the_same_layout() {
             ("PET_NODE_RANK", "3"),
             ("PET_MASTER_ADDR", "n1-ib"),
             ("PET_MASTER_PORT", "12000"),
-            ("PET_RDZV_BACKEND", "static"),
             ("PET_RDZV_ENDPOINT", "n1-ib:12000"),
+            ("PET_RDZV_BACKEND", "static"),
             ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
             // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0:
             // local rank 1 takes 1 (its PyTorch GPU) and 3, so no GPU is
