@@ -13,14 +13,10 @@ pub fn parse_srun_version(text: &str) -> Option<u32> {
     Some(major << 16 | minor << 8 | micro)
 }
 
-/// SLURM_VERSION_NUMBER from slurm_version.h.
-pub fn parse_version_header(text: &str) -> Option<u32> {
-    text.lines().find_map(|line| {
-        let rest = line.trim().strip_prefix("#define")?.trim_start();
-        let hex = rest.strip_prefix("SLURM_VERSION_NUMBER")?.trim();
-        u32::from_str_radix(hex.strip_prefix("0x")?, 16).ok()
-    })
-}
+// SLURM_VERSION_NUMBER from slurm_version.h: the parser build.rs uses.
+#[path = "../../../slurm_version.rs"]
+mod slurm_version_h;
+pub use slurm_version_h::parse_version_header;
 
 /// The real machine.
 pub struct System;
