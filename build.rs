@@ -8,6 +8,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 
 include!("buildinfo.rs");
+include!("slurm_version.rs");
 
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
@@ -80,11 +81,6 @@ fn main() {
 fn slurm_version(path: &Path) -> u32 {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e} (Slurm's headers are incomplete)", path.display()));
-    text.lines()
-        .find_map(|line| {
-            let rest = line.trim().strip_prefix("#define")?.trim_start();
-            let hex = rest.strip_prefix("SLURM_VERSION_NUMBER")?.trim();
-            u32::from_str_radix(hex.strip_prefix("0x")?, 16).ok()
-        })
+    parse_version_header(&text)
         .unwrap_or_else(|| panic!("{}: no SLURM_VERSION_NUMBER 0x… line", path.display()))
 }

@@ -13,6 +13,7 @@ fn build_id(root: &std::path::Path) -> String {
         "Cargo.lock",
         "build.rs",
         "buildinfo.rs",
+        "slurm_version.rs",
         "core/Cargo.toml",
         "cli/Cargo.toml",
         "cli/build.rs",

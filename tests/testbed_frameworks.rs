@@ -45,7 +45,7 @@ struct Step {
     /// By rank: SLURM_NODEID.
     node_id: BTreeMap<u32, u32>,
     /// Ranks that saw TORCHELASTIC_RUN_ID.
-    torchelastic: Vec<u32>,
+    elastic_vars: Vec<u32>,
     /// By rank: the program's RESULT JSON.
     result: BTreeMap<u32, Value>,
     output: String,
@@ -55,20 +55,20 @@ struct Step {
 fn parse_step(output: &str, code: Option<i32>) -> Step {
     let labelled = Labelled::parse(output);
     let mut node_id = BTreeMap::new();
-    let mut torchelastic = Vec::new();
+    let mut elastic_vars = Vec::new();
     for (&rank, lines) in &labelled.lines {
         for rest in lines.iter().filter_map(|l| l.strip_prefix("NODE\t")) {
             let (id, elastic) = rest.split_once('\t').expect("NODE line");
             node_id.insert(rank, id.parse().expect("SLURM_NODEID"));
             if !elastic.is_empty() {
-                torchelastic.push(rank);
+                elastic_vars.push(rank);
             }
         }
     }
     Step {
         run: labelled.run(code, output.to_string()),
         node_id,
-        torchelastic,
+        elastic_vars,
         result: labelled.json("RESULT "),
         output: output.to_string(),
     }
@@ -155,9 +155,9 @@ impl Step {
             self.reserved(0)
         );
         assert!(
-            self.torchelastic.is_empty(),
+            self.elastic_vars.is_empty(),
             "TORCHELASTIC_RUN_ID set on ranks {:?}",
-            self.torchelastic
+            self.elastic_vars
         );
         let nodes: BTreeSet<u32> = self.node_id.values().copied().collect();
         assert_eq!(nodes.len(), counts.len(), "one SLURM_NODEID per host");

@@ -418,7 +418,7 @@ fn assert_healthy(case: &str, node: &str) {
     assert_next_step_runs(case, node);
 }
 
-/// Finding 1: a step refused inside an allocation is not left behind, and
+/// A refused step must not linger: a step refused inside an allocation is not left behind, and
 /// the allocation's next step runs at once.
 #[test]
 fn a_refused_step_inside_an_allocation_does_not_outlive_srun() {
@@ -445,7 +445,7 @@ fn a_refused_step_inside_an_allocation_does_not_outlive_srun() {
     assert_healthy("refused in salloc", "node3");
 }
 
-/// Finding 1: a helper step of another size inside a job whose spec it
+/// An inherited spec meets a helper step: a helper step of another size inside a job whose spec it
 /// inherited is left alone with one warning; `--tf-cluster=off` opts out;
 /// a spec given to that srun itself is still refused.
 #[test]
@@ -504,7 +504,7 @@ fn make_fifo() {
     assert!(made.status.success(), "{made:?}");
 }
 
-/// Finding 2: a FIFO as SLURM_HOSTFILE, with a faked arbitrary distribution,
+/// A hostile host file: a FIFO as SLURM_HOSTFILE, with a faked arbitrary distribution,
 /// neither blocks nor drains: with srun's map it is never read; without it
 /// (the map withheld by a fault) it is refused at once.
 #[test]
@@ -516,7 +516,7 @@ fn a_fifo_host_file_never_blocks_a_task() {
     assert_healthy("fifo with map", "node1");
 }
 
-/// Finding 7: no GPUs to share while Slurm gave four: left as Slurm set it.
+/// Fewer GPUs than asked: no GPUs to share while Slurm gave four: left as Slurm set it.
 #[test]
 fn no_gpus_to_share_leaves_slurms_list() {
     let _t = testbed();
@@ -533,7 +533,7 @@ fn no_gpus_to_share_leaves_slurms_list() {
     assert_eq!(run.gpus(), [Some("0,1,2,3"); 2]);
 }
 
-/// Finding 5: exported het variables claiming node2 runs rank 0 cannot
+/// Forged het variables: exported het variables claiming node2 runs rank 0 cannot
 /// mislead any task: srun's map is the truth.
 #[test]
 fn faked_het_variables_cannot_misplace_rank_0() {
@@ -555,9 +555,10 @@ fn faked_het_variables_cannot_misplace_rank_0() {
 
 /// Without srun's map (withheld by a fault in the test build), the tasks
 /// rebuild the layout and every hostile hint is checked, never trusted:
-/// a FIFO host file is refused at once (finding 2), faked het variables
-/// fail rank 0's node-name check (finding 5); registration failing in
-/// slurmstepd fails the step that asked (finding 8) and no other.
+/// a FIFO host file is refused at once (a hostile host file), faked het
+/// variables fail rank 0's node-name check (forged het variables);
+/// registration failing in slurmstepd fails the step that asked (a failed
+/// registration) and no other.
 #[test]
 fn without_the_map_hostile_hints_fail_closed() {
     let bed = exclusive();

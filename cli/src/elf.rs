@@ -1,10 +1,12 @@
-//! Just enough of ELF to read a plugin's exported data without loading it:
-//! the dynamic symbol table (`.dynsym`, kept by `strip`) of a 64-bit
-//! little-endian shared object (x86-64, aarch64, ppc64le), and the bytes a
-//! symbol names. Loading the .so instead would run its constructors and need
+//! A plugin's exported data, read without loading it: the dynamic symbol
+//! table (`.dynsym`, kept by `strip`) of a shared object, and the bytes a
+//! symbol names. The `object` crate reads the ELF (32- or 64-bit, either
+//! byte order). Loading the .so instead would run its constructors and need
 //! Slurm's symbols; `tf-cluster doctor` must work on a broken install.
 
 use std::fmt;
+
+use object::{Object, ObjectSection, ObjectSymbol, SectionKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElfError(String);
@@ -23,125 +25,68 @@ fn err<T>(what: impl Into<String>) -> Result<T> {
     Err(ElfError(what.into()))
 }
 
-const SHT_NOBITS: u32 = 8;
-const SHT_DYNSYM: u32 = 11;
-const SHN_UNDEF: u16 = 0;
-const SHN_LORESERVE: u16 = 0xff00;
-
-struct Section {
-    kind: u32,
-    addr: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-}
-
-/// A parsed 64-bit little-endian ELF file.
+/// A parsed ELF file, 32- or 64-bit, either byte order.
 pub struct Elf<'a> {
-    data: &'a [u8],
-    sections: Vec<Section>,
-}
-
-fn bytes(data: &[u8], at: u64, len: u64) -> Result<&[u8]> {
-    let end = at.checked_add(len).filter(|&e| e <= data.len() as u64);
-    match end {
-        Some(end) => Ok(&data[at as usize..end as usize]),
-        None => err(format!("truncated file: {len} bytes at offset {at}")),
-    }
-}
-
-fn u16_at(data: &[u8], at: u64) -> Result<u16> {
-    Ok(u16::from_le_bytes(bytes(data, at, 2)?.try_into().unwrap()))
-}
-
-fn u32_at(data: &[u8], at: u64) -> Result<u32> {
-    Ok(u32::from_le_bytes(bytes(data, at, 4)?.try_into().unwrap()))
-}
-
-fn u64_at(data: &[u8], at: u64) -> Result<u64> {
-    Ok(u64::from_le_bytes(bytes(data, at, 8)?.try_into().unwrap()))
+    file: object::File<'a>,
 }
 
 impl<'a> Elf<'a> {
     pub fn parse(data: &'a [u8]) -> Result<Elf<'a>> {
-        if data.len() < 64 || &data[..4] != b"\x7fELF" {
+        if !data.starts_with(b"\x7fELF") {
             return err("not an ELF file");
         }
-        if data[4] != 2 || data[5] != 1 {
-            return err("not a 64-bit little-endian ELF file");
+        match object::File::parse(data) {
+            Ok(file) => Ok(Elf { file }),
+            Err(e) => err(format!("not a readable ELF file: {e}")),
         }
-        let shoff = u64_at(data, 0x28)?;
-        let shentsize = u64::from(u16_at(data, 0x3a)?);
-        let shnum = u64::from(u16_at(data, 0x3c)?);
-        if shoff == 0 || shnum == 0 {
-            return err("no section headers");
-        }
-        if shentsize < 64 {
-            return err(format!("section header size {shentsize}"));
-        }
-        let mut sections = Vec::with_capacity(shnum as usize);
-        for i in 0..shnum {
-            let at = shoff + i * shentsize;
-            bytes(data, at, 64)?;
-            sections.push(Section {
-                kind: u32_at(data, at + 4)?,
-                addr: u64_at(data, at + 16)?,
-                offset: u64_at(data, at + 24)?,
-                size: u64_at(data, at + 32)?,
-                link: u32_at(data, at + 40)?,
-            });
-        }
-        Ok(Elf { data, sections })
     }
 
     /// The bytes of the defined dynamic symbol `name` (its `st_size` bytes;
     /// zeros for a symbol in `.bss`), or None when it is not exported.
     pub fn symbol(&self, name: &str) -> Result<Option<Vec<u8>>> {
-        let Some(dynsym) = self.sections.iter().find(|s| s.kind == SHT_DYNSYM) else {
+        if self.file.dynamic_symbol_table().is_none() {
             return err("no dynamic symbol table");
-        };
-        let Some(strtab) = self.sections.get(dynsym.link as usize) else {
-            return err("dynamic symbol table without string table");
-        };
-        let strings = bytes(self.data, strtab.offset, strtab.size)?;
-        let table = bytes(self.data, dynsym.offset, dynsym.size)?;
-        for sym in table.chunks_exact(24) {
-            let name_at = u32_at(sym, 0)? as usize;
-            let shndx = u16_at(sym, 6)?;
-            if shndx == SHN_UNDEF || shndx >= SHN_LORESERVE {
-                continue;
-            }
-            let Some(rest) = strings.get(name_at..) else {
-                continue;
-            };
-            let sym_name = rest.split(|&b| b == 0).next().unwrap_or_default();
-            if sym_name != name.as_bytes() {
-                continue;
-            }
-            let value = u64_at(sym, 8)?;
-            let size = u64_at(sym, 16)?;
-            let Some(section) = self.sections.get(shndx as usize) else {
-                return err(format!("{name}: section {shndx} does not exist"));
-            };
-            let inside = value
-                .checked_sub(section.addr)
-                .filter(|off| off.checked_add(size).is_some_and(|end| end <= section.size));
-            let Some(off) = inside else {
-                return err(format!("{name}: outside its section"));
-            };
-            if section.kind == SHT_NOBITS {
-                return Ok(Some(vec![0; size as usize]));
-            }
-            return Ok(Some(bytes(self.data, section.offset + off, size)?.to_vec()));
         }
-        Ok(None)
+        let found = self.file.dynamic_symbols().find_map(|sym| {
+            let index = sym.section_index()?;
+            (sym.name_bytes().ok()? == name.as_bytes()).then_some((sym, index))
+        });
+        let Some((sym, index)) = found else {
+            return Ok(None);
+        };
+        let section = match self.file.section_by_index(index) {
+            Ok(section) => section,
+            Err(e) => return err(format!("{name}: {e}")),
+        };
+        let inside = sym.address().checked_sub(section.address()).filter(|off| {
+            off.checked_add(sym.size())
+                .is_some_and(|end| end <= section.size())
+        });
+        if inside.is_none() {
+            return err(format!("{name}: outside its section"));
+        }
+        if section.kind() == SectionKind::UninitializedData {
+            return Ok(Some(vec![0; sym.size() as usize]));
+        }
+        match section.data_range(sym.address(), sym.size()) {
+            Ok(Some(bytes)) => Ok(Some(bytes.to_vec())),
+            Ok(None) => err(format!("{name}: outside its section")),
+            Err(e) => err(format!("{name}: {e}")),
+        }
     }
 
     /// A `uint32_t` symbol such as `plugin_version`.
     pub fn u32_symbol(&self, name: &str) -> Result<Option<u32>> {
         match self.symbol(name)? {
             None => Ok(None),
-            Some(b) if b.len() == 4 => Ok(Some(u32::from_le_bytes(b.try_into().unwrap()))),
+            Some(b) if b.len() == 4 => {
+                let b: [u8; 4] = b.try_into().unwrap();
+                Ok(Some(if self.file.is_little_endian() {
+                    u32::from_le_bytes(b)
+                } else {
+                    u32::from_be_bytes(b)
+                }))
+            }
             Some(b) => err(format!("{name} is {} bytes, not 4", b.len())),
         }
     }
@@ -257,23 +202,88 @@ mod tests {
     }
 
     #[test]
-    fn refuses_what_is_not_a_64_bit_little_endian_elf() {
+    fn reads_a_32_bit_plugin() {
+        // No 32-bit libc here: -nostdlib links the symbols alone.
+        let dir = std::env::temp_dir().join(format!("tfc-elf32-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("plugin.c");
+        let so = dir.join("plugin.so");
+        std::fs::write(
+            &src,
+            "const char plugin_name[] = \"tf_cluster\"; const unsigned int plugin_version = 0x180b05;",
+        )
+        .unwrap();
+        let built = Command::new("cc")
+            .args(["-m32", "-shared", "-nostdlib", "-fPIC", "-o"])
+            .arg(&so)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        if built {
+            let info = plugin_info(&std::fs::read(&so).unwrap()).unwrap();
+            assert_eq!(info.name.as_deref(), Some("tf_cluster"));
+            assert_eq!(info.version, Some(0x180b05));
+            assert_eq!(info.build_id, None);
+        } else {
+            eprintln!("cc -m32 cannot build here: the 32-bit case is untested");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn reads_a_real_shared_object() {
+        // libc exports malloc (code: its bytes are read, not interpreted).
+        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+            .into_iter()
+            .find(|p| Path::new(p).exists());
+        if let Some(libc) = libc {
+            let data = std::fs::read(libc).unwrap();
+            let elf = Elf::parse(&data).unwrap();
+            assert!(elf.symbol("malloc").unwrap().is_some_and(|b| !b.is_empty()));
+            assert_eq!(elf.symbol("tf_cluster_no_such_symbol").unwrap(), None);
+            assert_eq!(plugin_info(&data).unwrap().name, None);
+        }
+        // The plugin this workspace builds, when it has been built.
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+        for profile in ["release", "debug"] {
+            let so = target.join(profile).join("libtf_cluster.so");
+            if let Ok(data) = std::fs::read(&so) {
+                let info = plugin_info(&data).unwrap();
+                assert_eq!(info.name.as_deref(), Some("tf_cluster"), "{}", so.display());
+                assert!(info.version.is_some(), "{}", so.display());
+                assert!(info.build_id.is_some(), "{}", so.display());
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_elf() {
         assert_eq!(
             Elf::parse(b"#!/bin/sh\n").err().unwrap().to_string(),
             "not an ELF file"
         );
         let mut header = vec![0u8; 64];
         header[..4].copy_from_slice(b"\x7fELF");
-        header[4] = 1; // ELFCLASS32
+        header[4] = 3; // neither ELFCLASS32 nor ELFCLASS64
         header[5] = 1;
-        assert_eq!(
-            Elf::parse(&header).err().unwrap().to_string(),
-            "not a 64-bit little-endian ELF file"
+        assert!(
+            Elf::parse(&header)
+                .err()
+                .unwrap()
+                .to_string()
+                .starts_with("not a readable ELF file")
         );
+        // A header alone: no sections, so no symbols.
         header[4] = 2;
+        header[6] = 1; // EV_CURRENT
+        header[0x34] = 64; // e_ehsize
         assert_eq!(
-            Elf::parse(&header).err().unwrap().to_string(),
-            "no section headers"
+            Elf::parse(&header)
+                .and_then(|elf| elf.symbol("plugin_name"))
+                .err()
+                .unwrap()
+                .to_string(),
+            "no dynamic symbol table"
         );
         // Section headers said to lie past the end of the file.
         header[0x28] = 0xff;
@@ -284,7 +294,7 @@ mod tests {
                 .err()
                 .unwrap()
                 .to_string()
-                .starts_with("truncated file")
+                .starts_with("not a readable ELF file")
         );
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
@@ -59,58 +59,68 @@ pub fn deb() -> PathBuf {
     debs.into_iter().next().unwrap()
 }
 
-/// Brings the testbed up once per test run, with the network topology
-/// `topology` (docker/testbed.sh TFC_TOPOLOGY) or none; a testbed that cannot
-/// start fails the tests, it never skips them.
-fn ensure_up(topology: Option<&str>) {
-    ensure_up_with(topology, None)
-}
+/// The network topology and gres.conf variant this test binary brought the
+/// testbed up with: None before the first bring-up (`(None, None)`: the
+/// defaults).
+static UP: Mutex<Option<(Option<String>, Option<String>)>> = Mutex::new(None);
 
-/// [`ensure_up`] with the gres.conf variant `gres` (docker/testbed.sh
-/// TFC_GRES) or the default.
-fn ensure_up_with(topology: Option<&str>, gres: Option<&str>) {
-    static UP: OnceLock<()> = OnceLock::new();
-    UP.get_or_init(|| {
+/// Makes sure the testbed is up with the network topology `topology`
+/// (docker/testbed.sh TFC_TOPOLOGY) or none and the gres.conf variant `gres`
+/// (TFC_GRES) or the default, then takes the access `lock`
+/// gives. The first call brings it up; a call asking another topology than
+/// the one up waits until no test uses the testbed (the write side of
+/// [`PLUGSTACK`]) and brings it up again with it. The lock is taken before
+/// another test can switch the topology, so a test keeps the one it asked
+/// for while it holds its guard (and must not ask for another meanwhile).
+/// A testbed that cannot start fails the tests, it never skips them.
+fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl FnOnce() -> G) -> G {
+    let mut up = UP.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = (topology.map(str::to_string), gres.map(str::to_string));
+    if up.as_ref() != Some(&wanted) {
+        let _alone = PLUGSTACK.write().unwrap_or_else(|e| e.into_inner());
         // The testbed installs this package in every container: the tests
         // run the packaged plugin, never a bare .so.
         deb();
-        let mut up = Command::new(repo().join("docker/testbed.sh"));
-        up.arg("up");
+        let mut cmd = Command::new(repo().join("docker/testbed.sh"));
+        cmd.arg("up");
         match topology {
-            Some(t) => up.env("TFC_TOPOLOGY", t),
-            None => up.env_remove("TFC_TOPOLOGY"),
+            Some(t) => cmd.env("TFC_TOPOLOGY", t),
+            None => cmd.env_remove("TFC_TOPOLOGY"),
         };
         match gres {
-            Some(g) => up.env("TFC_GRES", g),
-            None => up.env_remove("TFC_GRES"),
+            Some(g) => cmd.env("TFC_GRES", g),
+            None => cmd.env_remove("TFC_GRES"),
         };
-        let out = up.output().expect("running docker/testbed.sh up");
+        let out = cmd.output().expect("running docker/testbed.sh up");
         assert!(
             out.status.success(),
             "the Slurm testbed did not come up:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-    });
+        *up = Some(wanted);
+    }
+    lock()
+}
+
+fn read_plugstack() -> RwLockReadGuard<'static, ()> {
+    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Shared access to the testbed (the plugstack.conf in force is the default).
 pub fn testbed() -> RwLockReadGuard<'static, ()> {
-    ensure_up(None);
-    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+    ensure_up(None, None, read_plugstack)
 }
 
-/// [`testbed`] under the network topology `topology` (a test binary uses
-/// either this or the others: the testbed is brought up once per binary).
+/// [`testbed`] under the network topology `topology` (the testbed is brought
+/// up again when a test of the same binary asks for another).
 pub fn testbed_with_topology(topology: &str) -> RwLockReadGuard<'static, ()> {
-    ensure_up(Some(topology));
-    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+    ensure_up(Some(topology), None, read_plugstack)
 }
 
 /// [`testbed`] with the gres.conf variant `gres` (docker/config/gres/).
 pub fn testbed_with_gres(gres: &str) -> RwLockReadGuard<'static, ()> {
-    ensure_up_with(None, Some(gres));
-    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+    ensure_up(None, Some(gres), read_plugstack)
 }
 
 /// Exclusive access, for tests that swap plugstack.conf. The default is back
@@ -118,8 +128,9 @@ pub fn testbed_with_gres(gres: &str) -> RwLockReadGuard<'static, ()> {
 pub struct Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
 
 pub fn exclusive() -> Exclusive {
-    ensure_up(None);
-    Exclusive(PLUGSTACK.write().unwrap_or_else(|e| e.into_inner()))
+    ensure_up(None, None, || {
+        Exclusive(PLUGSTACK.write().unwrap_or_else(|e| e.into_inner()))
+    })
 }
 
 impl Exclusive {
@@ -152,29 +163,30 @@ impl Drop for Exclusive {
     }
 }
 
-/// Runs `cmd` as the user alice on the submit host.
-pub fn exec(cmd: &[&str]) -> Output {
+/// `docker/testbed.sh PLACE… timeout SECONDS CMD…`: the one way the tests
+/// run a command in the testbed.
+fn run_in(place: &[&str], seconds: u32, cmd: &[&str]) -> Output {
     Command::new(repo().join("docker/testbed.sh"))
-        .arg("exec")
-        .args(["timeout", "120"])
+        .args(place)
+        .args(["timeout", &seconds.to_string()])
         .args(cmd)
         .output()
-        .expect("running docker/testbed.sh exec")
+        .unwrap_or_else(|e| panic!("running docker/testbed.sh {}: {e}", place.join(" ")))
+}
+
+/// Runs `cmd` as the user alice on the submit host.
+pub fn exec(cmd: &[&str]) -> Output {
+    run_in(&["exec"], 120, cmd)
 }
 
 /// Runs `cmd` as root in container `host` (`ctl`, `node1`…), with no time
 /// limit of its own beyond 120 s.
 pub fn on(host: &str, cmd: &[&str]) -> Output {
-    let mut c = Command::new(repo().join("docker/testbed.sh"));
     if host == "ctl" {
-        c.arg("admin");
+        run_in(&["admin"], 120, cmd)
     } else {
-        c.args(["node-exec", host]);
+        run_in(&["node-exec", host], 120, cmd)
     }
-    c.args(["timeout", "120"])
-        .args(cmd)
-        .output()
-        .expect("running docker/testbed.sh")
 }
 
 /// Every container of the testbed: the submit host first.
@@ -183,11 +195,7 @@ pub const HOSTS: [&str; 4] = ["ctl", "node1", "node2", "node3"];
 /// [`exec`] with a longer limit than its 120 s (real trainers start slowly
 /// on a busy machine).
 pub fn exec_for(seconds: u32, cmd: &[&str]) -> Output {
-    Command::new(repo().join("docker/testbed.sh"))
-        .args(["exec", "timeout", &seconds.to_string()])
-        .args(cmd)
-        .output()
-        .expect("running docker/testbed.sh exec")
+    run_in(&["exec"], seconds, cmd)
 }
 
 /// Writes `files` (name, contents) into `dir` on the shared /home, then runs

@@ -1,0 +1,105 @@
+//! The checks of one plugstack line that loads tf-cluster: the file, the
+//! Slurm it was built for, `required`, the site arguments, the build id.
+
+use tf_cluster_core::Settings;
+
+use super::plugstack::Loaded;
+use super::{Level, PluginFile, Report};
+
+/// `24.11.5` from 0x180b05.
+pub fn version_text(v: u32) -> String {
+    format!("{}.{:02}.{}", v >> 16, (v >> 8) & 0xff, v & 0xff)
+}
+
+pub(super) fn check_plugin(
+    report: &mut Report,
+    line: &Loaded,
+    path: &str,
+    file: Option<&PluginFile>,
+    installed: Option<&(u32, String)>,
+    own_build_id: &str,
+) {
+    let at = &line.at;
+    let kind = if line.required {
+        "required"
+    } else {
+        "optional"
+    };
+    let Some(file) = file else {
+        let effect = if line.required {
+            "every srun fails (\"Failed to load plugin\")"
+        } else {
+            "Slurm skips it: --tf-cluster is unknown to srun"
+        };
+        report.add(
+            Level::Fail,
+            format!("{at}: {kind} {path} does not exist: {effect}"),
+        );
+        return;
+    };
+    let info = match &file.info {
+        Ok(info) => info,
+        Err(e) => {
+            report.add(
+                Level::Fail,
+                format!("{at}: {path} is not a readable plugin: {e}"),
+            );
+            return;
+        }
+    };
+    report.add(Level::Ok, format!("{at}: {kind} {path}"));
+    if !file.world_readable {
+        report.add(
+            Level::Fail,
+            format!("{path} is not readable by every user: srun, run by the user, cannot load it"),
+        );
+    }
+    match (info.version, installed) {
+        (None, _) => report.add(Level::Fail, format!("{path} exports no plugin_version: Slurm refuses it")),
+        (Some(v), Some((slurm, from))) if v >> 8 == slurm >> 8 => report.add(
+            Level::Ok,
+            format!("built for Slurm {}, this node runs {} ({from})", version_text(v), version_text(*slurm)),
+        ),
+        (Some(v), Some((slurm, from))) => report.add(
+            Level::Fail,
+            format!(
+                "built for Slurm {}, this node runs {} ({from}): Slurm refuses a plugin of another major.minor (\"Incompatible plugin version\"); install the tf-cluster package built for Slurm {}.{:02}",
+                version_text(v),
+                version_text(*slurm),
+                slurm >> 16,
+                (slurm >> 8) & 0xff
+            ),
+        ),
+        (Some(v), None) => report.add(
+            Level::Warn,
+            format!("built for Slurm {}; cannot tell this node's Slurm (no working `srun --version`, no slurm_version.h)", version_text(v)),
+        ),
+    }
+    if !line.required {
+        report.add(
+            Level::Warn,
+            format!("{at}: optional: Slurm ignores the plugin's errors, so a step it refuses runs without TF_CONFIG; write `required`"),
+        );
+    }
+    match Settings::from_admin_args(line.args.iter().map(String::as_str)) {
+        Ok(_) if line.args.is_empty() => {
+            report.add(Level::Ok, "site arguments: none (built-in defaults)")
+        }
+        Ok(_) => report.add(
+            Level::Ok,
+            format!("site arguments: {}", line.args.join(" ")),
+        ),
+        Err(e) => report.add(
+            Level::Fail,
+            format!("{at}: {e}: srun refuses every --tf-cluster step"),
+        ),
+    }
+    match info.build_id.as_deref() {
+        Some(id) if id == own_build_id => report.add(Level::Ok, format!("same build as this CLI ({id})")),
+        Some(id) => report.add(
+            Level::Warn,
+            format!("the plugin is build \"{id}\", this CLI \"{own_build_id}\": `tf-cluster env|explain` may differ from the plugin"),
+        ),
+        None => report.add(Level::Warn, format!("{path} carries no build id (an older build): cannot tell it from this CLI's")),
+    }
+}

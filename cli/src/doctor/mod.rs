@@ -1,0 +1,185 @@
+//! `tf-cluster doctor`: checks, on a node or a login node, what decides
+//! whether srun works with the plugin: the plugstack.conf line(s) that load it
+//! (includes followed), the .so they name and the Slurm it was built for, the
+//! `required` flag, the site arguments, that the plugin is the same build as
+//! this CLI, and whether Slurm reserves ports for steps.
+//!
+//! [`diagnose`] is pure: it sees the machine through [`Host`], which
+//! [`System`] implements with real files and commands.
+
+mod checks;
+mod plugstack;
+mod report;
+mod slurm_conf;
+mod system;
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use crate::elf::PluginInfo;
+use checks::check_plugin;
+use plugstack::{dirname, walk};
+pub use report::{Level, Report};
+use slurm_conf::{DEFAULT_SLURM_CONF, parse_show_config, parse_slurm_conf};
+pub use system::System;
+
+/// Where a relative plugstack path is searched when slurm.conf has no
+/// PluginDir: Debian's and the RHEL family's plugin directories.
+pub const DEFAULT_PLUGIN_DIRS: [&str; 3] = [
+    "/usr/lib/x86_64-linux-gnu/slurm-wlm",
+    "/usr/lib64/slurm",
+    "/usr/lib/slurm",
+];
+
+/// The plugin's `plugin_name`.
+pub const PLUGIN_NAME: &str = "tf_cluster";
+
+/// A plugin file as found on disk.
+#[derive(Debug, Clone)]
+pub struct PluginFile {
+    /// Readable by every user (srun runs as the user and opens it).
+    pub world_readable: bool,
+    /// What its ELF symbols say, or why they could not be read.
+    pub info: Result<PluginInfo, String>,
+}
+
+/// The machine as the doctor sees it.
+pub trait Host {
+    fn env(&mut self, name: &str) -> Option<String>;
+    fn read(&mut self, path: &str) -> std::io::Result<String>;
+    /// The paths matching a glob(3) pattern, sorted; none when nothing matches.
+    fn glob(&mut self, pattern: &str) -> Vec<String>;
+    /// None: no such file.
+    fn plugin(&mut self, path: &str) -> Option<PluginFile>;
+    /// The installed Slurm's version number (0xMMmmuu) and where it came from.
+    fn slurm_version(&mut self) -> Option<(u32, String)>;
+    /// `scontrol show config`, when slurm.conf cannot be read (configless).
+    fn show_config(&mut self) -> Option<String>;
+}
+
+/// Checks the installation; `own_build_id` is this CLI's.
+pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
+    let mut report = Report::default();
+
+    // slurm.conf: where plugstack.conf is, the plugin directory, MpiParams.
+    let conf_path = host
+        .env("SLURM_CONF")
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
+    let conf = match host.read(&conf_path) {
+        Ok(text) => Some((parse_slurm_conf(&text), conf_path.clone())),
+        Err(e) => match host.show_config() {
+            Some(text) => {
+                report.add(
+                    Level::Ok,
+                    format!("slurm.conf {conf_path}: {e}; settings from `scontrol show config`"),
+                );
+                Some((parse_show_config(&text), "scontrol show config".to_string()))
+            }
+            None => {
+                report.add(
+                    Level::Warn,
+                    format!("slurm.conf {conf_path}: {e}, and `scontrol show config` failed"),
+                );
+                None
+            }
+        },
+    };
+    let setting = |key: &str| conf.as_ref().and_then(|(c, _)| c.get(key).cloned());
+    let (plugstack, why) =
+        match setting("plugstackconfig").filter(|p| !p.is_empty() && p != "(null)") {
+            Some(p) => (p, "PlugStackConfig"),
+            None => (
+                format!("{}/plugstack.conf", dirname(&conf_path)),
+                "Slurm's default, beside slurm.conf",
+            ),
+        };
+    report.add(Level::Ok, format!("plugstack.conf: {plugstack} ({why})"));
+    let plugin_dirs: Vec<String> = match setting("plugindir") {
+        Some(dirs) if !dirs.is_empty() && dirs != "(null)" => {
+            dirs.split(':').map(str::to_string).collect()
+        }
+        _ => DEFAULT_PLUGIN_DIRS.map(str::to_string).to_vec(),
+    };
+
+    // The plugstack lines, includes followed.
+    let mut loaded = Vec::new();
+    walk(host, &plugstack, 0, &mut report, &mut loaded);
+
+    // Which lines load tf-cluster: by plugin_name, or by file name when unreadable.
+    let installed = host.slurm_version();
+    let mut ours = Vec::new();
+    for line in loaded {
+        let path = if line.path.starts_with('/') {
+            line.path.clone()
+        } else {
+            plugin_dirs
+                .iter()
+                .map(|d| format!("{d}/{}", line.path))
+                .find(|p| host.plugin(p).is_some())
+                .unwrap_or_else(|| line.path.clone())
+        };
+        let file = host.plugin(&path);
+        let named_ours = Path::new(&path)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(PLUGIN_NAME));
+        let is_ours = match &file {
+            Some(PluginFile { info: Ok(info), .. }) => info.name.as_deref() == Some(PLUGIN_NAME),
+            _ => named_ours,
+        };
+        if is_ours {
+            ours.push((line, path, file));
+        } else if file.is_none() && line.required {
+            // Another plugin, but srun fails all the same.
+            report.add(
+                Level::Fail,
+                format!(
+                    "{}: required {path} does not exist: every srun fails",
+                    line.at
+                ),
+            );
+        }
+    }
+
+    match ours.len() {
+        0 => report.add(
+            Level::Fail,
+            format!("no line of {plugstack} (includes followed) loads {PLUGIN_NAME}: --tf-cluster is unknown to srun"),
+        ),
+        1 => {}
+        n => report.add(
+            Level::Fail,
+            format!(
+                "{PLUGIN_NAME} is loaded {n} times ({}): the second cannot register --tf-cluster and srun fails",
+                ours.iter().map(|(l, _, _)| l.at.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+    }
+    for (line, path, file) in &ours {
+        check_plugin(
+            &mut report,
+            line,
+            path,
+            file.as_ref(),
+            installed.as_ref(),
+            own_build_id,
+        );
+    }
+
+    // Ports: with MpiParams=ports every step gets its own.
+    match &conf {
+        Some((_, from)) => match setting("mpiparams").filter(|m| m.contains("ports=")) {
+            Some(m) => report.add(
+                Level::Ok,
+                format!("Slurm reserves ports for every step (MpiParams={m} in {from}): concurrent steps on a node never clash"),
+            ),
+            None => report.add(
+                Level::Warn,
+                format!("no MpiParams=ports=… in {from}: concurrent --tf-cluster steps on one node use the same ports (8888…) unless started with srun --resv-ports"),
+            ),
+        },
+        None => report.add(Level::Warn, "cannot tell whether Slurm reserves ports (no slurm.conf)"),
+    }
+    report
+}

@@ -1,0 +1,71 @@
+//! The doctor's findings, how they print and the exit code they give.
+
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub level: Level,
+    pub text: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub(super) fn add(&mut self, level: Level, text: impl Into<String>) {
+        self.findings.push(Finding {
+            level,
+            text: text.into(),
+        });
+    }
+
+    pub fn worst(&self) -> Level {
+        self.findings
+            .iter()
+            .map(|f| f.level)
+            .max()
+            .unwrap_or(Level::Ok)
+    }
+
+    /// 0: healthy; 1: a problem that breaks srun or the plugin; 2: warnings only.
+    pub fn exit_code(&self) -> u8 {
+        match self.worst() {
+            Level::Ok => 0,
+            Level::Fail => 1,
+            Level::Warn => 2,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for f in &self.findings {
+            let tag = match f.level {
+                Level::Ok => "ok  ",
+                Level::Warn => "WARN",
+                Level::Fail => "FAIL",
+            };
+            let _ = writeln!(out, "{tag} {}", f.text);
+        }
+        let count = |l| self.findings.iter().filter(|f| f.level == l).count();
+        let _ = match self.worst() {
+            Level::Ok => writeln!(out, "healthy"),
+            Level::Warn => writeln!(out, "works, with {} warning(s)", count(Level::Warn)),
+            Level::Fail => writeln!(
+                out,
+                "BROKEN: {} problem(s), {} warning(s)",
+                count(Level::Fail),
+                count(Level::Warn)
+            ),
+        };
+        out
+    }
+}

@@ -1,0 +1,291 @@
+use std::collections::HashMap;
+
+use super::checks::version_text;
+use super::system::{parse_srun_version, parse_version_header};
+use super::*;
+
+const ID: &str = "0.1.0 slurm 24.11.5 src 0123456789abcdef";
+const SO: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so";
+
+struct Fake {
+    files: HashMap<String, String>,
+    plugins: HashMap<String, PluginFile>,
+    slurm: Option<u32>,
+}
+
+impl Fake {
+    /// A healthy Debian node: slurm.conf with MpiParams, Debian's
+    /// plugstack.conf including plugstack.conf.d, the packaged snippet.
+    fn healthy() -> Fake {
+        let mut f = Fake {
+            files: HashMap::new(),
+            plugins: HashMap::new(),
+            slurm: Some(0x180b05),
+        };
+        f.file(
+            "/etc/slurm/slurm.conf",
+            "ClusterName=c\nMpiParams=ports=12000-12999\nPlugStackConfig=/etc/slurm/plugstack.conf\nNodeName=n[1-3] CPUs=4\n",
+        );
+        f.file(
+            "/etc/slurm/plugstack.conf",
+            "include /etc/slurm/plugstack.conf.d/*.conf\n",
+        );
+        f.file(
+            "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+            &format!("# comment\nrequired {SO} port-base=9000\n"),
+        );
+        f.so(SO, 0x180b02, Some(ID));
+        f
+    }
+
+    fn file(&mut self, path: &str, text: &str) {
+        self.files.insert(path.into(), text.into());
+    }
+
+    fn so(&mut self, path: &str, version: u32, id: Option<&str>) {
+        self.plugins.insert(
+            path.into(),
+            PluginFile {
+                world_readable: true,
+                info: Ok(PluginInfo {
+                    name: Some(PLUGIN_NAME.into()),
+                    version: Some(version),
+                    build_id: id.map(str::to_string),
+                }),
+            },
+        );
+    }
+
+    fn run(&mut self) -> Report {
+        diagnose(self, ID)
+    }
+}
+
+impl Host for Fake {
+    fn env(&mut self, _: &str) -> Option<String> {
+        None
+    }
+    fn read(&mut self, path: &str) -> std::io::Result<String> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+    }
+    fn glob(&mut self, pattern: &str) -> Vec<String> {
+        // Enough for `DIR/*.conf` and plain paths.
+        let (dir, tail) = pattern.rsplit_once('/').unwrap();
+        let mut out: Vec<String> = self
+            .files
+            .keys()
+            .filter(|p| match tail.strip_prefix('*') {
+                Some(suffix) => {
+                    p.rsplit_once('/').is_some_and(|(d, _)| d == dir) && p.ends_with(suffix)
+                }
+                None => *p == pattern,
+            })
+            .cloned()
+            .collect();
+        out.sort();
+        out
+    }
+    fn plugin(&mut self, path: &str) -> Option<PluginFile> {
+        self.plugins.get(path).cloned()
+    }
+    fn slurm_version(&mut self) -> Option<(u32, String)> {
+        self.slurm.map(|v| (v, "srun --version".into()))
+    }
+    fn show_config(&mut self) -> Option<String> {
+        None
+    }
+}
+
+fn fails(r: &Report) -> Vec<&str> {
+    r.findings
+        .iter()
+        .filter(|f| f.level == Level::Fail)
+        .map(|f| f.text.as_str())
+        .collect()
+}
+
+fn warns(r: &Report) -> Vec<&str> {
+    r.findings
+        .iter()
+        .filter(|f| f.level == Level::Warn)
+        .map(|f| f.text.as_str())
+        .collect()
+}
+
+#[test]
+fn a_healthy_node_is_healthy() {
+    let r = Fake::healthy().run();
+    assert_eq!(r.worst(), Level::Ok, "{}", r.render());
+    assert_eq!(r.exit_code(), 0);
+    let text = r.render();
+    assert!(
+        text.contains("/etc/slurm/plugstack.conf.d/tf-cluster.conf:2: required"),
+        "{text}"
+    );
+    assert!(
+        text.contains("built for Slurm 24.11.2, this node runs 24.11.5"),
+        "{text}"
+    );
+    assert!(text.contains("site arguments: port-base=9000"), "{text}");
+    assert!(text.contains("MpiParams=ports=12000-12999"), "{text}");
+    assert!(text.ends_with("healthy\n"), "{text}");
+}
+
+#[test]
+fn another_major_minor_breaks_srun() {
+    let mut f = Fake::healthy();
+    f.slurm = Some(0x160508);
+    let r = f.run();
+    assert_eq!(r.exit_code(), 1);
+    let fails = fails(&r);
+    assert_eq!(fails.len(), 1, "{fails:?}");
+    assert!(
+        fails[0].contains("built for Slurm 24.11.2, this node runs 22.05.8"),
+        "{fails:?}"
+    );
+    assert!(fails[0].contains("Slurm 22.05"), "{fails:?}");
+}
+
+#[test]
+fn a_missing_so_breaks_srun() {
+    let mut f = Fake::healthy();
+    f.plugins.clear();
+    let r = f.run();
+    assert_eq!(r.exit_code(), 1);
+    assert_eq!(fails(&r).len(), 1);
+    assert!(fails(&r)[0].contains(&format!("required {SO} does not exist: every srun fails")));
+}
+
+#[test]
+fn optional_is_a_warning() {
+    let mut f = Fake::healthy();
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("optional {SO}\n"),
+    );
+    let r = f.run();
+    assert_eq!(r.exit_code(), 2, "{}", r.render());
+    assert!(warns(&r)[0].contains("optional: Slurm ignores the plugin's errors"));
+}
+
+#[test]
+fn a_bad_site_argument_is_named() {
+    let mut f = Fake::healthy();
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("required {SO} port-base=0 \n"),
+    );
+    let r = f.run();
+    assert_eq!(r.exit_code(), 1);
+    assert!(fails(&r)[0].contains("port-base=0"), "{:?}", fails(&r));
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("required {SO} colour=blue\n"),
+    );
+    let r = f.run();
+    assert!(
+        fails(&r)[0].contains("unknown key \"colour\""),
+        "{:?}",
+        fails(&r)
+    );
+}
+
+#[test]
+fn loaded_twice_or_not_at_all_fails() {
+    let mut f = Fake::healthy();
+    f.file(
+        "/etc/slurm/plugstack.conf",
+        &format!("include plugstack.conf.d/*.conf\nrequired {SO}\n"),
+    );
+    let r = f.run();
+    assert_eq!(fails(&r).len(), 1, "{}", r.render());
+    assert!(fails(&r)[0].contains("loaded 2 times"));
+    f.files
+        .remove("/etc/slurm/plugstack.conf.d/tf-cluster.conf");
+    f.file(
+        "/etc/slurm/plugstack.conf",
+        "include /etc/slurm/plugstack.conf.d/*.conf\n",
+    );
+    let r = f.run();
+    assert!(fails(&r)[0].starts_with("no line of /etc/slurm/plugstack.conf"));
+}
+
+#[test]
+fn relative_plugin_paths_use_plugin_dir_and_slurm_conf_names_plugstack() {
+    let mut f = Fake::healthy();
+    f.files.clear();
+    f.file(
+        "/etc/slurm/slurm.conf",
+        "PluginDir=/opt/a:/opt/slurm/lib\nPlugStackConfig=/opt/slurm/stack.conf\n",
+    );
+    f.file(
+        "/opt/slurm/stack.conf",
+        "required tf_cluster.so # comment\n",
+    );
+    f.plugins.clear();
+    f.so("/opt/slurm/lib/tf_cluster.so", 0x180b00, Some(ID));
+    let r = f.run();
+    assert_eq!(fails(&r), Vec::<&str>::new());
+    assert!(
+        r.render()
+            .contains("/opt/slurm/stack.conf:1: required /opt/slurm/lib/tf_cluster.so")
+    );
+    // No MpiParams=ports: a warning only.
+    assert_eq!(r.exit_code(), 2);
+    assert!(warns(&r)[0].contains("no MpiParams=ports"));
+}
+
+#[test]
+fn another_build_and_no_build_id_are_warnings() {
+    let mut f = Fake::healthy();
+    f.so(SO, 0x180b05, Some("0.0.9 slurm 24.11.5 src ffff"));
+    let r = f.run();
+    assert_eq!(r.exit_code(), 2);
+    assert!(warns(&r)[0].contains("the plugin is build \"0.0.9"));
+    f.so(SO, 0x180b05, None);
+    assert!(warns(&f.run())[0].contains("carries no build id"));
+}
+
+#[test]
+fn broken_plugstack_lines_and_missing_files() {
+    let mut f = Fake::healthy();
+    f.file(
+        "/etc/slurm/plugstack.conf",
+        "include /etc/slurm/plugstack.conf.d/*.conf\nrequire /x.so\nrequired /other.so\n",
+    );
+    let r = f.run();
+    let fails = fails(&r);
+    assert_eq!(fails.len(), 2, "{fails:?}");
+    assert!(fails[0].contains(":2: \"require /x.so\""));
+    assert!(fails[1].contains("required /other.so does not exist"));
+    let mut f = Fake::healthy();
+    f.files.remove("/etc/slurm/plugstack.conf");
+    assert!(
+        super::tests::fails(&f.run())[0].starts_with("plugstack.conf /etc/slurm/plugstack.conf:")
+    );
+}
+
+#[test]
+fn versions_from_srun_and_the_header() {
+    assert_eq!(parse_srun_version("slurm 24.11.5\n"), Some(0x180b05));
+    assert_eq!(parse_srun_version("slurm-wlm 22.05.8\n"), Some(0x160508));
+    assert_eq!(parse_srun_version("slurm 25.05.0-0rc1\n"), Some(0x190500));
+    assert_eq!(parse_srun_version("srun: error: x"), None);
+    assert_eq!(
+        parse_version_header("#define SLURM_VERSION_NUMBER 0x1a0505\n"),
+        Some(0x1a0505)
+    );
+    assert_eq!(version_text(0x160508), "22.05.8");
+}
+
+#[test]
+fn show_config_pairs() {
+    let c = parse_show_config(
+        "MpiParams               = ports=12000-12999\nPlugStackConfig         = /etc/slurm/plugstack.conf\n",
+    );
+    assert_eq!(c["mpiparams"], "ports=12000-12999");
+    assert_eq!(c["plugstackconfig"], "/etc/slurm/plugstack.conf");
+}
