@@ -143,7 +143,13 @@ fn run(cli: Cli) -> Result<String> {
         }
         Command::Explain(_) => {
             let layout = Layout::build(&step, settings.host_template.as_deref())?;
-            Ok(table(core::frameworks::explain(&settings, &step, &layout)?))
+            let explained = core::frameworks::explain(&settings, &step, &layout)?;
+            let mut out = table(explained.rows);
+            for line in explained.summaries {
+                out.push('\n');
+                out.push_str(&line);
+            }
+            Ok(out)
         }
         Command::Doctor => unreachable!("doctor is run by main"),
     }

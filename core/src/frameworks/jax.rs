@@ -23,6 +23,7 @@ pub static FRAMEWORK: Framework = Framework {
     render,
     columns: &["COORDINATOR", "DEVICE_IDS"],
     row,
+    summary: |_| None,
 };
 
 fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {

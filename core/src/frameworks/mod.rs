@@ -43,6 +43,8 @@ pub struct Framework {
     /// Its columns in `tf-cluster explain`: names, then one rank's values.
     pub columns: &'static [&'static str],
     pub row: fn(&Task) -> Vec<String>,
+    /// A line after the table, from rank 0's task (what every rank shares).
+    pub summary: fn(&Task) -> Option<String>,
 }
 
 /// The variables of one task, in order.
@@ -287,8 +289,13 @@ pub fn render(settings: &Settings, step: &Step, layout: &Layout, rank: u32) -> R
 }
 
 /// `tf-cluster explain`: a table of every rank, with each framework's
-/// columns and the rank's GPUs.
-pub fn explain(settings: &Settings, step: &Step, layout: &Layout) -> Result<Vec<Vec<String>>> {
+/// columns and the rank's GPUs, then each framework's summary line.
+pub struct Explained {
+    pub rows: Vec<Vec<String>>,
+    pub summaries: Vec<String>,
+}
+
+pub fn explain(settings: &Settings, step: &Step, layout: &Layout) -> Result<Explained> {
     let plan = Plan::new(settings, step, layout)?;
     let mut header = vec!["RANK".to_string()];
     for f in settings.frameworks.iter() {
@@ -296,17 +303,22 @@ pub fn explain(settings: &Settings, step: &Step, layout: &Layout) -> Result<Vec<
     }
     header.push("GPUS".into());
     let mut rows = vec![header];
+    let mut summaries = Vec::new();
     for rank in 0..layout.num_tasks() {
         let gpus = plan.gpus(layout.placement(rank)?.local);
         let mut row = vec![rank.to_string()];
         for f in settings.frameworks.iter() {
-            row.extend((f.row)(&plan.task(f, settings, step, layout, rank, &gpus)?));
+            let task = plan.task(f, settings, step, layout, rank, &gpus)?;
+            row.extend((f.row)(&task));
+            if rank == 0 {
+                summaries.extend((f.summary)(&task));
+            }
         }
         let visible = gpus.vars.into_iter().next().map(|(_, list)| list);
         row.push(visible.unwrap_or_else(|| "-".into()));
         rows.push(row);
     }
-    Ok(rows)
+    Ok(Explained { rows, summaries })
 }
 
 #[cfg(test)]

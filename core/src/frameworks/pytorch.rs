@@ -25,6 +25,7 @@ pub static FRAMEWORK: Framework = Framework {
     render,
     columns: &["HOST", "LOCAL_RANK", "GROUP_RANK"],
     row,
+    summary,
 };
 
 fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {
@@ -77,4 +78,19 @@ fn row(task: &Task) -> Vec<String> {
         p.local.to_string(),
         task.layout.group_of(p.node).to_string(),
     ]
+}
+
+/// torchrun's arguments, the same for every launcher but its node rank.
+fn summary(task: &Task) -> Option<String> {
+    let mut vars = Vars::new();
+    render(task, &mut vars).ok()?;
+    let pet: Vec<String> = vars
+        .iter()
+        .filter(|(n, _)| n.starts_with("PET_") && *n != "PET_NODE_RANK")
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    Some(format!(
+        "torchrun, one launcher per rank (PET_NODE_RANK=RANK): {}",
+        pet.join(" ")
+    ))
 }

@@ -38,6 +38,7 @@ pub static FRAMEWORK: Framework = Framework {
     render,
     columns: &["ROLE", "INDEX", "ADDRESS"],
     row,
+    summary: |_| None,
 };
 
 /// The spec must cover the tasks, and TF_CONFIG must be able to fit.
