@@ -33,6 +33,8 @@ pub struct Cluster {
     gpus: GpuPlan,
     rpc_layer: Option<String>,
     frameworks: Frameworks,
+    /// The step's job and step ids: torchrun's rendezvous id.
+    job_step: Option<(u32, u32)>,
 }
 
 /// One rank of a [`Cluster`], for `tf-cluster explain`.
@@ -125,6 +127,11 @@ impl Cluster {
             gpus,
             rpc_layer: settings.rpc_layer.clone(),
             frameworks: f,
+            job_step: step
+                .task_map
+                .as_ref()
+                .map(|m| (m.job, m.step))
+                .or(step.job_step),
         };
         cluster.check_this_node(step, &counts)?;
         Ok(cluster)
@@ -246,16 +253,33 @@ impl Cluster {
         };
         let world = self.num_tasks().to_string();
         if f.torch {
+            let master_port = self.ports[port].to_string();
             vars.extend([
                 ("MASTER_ADDR", coordinator.to_string()),
-                ("MASTER_PORT", self.ports[port].to_string()),
+                ("MASTER_PORT", master_port.clone()),
                 ("RANK", rank.to_string()),
-                ("WORLD_SIZE", world),
+                ("WORLD_SIZE", world.clone()),
                 ("LOCAL_RANK", p.local.to_string()),
                 ("LOCAL_WORLD_SIZE", self.counts[p.node as usize].to_string()),
                 ("GROUP_RANK", self.groups[p.node as usize].to_string()),
                 ("GROUP_WORLD_SIZE", self.hosts.len().to_string()),
             ]);
+            // torchrun reads every argument it is not given from PET_<DEST>
+            // (torch/distributed/argparse_util.py): one launcher per task,
+            // ranked as Slurm ranks the tasks, meeting in a static rendezvous
+            // (no election: launcher k is node k) on rank 0's host and the
+            // step's MASTER_PORT. A directly launched rank never reads them.
+            vars.extend([
+                ("PET_NNODES", world),
+                ("PET_NODE_RANK", rank.to_string()),
+                ("PET_MASTER_ADDR", coordinator.to_string()),
+                ("PET_MASTER_PORT", master_port.clone()),
+                ("PET_RDZV_ENDPOINT", format!("{coordinator}:{master_port}")),
+            ]);
+            if let Some((job, step)) = self.job_step {
+                vars.push(("PET_RDZV_ID", format!("{job}.{step}")));
+            }
+            vars.push(("PET_RDZV_BACKEND", "static".to_string()));
             port += 1;
         }
         if f.jax {
@@ -410,7 +434,7 @@ pub(crate) fn required<T>(value: Option<T>, name: &str) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resolve;
+    use crate::{resolve, task_map};
 
     /// A task's variables, as slurmstepd would show them.
     struct Vars(HashMap<&'static str, String>);
@@ -465,6 +489,8 @@ mod tests {
             ("SLURM_GTIDS", "0,3"),
             ("SLURM_STEP_RESV_PORTS", "12000-12003"),
             ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_STEP_ID", "7"),
         ];
         let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
         let mut settings = Settings {
@@ -491,6 +517,14 @@ mod tests {
                 ("LOCAL_WORLD_SIZE", "2"),
                 ("GROUP_RANK", "0"),
                 ("GROUP_WORLD_SIZE", "3"),
+                // torchrun, one launcher per task: this launcher is node 3 of 5.
+                ("PET_NNODES", "5"),
+                ("PET_NODE_RANK", "3"),
+                ("PET_MASTER_ADDR", "n1-ib"),
+                ("PET_MASTER_PORT", "12000"),
+                ("PET_RDZV_ENDPOINT", "n1-ib:12000"),
+                ("PET_RDZV_ID", "4242.7"),
+                ("PET_RDZV_BACKEND", "static"),
                 ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
                 // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0.
                 ("JAX_LOCAL_DEVICE_IDS", "2,3"),
@@ -501,6 +535,8 @@ mod tests {
         settings.frameworks.tf = true;
         let injection = resolve(&settings, &step).unwrap();
         assert_eq!(injection.get("MASTER_PORT"), Some("12002"));
+        assert_eq!(injection.get("PET_MASTER_PORT"), Some("12002"));
+        assert_eq!(injection.get("PET_RDZV_ENDPOINT"), Some("n1-ib:12002"));
         assert_eq!(
             injection.get("JAX_COORDINATOR_ADDRESS"),
             Some("n1-ib:12003")
@@ -537,6 +573,94 @@ mod tests {
         assert_eq!(injection.get("GROUP_RANK"), Some("1"));
         assert_eq!(injection.get("LOCAL_WORLD_SIZE"), Some("2"));
         assert_eq!(injection.get("TORCHELASTIC_RUN_ID"), None);
+    }
+
+    /// `srun -N3 --ntasks-per-node=1 --torch-cluster torchrun …` with srun's
+    /// task map putting rank 0 on node3: every launcher gets torchrun's
+    /// arguments as PET_* variables, its node rank being its Slurm rank and
+    /// the rendezvous on rank 0's host; the rendezvous id is the map's step.
+    /// Without --torch-cluster none of them is set.
+    #[test]
+    fn torchrun_launchers_get_their_arguments() {
+        let map = TaskMap::new(
+            4242,
+            0,
+            HostList::parse("node[1-3]", 10).unwrap(),
+            vec![2, 0, 1],
+        )
+        .unwrap();
+        let vars = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+            ("SLURM_STEP_NODELIST", "node[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_GTIDS", "1"),
+            ("SLURM_STEP_RESV_PORTS", "12010-12011"),
+            ("SLURM_JOB_ID", "4242"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURMD_NODENAME", "node1"),
+            (task_map::VAR, &map.encode("node[1-3]")),
+        ];
+        let vars: HashMap<&'static str, String> =
+            vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let mut settings = Settings::default();
+        settings.frameworks.tf = false;
+        settings.frameworks.torch = true;
+        let step = Step::gather(&settings, &mut Vars(vars.clone())).unwrap();
+        assert!(step.task_map.is_some());
+        let injection = resolve(&settings, &step).unwrap();
+        let pet: Vec<_> = vars_of(&injection)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("PET_"))
+            .collect();
+        assert_eq!(
+            pet,
+            [
+                ("PET_NNODES", "3"),
+                ("PET_NODE_RANK", "1"),
+                ("PET_MASTER_ADDR", "node3"),
+                ("PET_MASTER_PORT", "12010"),
+                ("PET_RDZV_ENDPOINT", "node3:12010"),
+                ("PET_RDZV_ID", "4242.0"),
+                ("PET_RDZV_BACKEND", "static"),
+            ]
+        );
+        assert_eq!(injection.get("MASTER_ADDR"), Some("node3"));
+        assert_eq!(injection.get("GROUP_RANK"), Some("1"));
+        // Without the map (a block layout rebuilt from the variables), the
+        // task's own ids.
+        let mut plain = vars.clone();
+        plain.remove(task_map::VAR);
+        plain.insert("SLURM_NODEID", "2".into());
+        plain.insert("SLURM_GTIDS", "2".into());
+        plain.insert("SLURM_PROCID", "2".into());
+        plain.insert("SLURMD_NODENAME", "node3".into());
+        plain.insert("SLURM_STEP_ID", "3".into());
+        let step = Step::gather(&settings, &mut Vars(plain.clone())).unwrap();
+        assert_eq!(step.job_step, Some((4242, 3)));
+        let injection = resolve(&settings, &step).unwrap();
+        assert_eq!(injection.get("PET_RDZV_ID"), Some("4242.3"));
+        assert_eq!(injection.get("PET_NODE_RANK"), Some("2"));
+        assert_eq!(injection.get("PET_MASTER_ADDR"), Some("node1"));
+        // No ids known: torchrun keeps its own default id.
+        plain.remove("SLURM_JOB_ID");
+        let step = Step::gather(&settings, &mut Vars(plain.clone())).unwrap();
+        let injection = resolve(&settings, &step).unwrap();
+        assert_eq!(injection.get("PET_RDZV_ID"), None);
+        assert_eq!(injection.get("PET_NNODES"), Some("3"));
+        // TensorFlow or JAX alone: no PyTorch variable at all.
+        settings.frameworks.torch = false;
+        settings.frameworks.jax = true;
+        let step = Step::gather(&settings, &mut Vars(plain)).unwrap();
+        assert_eq!(step.job_step, None);
+        let injection = resolve(&settings, &step).unwrap();
+        assert!(
+            injection
+                .vars()
+                .all(|(n, _)| !n.starts_with("PET_") && n != "MASTER_ADDR"),
+            "{injection:?}"
+        );
     }
 
     /// `chief:1,worker:2,evaluator:1`: the evaluator is the last rank, and no

@@ -87,6 +87,9 @@ pub struct Step {
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
     pub block_topology: Option<String>,
+    /// The task's job and step ids ([`Source::job_step`]), read for
+    /// `--torch-cluster`: torchrun's rendezvous id.
+    pub job_step: Option<(u32, u32)>,
 }
 
 impl Step {
@@ -123,7 +126,11 @@ impl Step {
             task_map,
             verdict,
             block_topology: None,
+            job_step: None,
         };
+        if settings.frameworks.torch {
+            step.job_step = source.job_step()?;
+        }
         // Without srun's map, the layout is rebuilt from variables a user
         // could also set: each is only a hint, checked against SLURM_GTIDS
         // and SLURMD_NODENAME. With the map none of them is read.
