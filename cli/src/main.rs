@@ -163,7 +163,25 @@ fn run(cli: Cli) -> Result<String> {
                 .collect();
             Ok(serde_json::Value::Object(vars).to_string())
         }
-        Command::Explain(_) => Ok(explain(&Cluster::new(&settings, &step)?)),
+        Command::Explain(_) => {
+            let cluster = Cluster::new(&settings, &step)?;
+            let mut out = explain(&cluster);
+            if settings.frameworks.torch {
+                // The step's torchrun arguments: the same for every launcher
+                // but its node rank, which is its rank.
+                let rank0 = cluster.injection(0)?;
+                let pet: Vec<String> = rank0
+                    .vars()
+                    .filter(|(n, _)| n.starts_with("PET_") && *n != "PET_NODE_RANK")
+                    .map(|(n, v)| format!("{n}={v}"))
+                    .collect();
+                out.push_str(&format!(
+                    "\ntorchrun, one launcher per rank (PET_NODE_RANK=RANK): {}",
+                    pet.join(" ")
+                ));
+            }
+            Ok(out)
+        }
         Command::Doctor => unreachable!("doctor is run by main"),
     }
 }
@@ -176,7 +194,10 @@ fn explain(cluster: &Cluster) -> String {
                 r.rank.to_string(),
                 r.role.to_string(),
                 r.index.to_string(),
-                format!("{}:{}", r.host, r.port),
+                match r.port {
+                    0 => r.host.to_string(),
+                    port => format!("{}:{port}", r.host),
+                },
                 r.gpus.unwrap_or_else(|| "-".into()),
             ]
         })

@@ -44,6 +44,7 @@ pub struct RankInfo<'a> {
     pub role: &'a str,
     pub index: u32,
     pub host: &'a str,
+    /// TF's port; 0 without `--tf-cluster`.
     pub port: u16,
     pub gpus: Option<String>,
 }
@@ -184,13 +185,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Host and TF port of `rank`.
+    /// Host and TF port of `rank` (port 0 without `--tf-cluster`: the step
+    /// has no TF ports then).
     fn address(&self, rank: usize) -> (&str, u16) {
         let p = self.placements[rank];
-        (
-            self.addresses.get(p.node as usize),
-            self.ports[p.local as usize],
-        )
+        let port = if self.frameworks.tf {
+            self.ports[p.local as usize]
+        } else {
+            0
+        };
+        (self.addresses.get(p.node as usize), port)
     }
 
     /// Every rank, in order.
