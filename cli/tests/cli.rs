@@ -129,3 +129,35 @@ fn explain_lists_every_rank() {
         ]
     );
 }
+
+/// With --torch-cluster, `env` gives torchrun's PET_* arguments and
+/// `explain` names the step's after the table.
+#[test]
+fn torch_cluster_shows_torchruns_arguments() {
+    let mut env = BASIC.to_vec();
+    env.extend([("SLURM_JOB_ID", "4242"), ("SLURM_STEP_ID", "0")]);
+    let vars = json_of(&cli(&["env", "--torch-cluster"], &env));
+    for (name, value) in [
+        ("PET_NNODES", "4"),
+        ("PET_NODE_RANK", "1"),
+        ("PET_MASTER_ADDR", "t02n13"),
+        ("PET_MASTER_PORT", "8888"),
+        ("PET_RDZV_ENDPOINT", "t02n13:8888"),
+        ("PET_RDZV_ID", "4242.0"),
+        ("PET_RDZV_BACKEND", "static"),
+    ] {
+        assert_eq!(vars[name], value, "{name}: {vars}");
+    }
+    let out = cli(&["explain", "--torch-cluster"], &env);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().last(),
+        Some(
+            "torchrun, one launcher per rank (PET_NODE_RANK=RANK): PET_NNODES=4 \
+             PET_MASTER_ADDR=t02n13 PET_MASTER_PORT=8888 PET_RDZV_ENDPOINT=t02n13:8888 \
+             PET_RDZV_ID=4242.0 PET_RDZV_BACKEND=static"
+        ),
+        "{text}"
+    );
+}

@@ -3,6 +3,7 @@
 #
 #   salloc -N3 --ntasks-per-node=1 examples/pytorch/two-steps.sh reserved
 #   salloc -N3 --ntasks-per-node=1 examples/pytorch/two-steps.sh jobid
+#   salloc -N3 --ntasks-per-node=1 examples/pytorch/two-steps.sh torchrun
 #
 # Step A trains and then keeps its process group (rank 0's store listening on
 # MASTER_PORT) until step B has ended; B starts once A has trained. Both run
@@ -10,26 +11,29 @@
 # with the port Lightning's SLURMEnvironment derives from the job id when
 # MASTER_PORT is unset (15000 + the job id's last 4 digits; enroot's PyTorch
 # hook: 61000 + id % 4536; JAX: 61440 + id % 4096): one port for every step of
-# the job, so the two rank 0s on one node want the same port.
+# the job, so the two rank 0s on one node want the same port. With `torchrun`
+# every task is a torchrun launcher starting one worker, its arguments the
+# plugin's PET_* variables (each step's rendezvous on its own reserved port).
 #
 # Prints `JOB=id`, `A_ALIVE_WHEN_B_ENDED=0|1`, and for each step `STEP A rc=N`
 # then its output lines prefixed `A|` (srun --label: `A|RANK: text`).
 # PROBE (optional, a shell command) runs in every task before python3.
 set -u
 : "${SLURM_NTASKS:?not inside an allocation}"
-mode=${1:?usage: two-steps.sh reserved|jobid}
+mode=${1:?usage: two-steps.sh reserved|jobid|torchrun}
 dir=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "$HOME/two-steps.XXXXXX")
 case "$mode" in
-reserved) fix= ;;
-jobid) fix='export MASTER_PORT=$((15000 + SLURM_JOB_ID % 10000));' ;;
-*) echo "two-steps.sh: mode must be reserved or jobid" >&2; exit 2 ;;
+reserved) fix= run=python3 ;;
+jobid) fix='export MASTER_PORT=$((15000 + SLURM_JOB_ID % 10000));' run=python3 ;;
+torchrun) fix= run='torchrun --nproc-per-node=1 --redirects=3 --tee=3' ;;
+*) echo "two-steps.sh: mode must be reserved, jobid or torchrun" >&2; exit 2 ;;
 esac
 step() { # NAME [ddp.py args..]
     local name=$1
     shift
     srun --ntasks="$SLURM_NTASKS" --overlap --kill-on-bad-exit=1 --label --torch-cluster \
-        bash -c "${PROBE:-}; $fix exec python3 $dir/ddp.py $*" >"$work/$name.out" 2>&1
+        bash -c "${PROBE:-}; $fix exec $run $dir/ddp.py $*" >"$work/$name.out" 2>&1
 }
 step A --wait-for "$work/B.done" &
 a=$!
