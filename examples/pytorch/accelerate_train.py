@@ -19,14 +19,19 @@ import os
 import socket
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 
 STEPS = 30
 BATCH = 32
 
 
 def main():
-    accelerator = Accelerator()
+    # On GPU nodes Accelerate's defaults (NCCL). Without GPUs (the testbed),
+    # gloo: Accelerate would otherwise take MPI where torch has it (Debian's
+    # does), which only works under mpirun.
+    cpu = not torch.cuda.is_available()
+    PartialState(cpu=cpu, backend="gloo" if cpu else None)
+    accelerator = Accelerator(cpu=cpu)
     rank, world = accelerator.process_index, accelerator.num_processes
 
     torch.manual_seed(0)
