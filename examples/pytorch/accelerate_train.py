@@ -55,7 +55,8 @@ def main():
     for p in accelerator.unwrap_model(model).parameters():
         digest.update(p.detach().contiguous().numpy().tobytes())
     env = os.environ.get
-    print("RESULT " + json.dumps({
+    # One write per line: the node's processes share the launcher's stdout.
+    line = "RESULT " + json.dumps({
         "rank": rank,
         "world_size": world,
         "host": socket.gethostname(),
@@ -67,7 +68,8 @@ def main():
         "first_loss": losses[0],
         "last_loss": losses[-1],
         "weights_sha256": digest.hexdigest(),
-    }), flush=True)
+    }) + "\n"
+    os.write(1, line.encode())
     accelerator.wait_for_everyone()
     accelerator.end_training()
 
