@@ -286,8 +286,10 @@ fn two_torchrun_steps_at_once() {
     assert_eq!(
         field("A_ALIVE_WHEN_B_ENDED="),
         "1",
-        "step A must still hold its port when B ends:\n{}",
-        a.output
+        "step A must still hold its port when B ends:\n{}\n---- B (rc {:?}) ----\n{}",
+        a.output,
+        b.run.code,
+        b.output
     );
     let wa = a.assert_trained(3, 3);
     let wb = b.assert_trained(3, 3);

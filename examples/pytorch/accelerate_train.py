@@ -19,14 +19,19 @@ import os
 import socket
 
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 
 STEPS = 30
 BATCH = 32
 
 
 def main():
-    accelerator = Accelerator()
+    # On GPU nodes Accelerate's defaults (NCCL). Without GPUs (the testbed),
+    # gloo: Accelerate would otherwise take MPI where torch has it (Debian's
+    # does), which only works under mpirun.
+    cpu = not torch.cuda.is_available()
+    PartialState(cpu=cpu, backend="gloo" if cpu else None)
+    accelerator = Accelerator(cpu=cpu)
     rank, world = accelerator.process_index, accelerator.num_processes
 
     torch.manual_seed(0)
@@ -50,7 +55,8 @@ def main():
     for p in accelerator.unwrap_model(model).parameters():
         digest.update(p.detach().contiguous().numpy().tobytes())
     env = os.environ.get
-    print("RESULT " + json.dumps({
+    # One write per line: the node's processes share the launcher's stdout.
+    line = "RESULT " + json.dumps({
         "rank": rank,
         "world_size": world,
         "host": socket.gethostname(),
@@ -62,7 +68,8 @@ def main():
         "first_loss": losses[0],
         "last_loss": losses[-1],
         "weights_sha256": digest.hexdigest(),
-    }), flush=True)
+    }) + "\n"
+    os.write(1, line.encode())
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

@@ -26,7 +26,7 @@ work=$(mktemp -d "$HOME/two-steps.XXXXXX")
 case "$mode" in
 reserved) fix= run=python3 ;;
 jobid) fix='export MASTER_PORT=$((15000 + SLURM_JOB_ID % 10000));' run=python3 ;;
-torchrun) fix= run='torchrun --nproc-per-node=1 --redirects=3 --tee=3' ;;
+torchrun) fix= run='torchrun --nproc_per_node=1 --redirects=1 --tee=1' ;;
 *) echo "two-steps.sh: mode must be reserved, jobid or torchrun" >&2; exit 2 ;;
 esac
 step() { # NAME [ddp.py args..]
