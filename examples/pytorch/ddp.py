@@ -30,7 +30,8 @@ BATCH = 32
 
 def main():
     # --wait-for PATH (tests only): after training, keep the process group, and
-    # so rank 0's store on MASTER_PORT, alive until PATH exists (at most 120 s).
+    # so rank 0's store on MASTER_PORT, alive until PATH exists (at most 480 s:
+    # the other step starts torch on a loaded machine meanwhile).
     parser = argparse.ArgumentParser()
     parser.add_argument("--wait-for", metavar="PATH")
     args = parser.parse_args()
@@ -77,7 +78,7 @@ def main():
     }), flush=True)
     dist.barrier()
     if args.wait_for:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 480
         while not os.path.exists(args.wait_for) and time.monotonic() < deadline:
             time.sleep(0.2)
     dist.destroy_process_group()
