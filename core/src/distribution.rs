@@ -187,8 +187,9 @@ pub fn check_topology(
 }
 
 /// The global ids of the tasks on `node`, in local order: what Slurm gives
-/// that node as SLURM_GTIDS.
-pub fn ranks_on(placements: &[Placement], node: u32) -> impl Iterator<Item = u32> + '_ {
+/// that node as SLURM_GTIDS (the tests' view; a task asks its Layout).
+#[cfg(test)]
+fn ranks_on(placements: &[Placement], node: u32) -> impl Iterator<Item = u32> + '_ {
     placements
         .iter()
         .enumerate()

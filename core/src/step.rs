@@ -143,7 +143,8 @@ impl Step {
             .map(|list| hosts(list, "SLURM_STEP_NODELIST"))
             .transpose()?;
         let known = nodelist.as_deref().zip(hosts.as_ref());
-        let from_srun = match from_srun(source, known)? {
+        let job_step = source.job_step()?;
+        let from_srun = match from_srun(source, job_step, known)? {
             Found::Verdict(Verdict::Skip) => return Ok(Gathered::Skip),
             Found::Verdict(Verdict::Refused) => return Ok(Gathered::Refused),
             Found::Verdict(Verdict::None) => FromSrun::NoMap,
@@ -171,7 +172,7 @@ impl Step {
             het_nodelists: Vec::new(),
             hostfile: None,
             nodename: source.var("SLURMD_NODENAME")?,
-            job_step: source.job_step()?,
+            job_step,
             from_srun,
             block_topology: None,
         };
@@ -245,11 +246,16 @@ fn hostfile_hosts(text: &str) -> Result<HostList> {
 }
 
 /// srun's map or verdict for this step, if srun left one.
-fn from_srun(source: &mut impl Source, nodelist: Option<(&str, &HostList)>) -> Result<Found> {
+/// `job_step`: the task's own ids ([`Source::job_step`]).
+fn from_srun(
+    source: &mut impl Source,
+    job_step: Option<(u32, u32)>,
+    nodelist: Option<(&str, &HostList)>,
+) -> Result<Found> {
     let Some(text) = source.var(task_map::VAR)? else {
         return Ok(Found::Other);
     };
-    let Some((job, step)) = source.job_step()? else {
+    let Some((job, step)) = job_step else {
         bail!(
             "{} is set but the task's job and step ids are unknown",
             task_map::VAR

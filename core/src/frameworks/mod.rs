@@ -114,10 +114,6 @@ impl Frameworks {
         Frameworks(self.0 | 1 << index(f))
     }
 
-    pub fn without(self, f: &'static Framework) -> Frameworks {
-        Frameworks(self.0 & !(1 << index(f)))
-    }
-
     pub fn contains(self, f: &'static Framework) -> bool {
         self.0 & 1 << index(f) != 0
     }
