@@ -39,9 +39,15 @@ impl SpankOption {
     }
 }
 
-/// How sbatch/salloc hand `--tf-cluster` to the job's steps: srun reads it
+/// How sbatch/salloc hand a framework's option to the job's steps
+/// (`SLURM_SPANK__SLURM_SPANK_OPTION_<plugin>_<option>`): srun reads it
 /// before its own command line.
-pub const INHERITED_VAR: &str = "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_cluster";
+pub fn inherited_var(f: &Framework) -> String {
+    format!(
+        "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_{}",
+        f.option.replace('-', "_")
+    )
+}
 
 /// Every option: the frameworks' first, then the settings'.
 pub fn all() -> &'static [SpankOption] {
@@ -142,4 +148,24 @@ pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
         }
     }
     Ok(Some(settings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::frameworks::{pytorch, tensorflow};
+
+    /// The names sbatch/salloc give the options they hand down (measured on
+    /// Slurm 22.05: `--tf-cluster` comes back as the first).
+    #[test]
+    fn inherited_variables_are_slurms_names() {
+        assert_eq!(
+            inherited_var(&tensorflow::FRAMEWORK),
+            "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_cluster"
+        );
+        assert_eq!(
+            inherited_var(&pytorch::FRAMEWORK),
+            "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster"
+        );
+    }
 }

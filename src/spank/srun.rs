@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::handle::Spank;
 use super::hooks::guard;
-use super::options::{self, INHERITED_VAR};
+use super::options::{self, inherited_var};
 use super::{fault, step_layout_rpc};
-use crate::core::frameworks::{Framework, tensorflow};
+use crate::core::frameworks::{self, FRAMEWORKS, Framework};
 use crate::core::gpus;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
@@ -25,30 +25,33 @@ pub struct Srun {
     /// before launch. Inside an existing allocation the created step would
     /// stay behind.
     own_allocation: bool,
-    /// How often `--tf-cluster`'s callback ran. srun reads the value
+    /// How often each framework option's callback ran. srun reads the value
     /// sbatch/salloc handed down first, then its own command line: one call
-    /// with the inherited variable set means the spec was only inherited.
-    cluster_calls: AtomicU32,
+    /// with the inherited variable set means the option was only inherited.
+    calls: [AtomicU32; FRAMEWORKS.len()],
 }
 
 impl Srun {
     pub fn new() -> Srun {
         Srun {
             own_allocation: outside_any_allocation(),
-            cluster_calls: AtomicU32::new(0),
+            calls: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
 
     /// A framework's option was given (or handed down by sbatch/salloc).
     pub fn option_given(&self, f: &'static Framework) {
-        if std::ptr::eq(f, &tensorflow::FRAMEWORK) {
-            self.cluster_calls.fetch_add(1, Ordering::Relaxed);
-        }
+        self.calls[frameworks::index(f)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The spec came only from the job (sbatch/salloc), not from this srun.
+    /// An option whose framework leaves unfitting steps alone came only from
+    /// the job (sbatch/salloc), not from this srun.
     fn inherited(&self) -> bool {
-        std::env::var_os(INHERITED_VAR).is_some() && self.cluster_calls.load(Ordering::Relaxed) <= 1
+        FRAMEWORKS.iter().enumerate().any(|(i, f)| {
+            f.skip_when_inherited
+                && std::env::var_os(inherited_var(f)).is_some()
+                && self.calls[i].load(Ordering::Relaxed) <= 1
+        })
     }
 
     /// After slurmctld created the step and before anything is launched:

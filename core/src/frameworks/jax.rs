@@ -14,6 +14,7 @@ pub static FRAMEWORK: Framework = Framework {
     option: "jax-cluster",
     arg: None,
     help: "set JAX's JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS",
+    skip_when_inherited: false,
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
     // The coordinator's port.

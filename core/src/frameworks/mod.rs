@@ -29,6 +29,10 @@ pub struct Framework {
     /// The option's argument, when it takes one.
     pub arg: Option<Arg>,
     pub help: &'static str,
+    /// An option handed down by sbatch/salloc that does not fit a step
+    /// leaves that step alone with a warning instead of refusing it (a
+    /// role spec written for the job's size).
+    pub skip_when_inherited: bool,
     /// Most tasks it serves, and why no more.
     pub max_tasks: u32,
     pub max_tasks_why: &'static str,
@@ -132,7 +136,8 @@ impl Frameworks {
     }
 }
 
-fn index(f: &Framework) -> usize {
+/// `f`'s place in [`FRAMEWORKS`].
+pub fn index(f: &Framework) -> usize {
     FRAMEWORKS
         .iter()
         .position(|g| std::ptr::eq(*g, f))

@@ -16,6 +16,7 @@ pub static FRAMEWORK: Framework = Framework {
     option: "torch-cluster",
     arg: None,
     help: "set PyTorch's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE and torchrun's PET_* arguments",
+    skip_when_inherited: false,
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
     // MASTER_PORT.

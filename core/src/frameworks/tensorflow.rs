@@ -29,6 +29,7 @@ pub static FRAMEWORK: Framework = Framework {
         },
     }),
     help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
+    skip_when_inherited: true,
     max_tasks: MAX_TASKS,
     max_tasks_why: "TF_CONFIG for more than 21845 cannot fit in one environment variable",
     // Local task k takes the k-th port of its node.
