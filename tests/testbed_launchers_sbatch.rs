@@ -131,6 +131,10 @@ fn assert_trained(result: &Value, all: &str) {
     }
     ranks.sort();
     assert_eq!(ranks, [0, 1, 2], "{all}");
+    eprintln!(
+        "submitit: 3 tasks met at {host0}:{}, checksum {reference}",
+        rank0["seen"]["MASTER_PORT"].as_str().unwrap()
+    );
 }
 
 #[test]
