@@ -164,7 +164,7 @@ fn submitit_from_the_environment_trains() {
         all.contains("export SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster=\n"),
         "{all}"
     );
-    assert!(all.contains("(tf_cluster, loaded by /etc/slurm/"), "{all}");
+    assert!(all.contains("(tf_cluster in /usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so, loaded by /etc/slurm/plugstack.conf.d/"), "{all}");
     assert_trained(&result, &all);
 }
 

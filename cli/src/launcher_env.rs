@@ -144,7 +144,7 @@ fn given(options: &Options) -> Vec<(String, Option<String>)> {
 /// works; without options, every option's variable.
 pub fn render(options: &Options, plugin: &str, found: Option<&SitePlugin>) -> Result<String> {
     let loaded = match found {
-        Some(p) => format!("{plugin}, loaded by {} ({})", p.at, p.path),
+        Some(p) => format!("{plugin} in {}, loaded by {}", p.path, p.at),
         None => format!("{plugin}, not loaded here"),
     };
     let given = given(options);
