@@ -5,6 +5,7 @@
 
 mod doctor;
 mod elf;
+mod launcher_env;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,10 @@ enum Command {
     /// version, site arguments, build, reserved ports). Exit 0: healthy,
     /// 1: a problem that breaks srun or the plugin, 2: warnings only.
     Doctor,
+    /// Print the variables that give these options to sbatch and srun
+    /// through the environment, for launchers that write their own sbatch
+    /// script (TorchX, submitit, NeMo-Run), for this node's plugstack.conf.
+    LauncherEnv(Options),
 }
 
 /// The plugin's options, from the core's tables: the frameworks'
@@ -151,7 +156,7 @@ fn run(cli: Cli) -> Result<String> {
             }
             Ok(out)
         }
-        Command::Doctor => unreachable!("doctor is run by main"),
+        Command::Doctor | Command::LauncherEnv(_) => unreachable!("run by main"),
     }
 }
 
@@ -181,6 +186,12 @@ fn main() -> ExitCode {
         let report = doctor::diagnose(&mut doctor::System, env!("TF_CLUSTER_BUILD_ID"));
         print!("{}", report.render());
         return ExitCode::from(report.exit_code());
+    }
+    if let Command::LauncherEnv(options) = &cli.command {
+        let (out, errors, code) = launcher_env::main(options, &mut doctor::System);
+        errors.iter().for_each(|e| eprintln!("tf-cluster: {e}"));
+        print!("{out}");
+        return ExitCode::from(code);
     }
     match run(cli) {
         Ok(out) => {

@@ -8,9 +8,9 @@
 //! [`System`] implements with real files and commands.
 
 mod checks;
-mod plugstack;
+pub(crate) mod plugstack;
 mod report;
-mod slurm_conf;
+pub(crate) mod slurm_conf;
 mod system;
 #[cfg(test)]
 mod tests;

@@ -43,14 +43,14 @@ pub fn parse_plugstack(text: &str) -> Vec<(usize, StackLine)> {
 
 /// A plugin line with where it was found.
 #[derive(Debug, Clone)]
-pub(super) struct Loaded {
-    pub(super) at: String,
+pub(crate) struct Loaded {
+    pub(crate) at: String,
     pub(super) required: bool,
-    pub(super) path: String,
+    pub(crate) path: String,
     pub(super) args: Vec<String>,
 }
 
-pub(super) fn dirname(path: &str) -> &str {
+pub(crate) fn dirname(path: &str) -> &str {
     match path.rfind('/') {
         Some(0) => "/",
         Some(i) => &path[..i],
@@ -58,7 +58,7 @@ pub(super) fn dirname(path: &str) -> &str {
     }
 }
 
-pub(super) fn walk(
+pub(crate) fn walk(
     host: &mut dyn Host,
     file: &str,
     depth: usize,
