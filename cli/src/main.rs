@@ -142,8 +142,7 @@ fn run(cli: Cli) -> Result<String> {
             Ok(serde_json::Value::Object(vars).to_string())
         }
         Command::Explain(_) => {
-            let layout = Layout::build(&step, settings.host_template.as_deref())?;
-            let explained = core::frameworks::explain(&settings, &step, &layout)?;
+            let explained = core::Node::prepare(settings.clone(), step)?.explain()?;
             let mut out = table(explained.rows);
             for line in explained.summaries {
                 out.push('\n');

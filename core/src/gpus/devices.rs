@@ -3,10 +3,7 @@
 
 use crate::error::{Result, bail, shown};
 
-/// Most GPUs a node, a task or Slurm's list may name: far above any real
-/// node, low enough that no count a user gives makes the task build a huge
-/// list before its limits apply.
-pub const MAX_GPUS: u32 = 1024;
+pub use crate::MAX_GPUS;
 
 /// The variables Slurm's gres/gpu plugin sets to a task's device list
 /// (gres_common.c, `gres_common_gpu_set_env`, 22.05 to 26.05): by gres.conf
