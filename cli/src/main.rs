@@ -13,7 +13,7 @@ use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand}
 use tf_cluster_core::os::ProcessEnv;
 use tf_cluster_core::settings::SETTINGS;
 use tf_cluster_core::{
-    self as core, Error, FRAMEWORKS, Framework, Frameworks, Layout, Result, Settings, Step,
+    self as core, Error, FRAMEWORKS, Framework, Frameworks, Result, Settings, Step,
 };
 
 #[derive(Parser)]

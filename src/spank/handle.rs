@@ -289,6 +289,18 @@ fn spank_error(rc: sys::spank_err_t, what: &str) -> Error {
     Error::new(format!("{what}: {text}"))
 }
 
+/// One line on the user's terminal, as `tf-cluster: <text>` without an
+/// `error:` label: from slurmstepd `slurm_info` reaches only slurmd's log,
+/// `slurm_spank_log` also the step's stderr (as pyxis's notices do).
+pub fn notice(text: &str) {
+    let line = format!("tf-cluster: {text}").replace(['\0', '\n'], " ");
+    let Ok(message) = CString::new(line) else {
+        return;
+    };
+    // SAFETY: a "%s" format with one NUL-terminated string argument.
+    unsafe { sys::slurm_spank_log(c"%s".as_ptr(), message.as_ptr()) };
+}
+
 /// Slurm's text for the last error of a libslurm call (it sets errno).
 pub fn slurm_errno_text() -> String {
     let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);

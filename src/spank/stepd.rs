@@ -78,10 +78,8 @@ impl Stepd {
         })) {
             Ok(Ok(prepared)) => prepared,
             Ok(Err(e)) => Prepared::Failed(e),
-            // The panic hook logged it.
-            Err(_) => Prepared::Failed(Error::new(
-                "internal error while planning the node (see slurmd's log); the step fails, the node is unaffected",
-            )),
+            // The panic hook said why, once for the node.
+            Err(_) => Prepared::Failed(Error::new("")),
         };
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
         0
@@ -200,10 +198,11 @@ fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[&str])
         spank.setenv(name, value)?;
     }
     if !replaced.is_empty() {
-        log::warn!(
+        let text = format!(
             "replaced {} set before this plugin ran (by a plugin listed earlier in plugstack.conf, such as a container's environment) with the values computed on the host",
             replaced.join(" ")
         );
+        super::handle::notice(&text);
     }
     Ok(())
 }
