@@ -165,6 +165,11 @@ impl Layout {
         Ok(Some(node))
     }
 
+    /// The ranks on node `node`, in local order: O(terms + its ranks).
+    pub fn ranks_on(&self, node: u32) -> Vec<u32> {
+        self.ranks.ranks_on(node)
+    }
+
     /// Fills the caches a task reads ([`Layout::group_of`]), so that the
     /// node's tasks share them instead of each making its own.
     pub fn warm(&self) {

@@ -101,6 +101,29 @@ impl Node {
         Ok(Injection { list: vars })
     }
 
+    /// Every task of this node rendered ahead, in local order, as
+    /// (rank, its variables): what is left to a forked task is then to set
+    /// them (a forked process faults on every page of code it runs and of
+    /// memory it writes). None when this node is unknown or the variables
+    /// would take more than `budget` bytes (each task's TF_CONFIG lists
+    /// every rank): the tasks then render their own.
+    pub fn render_here(&self, budget: usize) -> Option<Vec<(u32, Result<Injection>)>> {
+        let ranks = self.layout.ranks_on(self.this_node?);
+        let mut size = 0usize;
+        let mut out = Vec::with_capacity(ranks.len());
+        for (local, rank) in (0u32..).zip(ranks) {
+            let injection = self.task(rank, Some(local), None);
+            if let Ok(i) = &injection {
+                size += i.vars().map(|(n, v)| n.len() + v.len() + 2).sum::<usize>();
+            }
+            if size > budget {
+                return None;
+            }
+            out.push((rank, injection));
+        }
+        Some(out)
+    }
+
     /// Slurm started `rank` on this node as local task `local`: the layout
     /// must say the same.
     fn check_task(&self, rank: u32, placement: Placement, local: Option<u32>) -> Result<()> {

@@ -114,6 +114,14 @@ impl<'a> Spank<'a> {
         check(rc, &format!("spank_setenv({name})"))
     }
 
+    /// Sets a variable from C strings made ahead (slurmstepd only): nothing
+    /// is copied but by Slurm.
+    pub fn setenv_c(&self, name: &CStr, value: &CStr) -> Result<()> {
+        // SAFETY: valid handle and NUL-terminated strings; Slurm copies them.
+        let rc = unsafe { sys::spank_setenv(self.sp, name.as_ptr(), value.as_ptr(), 1) };
+        check(rc, "spank_setenv")
+    }
+
     /// The step's total task count as srun knows it (srun only).
     pub fn total_task_count(&self) -> Result<u32> {
         self.item_u32(

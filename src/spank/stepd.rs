@@ -20,6 +20,7 @@
 //! every refusal slurmstepd makes is made here (fail closed).
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
@@ -54,13 +55,25 @@ enum Prepared {
     /// Every task of the node fails with this message ("": srun already
     /// said why, once for the step).
     Failed(Error),
-    /// The node's share, and the step's environment as the host gave it
-    /// (to name the variables a plugin before this one replaced).
-    Ready {
-        node: Box<Node>,
-        host_env: HashMap<String, String>,
-    },
+    /// The node's share of the step.
+    Ready(Box<Ready>),
 }
+
+/// The node's share, its tasks' variables made ahead, and the step's
+/// environment as the host gave it (to name the variables a plugin before
+/// this one replaced).
+struct Ready {
+    node: Node,
+    /// Each local task's rank and variables, as C strings (None: too large
+    /// to hold for every task, each task renders its own).
+    here: Option<Vec<(u32, Result<Vec<(CString, CString)>>)>>,
+    host_env: HashMap<String, String>,
+}
+
+/// Most bytes of variables made ahead for a node's tasks: beyond it (a
+/// TF_CONFIG of many ranks times many tasks on one node) each task renders
+/// its own, as slurmstepd's memory must stay bounded.
+const AHEAD_BUDGET: usize = 16 << 20;
 
 impl Stepd {
     pub fn new(registration_failed: bool) -> Stepd {
@@ -114,10 +127,23 @@ impl Stepd {
                 Some((name.to_string(), value.to_string()))
             })
             .collect();
-        Ok(Prepared::Ready {
-            node: Box::new(Node::prepare(settings, step)?),
+        let node = Node::prepare(settings, step)?;
+        let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
+            tasks
+                .into_iter()
+                .map(|(rank, injection)| {
+                    if let Ok(i) = &injection {
+                        log::debug!("{}", core::explain(node.step(), rank, i));
+                    }
+                    (rank, injection.and_then(c_strings))
+                })
+                .collect()
+        });
+        Ok(Prepared::Ready(Box::new(Ready {
+            node,
+            here,
             host_env,
-        })
+        })))
     }
 
     pub fn task_init(&self, spank: &Spank) -> i32 {
@@ -127,7 +153,7 @@ impl Stepd {
                 None => self.task_alone(spank),
                 Some(Prepared::Nothing) => Ok(()),
                 Some(Prepared::Failed(e)) => Err(e.clone()),
-                Some(Prepared::Ready { node, host_env }) => apply(spank, node, host_env),
+                Some(Prepared::Ready(ready)) => apply(spank, ready),
             }
         })
     }
@@ -159,11 +185,35 @@ impl Stepd {
 /// fork) and local id (S_TASK_ID) pick its variables from the node's share.
 /// A binding of GPUs to each task is known only here (SLURMD_TRES_BIND, the
 /// task's own list); the node's GPU plan serves every other case.
-fn apply(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -> Result<()> {
+fn apply(spank: &Spank, ready: &Ready) -> Result<()> {
     let env = spank.env()?;
     let mut view = TaskEnv(&env);
     let rank = required(number(&mut view, "SLURM_PROCID")?)?;
-    let bound = match env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse) {
+    let local = spank.task_id()?;
+    let bind = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
+    // Made ahead for this rank as this local task: only set them here.
+    if let (None, Some((ahead_rank, vars))) = (
+        &bind,
+        ready.here.as_ref().and_then(|h| h.get(local as usize)),
+    ) {
+        if *ahead_rank == rank {
+            let vars = vars.as_ref().map_err(Clone::clone)?;
+            let mut replaced = Vec::new();
+            for (name, value) in vars {
+                let name = name.to_str().unwrap_or_default();
+                if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
+                    replaced.push(name);
+                }
+            }
+            for (name, value) in vars {
+                spank.setenv_c(name, value)?;
+            }
+            say_replaced(&replaced);
+            return Ok(());
+        }
+    }
+    let node = &ready.node;
+    let bound = match bind {
         Some(bind) => Some(TaskBinding {
             visible: Visible::read(|name| env.get(name).map(|v| v.map(str::to_string)))?,
             bind,
@@ -171,19 +221,43 @@ fn apply(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -> Resu
         }),
         None => None,
     };
-    let injection = node.task(rank, Some(spank.task_id()?), bound.as_ref())?;
+    let injection = node.task(rank, Some(local), bound.as_ref())?;
     log::debug!("{}", core::explain(node.step(), rank, &injection));
-    // Names a plugin before this one set in this task (a container's
-    // environment, pyxis's `task_init`) to values not the host's.
     let mut replaced = Vec::new();
     for (name, value) in injection.vars() {
-        if let Some(now) = env.get(name)? {
-            if now != value && host_env.get(name).map(String::as_str) != Some(now) {
-                replaced.push(name);
-            }
+        if was_replaced(&env, &ready.host_env, name, value.as_bytes())? {
+            replaced.push(name);
         }
     }
     apply_injection(spank, injection, &replaced)
+}
+
+/// Whether a plugin before this one set `name` in this task (a container's
+/// environment, pyxis's `task_init`) to a value neither the host's nor ours.
+fn was_replaced(
+    env: &Env,
+    host_env: &HashMap<String, String>,
+    name: &str,
+    ours: &[u8],
+) -> Result<bool> {
+    Ok(match env.get(name)? {
+        Some(now) => now.as_bytes() != ours && host_env.get(name).map(String::as_str) != Some(now),
+        None => false,
+    })
+}
+
+/// The variables as C strings, made once per node.
+fn c_strings(injection: core::Injection) -> Result<Vec<(CString, CString)>> {
+    injection
+        .into_vars()
+        .map(|(name, value)| {
+            let bad = || Error::new(format!("{name}: value with NUL"));
+            Ok((
+                CString::new(name).map_err(|_| bad())?,
+                CString::new(value).map_err(|_| bad())?,
+            ))
+        })
+        .collect()
 }
 
 fn required(procid: Option<u32>) -> Result<u32> {
@@ -197,6 +271,12 @@ fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[&str])
     for (name, value) in injection.into_vars() {
         spank.setenv(name, value)?;
     }
+    say_replaced(replaced);
+    Ok(())
+}
+
+/// One line on the user's terminal naming the replaced variables.
+fn say_replaced(replaced: &[&str]) {
     if !replaced.is_empty() {
         let text = format!(
             "replaced {} set before this plugin ran (by a plugin listed earlier in plugstack.conf, such as a container's environment) with the values computed on the host",
@@ -204,7 +284,6 @@ fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[&str])
         );
         super::handle::notice(&text);
     }
-    Ok(())
 }
 
 /// Without the options, whether a step asked for the plugin is unknown: the

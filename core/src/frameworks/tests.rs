@@ -423,3 +423,36 @@ fn no_task_sets_what_a_container_runtime_reads() {
         }
     }
 }
+
+/// A node's tasks rendered ahead are each rank's own variables; past the
+/// budget, or with this node unknown, none are.
+#[test]
+fn a_nodes_tasks_rendered_ahead() {
+    let vars = [
+        ("SLURM_STEP_NUM_TASKS", "5"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_DISTRIBUTION", "cyclic"),
+        ("SLURMD_NODENAME", "n2"),
+    ];
+    let vars: HashMap<_, _> = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    let settings = Settings::default();
+    let step = Step::gather(&settings, &mut Vars(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    let node = crate::Node::prepare(settings.clone(), step.clone()).unwrap();
+    let here = node.render_here(1 << 20).unwrap();
+    assert_eq!(here.iter().map(|(r, _)| *r).collect::<Vec<_>>(), [1, 4]);
+    for (local, (rank, injection)) in (0..).zip(&here) {
+        assert_eq!(
+            injection.as_ref().unwrap(),
+            &node.task(*rank, Some(local), None).unwrap()
+        );
+    }
+    assert!(node.render_here(100).is_none());
+    let mut elsewhere = step;
+    elsewhere.nodename = None;
+    let node = crate::Node::prepare(settings, elsewhere).unwrap();
+    assert!(node.render_here(1 << 20).is_none());
+}
