@@ -166,6 +166,7 @@ impl Node {
             ports: self.plan.ports.of(i),
             gpus,
             shared: &self.shared[i],
+            network: self.plan.network.as_deref(),
         }
     }
 

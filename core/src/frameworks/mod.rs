@@ -101,6 +101,9 @@ pub struct Task<'a> {
     pub gpus: &'a Gpus,
     /// What [`Framework::shared`] rendered once for the node ("" without).
     pub shared: &'a str,
+    /// The node's fast-network interface, from the node's plan (None: the
+    /// frameworks' defaults).
+    pub network: Option<&'a str>,
 }
 
 /// What a framework's part shared by a node's tasks is made from.
