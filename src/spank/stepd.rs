@@ -66,9 +66,12 @@ struct Ready {
     node: Node,
     /// Each local task's rank and variables, as C strings (None: too large
     /// to hold for every task, each task renders its own).
-    here: Option<Vec<(u32, Result<Vec<(CString, CString)>>)>>,
+    here: Option<Vec<(u32, Result<CVars>)>>,
     host_env: HashMap<String, String>,
 }
+
+/// A task's variables as C strings: (name, value).
+type CVars = Vec<(CString, CString)>;
 
 /// Most bytes of variables made ahead for a node's tasks: beyond it (a
 /// TF_CONFIG of many ranks times many tasks on one node) each task renders
@@ -247,7 +250,7 @@ fn was_replaced(
 }
 
 /// The variables as C strings, made once per node.
-fn c_strings(injection: core::Injection) -> Result<Vec<(CString, CString)>> {
+fn c_strings(injection: core::Injection) -> Result<CVars> {
     injection
         .into_vars()
         .map(|(name, value)| {
