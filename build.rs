@@ -64,7 +64,7 @@ fn main() {
         .allowlist_function(
             "spank_(getenv|setenv|option_getopt|option_register|remote|get_item|strerror)",
         )
-        .allowlist_function("slurm_(error|info|verbose|debug|strerror)")
+        .allowlist_function("slurm_(error|info|verbose|debug|strerror|spank_log)")
         .allowlist_function("slurm_job_step_layout_(get|free)")
         .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t")
         .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")

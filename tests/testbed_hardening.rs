@@ -297,7 +297,13 @@ fn a_panic_in_any_hook_fails_only_the_step() {
     );
     let bed = exclusive();
     bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
-    for hook in ["init", "option", "local_user_init", "task_init"] {
+    for hook in [
+        "init",
+        "option",
+        "local_user_init",
+        "user_init",
+        "task_init",
+    ] {
         let var = format!("TF_CLUSTER_FAULT={hook}");
         let run = srun_env(&[&var], &["-N1", "-n1", "-w", "node3", "--tf-cluster"]);
         assert_ne!(run.code, Some(0), "{hook}");

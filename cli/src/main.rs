@@ -14,7 +14,7 @@ use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand}
 use tf_cluster_core::os::ProcessEnv;
 use tf_cluster_core::settings::SETTINGS;
 use tf_cluster_core::{
-    self as core, Error, FRAMEWORKS, Framework, Frameworks, Layout, Result, Settings, Step,
+    self as core, Error, FRAMEWORKS, Framework, Frameworks, Result, Settings, Step,
 };
 
 #[derive(Parser)]
@@ -147,8 +147,7 @@ fn run(cli: Cli) -> Result<String> {
             Ok(serde_json::Value::Object(vars).to_string())
         }
         Command::Explain(_) => {
-            let layout = Layout::build(&step, settings.host_template.as_deref())?;
-            let explained = core::frameworks::explain(&settings, &step, &layout)?;
+            let explained = core::Node::prepare(settings.clone(), step)?.explain()?;
             let mut out = table(explained.rows);
             for line in explained.summaries {
                 out.push('\n');

@@ -81,10 +81,17 @@ fn main() {
         run_loop(tasks, n);
         return;
     }
+    if args.get(1).map(String::as_str) == Some("loop-task") {
+        let tasks: u32 = args[2].parse().expect("TASKS");
+        let n: u64 = args[3].parse().expect("N");
+        run_task_loop(tasks, n);
+        return;
+    }
     // `cargo test --all-targets` runs bench targets without `--bench`: a
     // smoke run, no valgrind.
     if !args.iter().any(|a| a == "--bench") {
         run_loop(64, 1);
+        run_task_loop(64, 1);
         return;
     }
     let me = std::env::current_exe().expect("own path");
@@ -114,7 +121,43 @@ fn main() {
             format!("{} ({} names)", names.len(), distinct.len())
         );
     }
+    // The plugin's split: the node's share once per node (user_init), then
+    // each task's own part (task_init).
+    println!(
+        "\nthe task's own part, its node's share made once:\n{:>6}  {:>14}  {:>8}  {:>11}",
+        "tasks", "instructions", "allocs", "alloc bytes"
+    );
+    for tasks in SIZES {
+        let (allocs, bytes) = count_task_part(tasks);
+        let instructions = if valgrind {
+            let loop_of =
+                |n: u64| callgrind(&me, &["loop-task", &tasks.to_string(), &n.to_string()]);
+            let (one, many) = (loop_of(1), loop_of(1 + REPEAT));
+            format!("{:>14}", (many - one) / REPEAT)
+        } else {
+            format!("{:>14}", "-")
+        };
+        println!("{tasks:>6}  {instructions}  {allocs:>8}  {bytes:>11}");
+    }
     process_calls(&me);
+}
+
+/// The middle rank's own part, `n` times, from its node's share made once.
+fn run_task_loop(tasks: u32, n: u64) {
+    let rank = tasks / 2;
+    let share = common::node_share(&common::spec(tasks), &common::task_env(tasks, rank));
+    for _ in 0..n {
+        black_box(share.task(black_box(rank), None, None).unwrap());
+    }
+}
+
+/// Allocations and bytes of the middle rank's own part.
+fn count_task_part(tasks: u32) -> (u64, u64) {
+    let rank = tasks / 2;
+    let share = common::node_share(&common::spec(tasks), &common::task_env(tasks, rank));
+    let (a0, b0) = (ALLOCS.load(Relaxed), BYTES.load(Relaxed));
+    black_box(share.task(rank, None, None).unwrap());
+    (ALLOCS.load(Relaxed) - a0, BYTES.load(Relaxed) - b0)
 }
 
 /// The resolution of the middle rank, `n` times.

@@ -31,6 +31,35 @@ fn resolve(c: &mut Criterion) {
         });
     }
     group.finish();
+    // The plugin's split: the node's share once per node, then each task's
+    // own part (what task_init does per task).
+    let mut group = c.benchmark_group("node_share");
+    for tasks in SIZES {
+        let env = common::task_env(tasks, tasks / 2);
+        let spec = common::spec(tasks);
+        group.throughput(Throughput::Elements(u64::from(tasks)));
+        group.bench_with_input(BenchmarkId::from_parameter(tasks), &env, |b, env| {
+            b.iter(|| common::node_share(black_box(&spec), black_box(env)))
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("task_part");
+    for tasks in SIZES {
+        let rank = tasks / 2;
+        let env = common::task_env(tasks, rank);
+        let spec = common::spec(tasks);
+        let share = common::node_share(&spec, &env);
+        let local = rank % common::TASKS_PER_NODE.min(tasks);
+        assert_eq!(
+            share.task(rank, Some(local), None).unwrap(),
+            common::task_path(&spec, &env)
+        );
+        group.throughput(Throughput::Elements(u64::from(tasks)));
+        group.bench_with_input(BenchmarkId::from_parameter(tasks), &share, |b, share| {
+            b.iter(|| share.task(black_box(rank), Some(local), None).unwrap())
+        });
+    }
+    group.finish();
 }
 
 /// Local task k of 4 gets GPU k; a lone task gets all four.

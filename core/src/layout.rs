@@ -13,7 +13,7 @@ use super::hostlist::HostList;
 use super::runs::Runs;
 use super::step::{FromSrun, Step};
 use super::task_map::TaskMap;
-use super::{MAX_NODES, MAX_TASKS, Result};
+use super::{Result, check_size};
 
 /// The step's layout.
 #[derive(Debug)]
@@ -145,6 +145,39 @@ impl Layout {
         groups[node as usize]
     }
 
+    /// This node's index, found by its name (SLURMD_NODENAME, else
+    /// SLURM_NODEID); None when neither is known.
+    pub fn this_node(&self, step: &Step) -> Result<Option<u32>> {
+        let node = match (&step.nodename, step.node_id) {
+            (Some(name), _) => match self.hosts.position(name) {
+                Some(i) => i as u32,
+                None => bail!("this node, {name}, is not among the step's hosts"),
+            },
+            (None, Some(id)) => id,
+            (None, None) => return Ok(None),
+        };
+        if node as usize >= self.hosts.len() {
+            bail!(
+                "SLURM_NODEID {node} is outside the step's {} node(s)",
+                self.hosts.len()
+            );
+        }
+        Ok(Some(node))
+    }
+
+    /// The ranks on node `node`, in local order: O(terms + its ranks).
+    pub fn ranks_on(&self, node: u32) -> Vec<u32> {
+        self.ranks.ranks_on(node)
+    }
+
+    /// Fills the caches a task reads ([`Layout::group_of`]), so that the
+    /// node's tasks share them instead of each making its own.
+    pub fn warm(&self) {
+        if self.num_nodes() > 0 {
+            self.group_of(0);
+        }
+    }
+
     /// Compares the ranks computed for this node, found by its name
     /// (SLURMD_NODENAME, else SLURM_NODEID), with SLURM_GTIDS, the ground
     /// truth: a mismatch must fail the task rather than give it a wrong
@@ -153,20 +186,9 @@ impl Layout {
         let Some(gtids) = &step.gtids else {
             return Ok(());
         };
-        let node = match (&step.nodename, step.node_id) {
-            (Some(name), _) => match self.hosts.position(name) {
-                Some(i) => i as u32,
-                None => bail!("this node, {name}, is not among the step's hosts"),
-            },
-            (None, Some(id)) => id,
-            (None, None) => return Ok(()),
+        let Some(node) = self.this_node(step)? else {
+            return Ok(());
         };
-        if node as usize >= self.hosts.len() {
-            bail!(
-                "SLURM_NODEID {node} is outside the step's {} node(s)",
-                self.hosts.len()
-            );
-        }
         // Slurm lists the node's ranks in local order: the k-th is local task k.
         let computed = self.ranks.ranks_on(node);
         if computed != *gtids || computed.len() != self.counts[node as usize] as usize {
@@ -187,18 +209,6 @@ impl Layout {
         }
         Ok(())
     }
-}
-
-/// The step's size against what any task lays out (each framework has its
-/// own, lower limits besides).
-pub fn check_size(tasks: u64, nodes: usize) -> Result<()> {
-    if tasks > u64::from(MAX_TASKS) {
-        bail!("the step has {tasks} tasks; tf-cluster lays out at most {MAX_TASKS}");
-    }
-    if nodes > MAX_NODES as usize {
-        bail!("the step has {nodes} nodes; tf-cluster lays out at most {MAX_NODES}");
-    }
-    Ok(())
 }
 
 /// The hosts in node-index order, their counts and the ranks' nodes, from

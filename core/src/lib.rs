@@ -1,11 +1,15 @@
-//! The pure core: one [`Step`] (what Slurm says about a task) and the
-//! [`Settings`] in, one [`Injection`] (the variables to set) out. The
-//! [`Layout`] says where every rank runs and knows no framework; each
-//! framework is one module of [`frameworks`], driven by one table. The one
-//! place the core touches the operating system is [`os`] (the process
-//! environment, the node's GPUs, a file a user names); everything else is
-//! computation on values, so the SPANK shell and the CLI gather the facts and
-//! apply the result.
+//! The pure core: one [`Step`] (what Slurm says about the step on a node)
+//! and the [`Settings`] in; a [`Node`] (the node's share, made once per node)
+//! out, and from it one [`Injection`] (the variables to set) per task. The
+//! dependencies run one way: [`step`] (what Slurm says) → [`layout`] (where
+//! every rank runs; it knows no framework) → [`plan`] (the node's ports,
+//! GPUs and network) → [`frameworks`] (each framework's variables, one
+//! module each, driven by one table) → [`node`]. Below them all: [`settings`]
+//! (what the step asks for), the parsers of Slurm's variables and the limits.
+//! The one place the core touches the operating system is [`os`] (the
+//! process environment, the node's GPUs, a file a user names); everything
+//! else is computation on values, so the SPANK shell and the CLI gather the
+//! facts and apply the result.
 
 pub mod distribution;
 mod error;
@@ -13,8 +17,11 @@ pub mod frameworks;
 pub mod gpus;
 pub mod hostlist;
 pub mod layout;
+mod limits;
+pub mod node;
 mod number;
 pub mod os;
+pub mod plan;
 pub mod ports;
 pub mod roles;
 pub mod runs;
@@ -27,22 +34,12 @@ pub mod tf_config;
 pub use error::{Error, Result};
 pub use frameworks::{FRAMEWORKS, Framework, Frameworks};
 pub use layout::{Layout, check_het_rebuild};
+pub use limits::{ENV_LIMIT, MAX_GPUS, MAX_NODES, MAX_TASKS, check_size};
+pub use node::Node;
 pub use settings::Settings;
 pub use step::{FromSrun, Gathered, Source, Step};
 
 use layout::required;
-
-/// Most tasks a step may have: every task's work is linear in it (parsing
-/// srun's map, one pass over the placements), bounded in time and memory.
-/// Frameworks have lower limits of their own (TensorFlow's TF_CONFIG).
-pub const MAX_TASKS: u32 = 1 << 18;
-
-/// Most nodes a step may have: bounds every host list a task expands.
-pub const MAX_NODES: u32 = 1 << 16;
-
-/// Slurm's setenv and execve refuse a variable of this many bytes or more,
-/// counting `NAME=`, the value and the NUL.
-pub const ENV_LIMIT: usize = 131_072;
 
 /// What the plugin sets in one task's environment, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +75,7 @@ pub fn check_before_launch(settings: &Settings, tasks: u32, nodelist: Option<&st
 }
 
 /// One line for the logs at debug level: what the task was given and why.
-pub fn explain(step: &Step, injection: &Injection) -> String {
+pub fn explain(step: &Step, rank: u32, injection: &Injection) -> String {
     let layout = match &step.from_srun {
         FromSrun::Map(_) => "srun's task map",
         FromSrun::NoMap => "rebuilt (srun could not get the map)",
@@ -95,15 +92,14 @@ pub fn explain(step: &Step, injection: &Injection) -> String {
     let names: Vec<&str> = injection.vars().map(|(name, _)| name).collect();
     format!(
         "rank {} on {}: layout {layout}, ports {ports}, {gpus}; set {}",
-        step.procid.map_or("?".into(), |r| r.to_string()),
+        rank,
         step.nodename.as_deref().unwrap_or("?"),
         names.join(" ")
     )
 }
 
-/// Resolves one task: its GPUs and each framework's variables.
+/// Resolves one task: its node's share, then its own part.
 pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
     let rank = required(step.procid, "SLURM_PROCID")?;
-    let layout = Layout::build(step, settings.host_template.as_deref())?;
-    frameworks::render(settings, step, &layout, rank)
+    Node::prepare(settings.clone(), step.clone())?.task(rank, None, None)
 }

@@ -49,7 +49,7 @@ pub const MAX_USER_FILE: u64 = 1 << 20;
 /// directory, else AMD's from amdkfd's topology; 0 without either driver.
 pub fn node_gpu_count() -> Result<u32> {
     let nvidia = match std::fs::read_dir(NVIDIA_GPUS) {
-        Ok(entries) => entries.take(crate::gpus::MAX_GPUS as usize + 1).count() as u32,
+        Ok(entries) => entries.take(crate::MAX_GPUS as usize + 1).count() as u32,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => {
             return Err(Error::new(format!(
@@ -70,7 +70,7 @@ fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
         return 0;
     };
     let mut gpus = 0;
-    for entry in entries.take(4 * crate::gpus::MAX_GPUS as usize).flatten() {
+    for entry in entries.take(4 * crate::MAX_GPUS as usize).flatten() {
         let Ok(text) = std::fs::read_to_string(entry.path().join("properties")) else {
             continue;
         };
@@ -79,7 +79,7 @@ fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
             gpus += 1;
         }
     }
-    gpus.min(crate::gpus::MAX_GPUS + 1)
+    gpus.min(crate::MAX_GPUS + 1)
 }
 
 /// A file the user named, as the calling process can read it: a regular

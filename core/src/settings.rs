@@ -3,9 +3,8 @@
 //! arguments) and per-step values (srun/sbatch/salloc options). Later
 //! sources win: built-in defaults < plugstack.conf < options.
 
+use super::MAX_GPUS;
 use super::error::{Result, bail, shown};
-use super::frameworks::{Frameworks, tensorflow};
-use super::gpus::MAX_GPUS;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
 
@@ -32,7 +31,7 @@ impl Default for Settings {
             roles: RoleSpec::AllWorkers,
             // TensorFlow's, as `--tf-cluster` alone asks (and the CLI without
             // a framework option).
-            frameworks: Frameworks::only(&tensorflow::FRAMEWORK),
+            frameworks: Frameworks::TENSORFLOW,
             port_base: DEFAULT_PORT_BASE,
             gpus_per_node: None,
             gpus_per_task: None,
@@ -40,6 +39,21 @@ impl Default for Settings {
             rpc_layer: None,
             host_template: None,
         }
+    }
+}
+
+/// The frameworks a step asked for: a set of indices into
+/// crate::frameworks::FRAMEWORKS, whose methods taking a framework live
+/// there (the settings know no framework's code).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Frameworks(pub(crate) u8);
+
+impl Frameworks {
+    /// TensorFlow alone, the table's first (frameworks/tests.rs checks it).
+    pub const TENSORFLOW: Frameworks = Frameworks(1);
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
     }
 }
 

@@ -133,7 +133,7 @@ impl Step {
         // read further.
         let num_tasks = number(source, "SLURM_STEP_NUM_TASKS")?;
         if let Some(n) = num_tasks {
-            crate::layout::check_size(u64::from(n), 0)?;
+            crate::check_size(u64::from(n), 0)?;
         }
         // The step's node list next: srun's map names the same list, which
         // is then expanded once.

@@ -33,6 +33,16 @@ pub fn render<'a, I>(
 where
     I: IntoIterator<Item = (&'a str, &'a str)>,
 {
+    let mut out = cluster(jobs, capacity);
+    finish(&mut out, task_type, task_index, rpc_layer);
+    out
+}
+
+/// The part every task shares, `{"cluster":{…}`: [`finish`] completes it.
+pub fn cluster<'a, I>(jobs: impl IntoIterator<Item = Job<'a, I>>, capacity: usize) -> String
+where
+    I: IntoIterator<Item = (&'a str, &'a str)>,
+{
     let mut out = String::with_capacity(capacity);
     out.push_str("{\"cluster\":{");
     for (j, job) in jobs.into_iter().enumerate() {
@@ -50,6 +60,11 @@ where
         }
         out.push(']');
     }
+    out
+}
+
+/// Completes the text of [`cluster`] with the task's own part.
+pub fn finish(out: &mut String, task_type: &str, task_index: u32, rpc_layer: Option<&str>) {
     let _ = write!(
         out,
         "}},\"task\":{{\"type\":\"{task_type}\",\"index\":{task_index}}}"
@@ -58,7 +73,14 @@ where
         let _ = write!(out, ",\"rpc_layer\":\"{layer}\"");
     }
     out.push('}');
-    out
+}
+
+/// The bytes [`finish`] adds at most (a role name is short; see roles.rs).
+pub fn task_part_len(task_type: &str, rpc_layer: Option<&str>) -> usize {
+    r#"},"task":{"type":"","index":4294967295}"#.len()
+        + task_type.len()
+        + rpc_layer.map_or(0, |l| r#","rpc_layer":"""#.len() + l.len())
+        + 1
 }
 
 /// The smallest TF_CONFIG `roles` can give when no host name is shorter than

@@ -114,6 +114,14 @@ impl<'a> Spank<'a> {
         check(rc, &format!("spank_setenv({name})"))
     }
 
+    /// Sets a variable from C strings made ahead (slurmstepd only): nothing
+    /// is copied but by Slurm.
+    pub fn setenv_c(&self, name: &CStr, value: &CStr) -> Result<()> {
+        // SAFETY: valid handle and NUL-terminated strings; Slurm copies them.
+        let rc = unsafe { sys::spank_setenv(self.sp, name.as_ptr(), value.as_ptr(), 1) };
+        check(rc, "spank_setenv")
+    }
+
     /// The step's total task count as srun knows it (srun only).
     pub fn total_task_count(&self) -> Result<u32> {
         self.item_u32(
@@ -130,6 +138,38 @@ impl<'a> Spank<'a> {
     /// The step id, special ids included.
     pub fn step_id(&self) -> Result<u32> {
         self.item_u32(sys::spank_item_S_JOB_STEPID, "S_JOB_STEPID")
+    }
+
+    /// The task's local id on this node (task_init only).
+    pub fn task_id(&self) -> Result<u32> {
+        let mut value: c_int = -1;
+        // SAFETY: S_TASK_ID takes one `int *` argument.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_TASK_ID, &mut value) };
+        check(rc, "spank_get_item(S_TASK_ID)")?;
+        u32::try_from(value).map_err(|_| Error::new("S_TASK_ID is negative"))
+    }
+
+    /// The job's user id.
+    pub fn job_uid(&self) -> Result<u32> {
+        let mut value: libc::uid_t = 0;
+        // SAFETY: S_JOB_UID takes one `uid_t *` argument.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_JOB_UID, &mut value) };
+        check(rc, "spank_get_item(S_JOB_UID)")?;
+        Ok(value)
+    }
+
+    /// The step's environment as slurmstepd holds it (in task_init: the
+    /// task's), read in place: nothing copied. A [`Spank::setenv`] may move
+    /// it, so the caller reads what it needs before setting anything.
+    pub fn env(&self) -> Result<Env<'a>> {
+        let mut envp: *mut *mut c_char = ptr::null_mut();
+        // SAFETY: S_JOB_ENV takes one `char ***` argument.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_JOB_ENV, &mut envp) };
+        check(rc, "spank_get_item(S_JOB_ENV)")?;
+        Ok(Env {
+            envp,
+            _callback: PhantomData,
+        })
     }
 
     /// An item whose argument is a `uint32_t *` (spank.h says which).
@@ -157,6 +197,48 @@ impl<'a> Spank<'a> {
                     .map_err(|_| Error::new("plugstack.conf argument is not valid UTF-8"))
             })
             .collect()
+    }
+}
+
+/// The step's environment, read in place ([`Spank::env`]).
+pub struct Env<'a> {
+    envp: *mut *mut c_char,
+    _callback: PhantomData<&'a ()>,
+}
+
+impl Env<'_> {
+    /// Every `NAME=value` entry, as bytes.
+    pub fn entries(&self) -> impl Iterator<Item = &[u8]> {
+        let mut p = self.envp;
+        std::iter::from_fn(move || {
+            if p.is_null() {
+                return None;
+            }
+            // SAFETY: Slurm's env array is NULL-terminated and each entry a
+            // NUL-terminated string, alive while the callback runs and
+            // nothing sets a variable.
+            let entry = unsafe { *p };
+            if entry.is_null() {
+                return None;
+            }
+            p = unsafe { p.add(1) };
+            Some(unsafe { CStr::from_ptr(entry) }.to_bytes())
+        })
+    }
+
+    /// The value of `name`, the first entry's as getenv(3) finds it.
+    pub fn get(&self, name: &str) -> Result<Option<&str>> {
+        for entry in self.entries() {
+            if let Some(value) = entry
+                .strip_prefix(name.as_bytes())
+                .and_then(|rest| rest.strip_prefix(b"="))
+            {
+                return std::str::from_utf8(value)
+                    .map(Some)
+                    .map_err(|_| Error::new(format!("{name} is not valid UTF-8")));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -213,6 +295,18 @@ fn spank_error(rc: sys::spank_err_t, what: &str) -> Error {
             .into_owned()
     };
     Error::new(format!("{what}: {text}"))
+}
+
+/// One line on the user's terminal, as `tf-cluster: <text>` without an
+/// `error:` label: from slurmstepd `slurm_info` reaches only slurmd's log,
+/// `slurm_spank_log` also the step's stderr (as pyxis's notices do).
+pub fn notice(text: &str) {
+    let line = format!("tf-cluster: {text}").replace(['\0', '\n'], " ");
+    let Ok(message) = CString::new(line) else {
+        return;
+    };
+    // SAFETY: a "%s" format with one NUL-terminated string argument.
+    unsafe { sys::slurm_spank_log(c"%s".as_ptr(), message.as_ptr()) };
 }
 
 /// Slurm's text for the last error of a libslurm call (it sets errno).

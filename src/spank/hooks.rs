@@ -1,8 +1,9 @@
 //! The SPANK entry points Slurm calls, and their guard. Each runs its body
-//! inside [`guard`], so no panic crosses into Slurm, and hands it to the
-//! side of the process it runs in, decided once at `slurm_spank_init`:
-//! srun's ([`super::srun`]) or slurmstepd's ([`super::stepd`]). sbatch and
-//! salloc only register and check the options.
+//! inside [`guard`] (or, for `user_init`, its own catch), so no panic
+//! crosses into Slurm, and hands it to the side of the process it runs in,
+//! decided once at `slurm_spank_init`: srun's ([`super::srun`]) or
+//! slurmstepd's ([`super::stepd`]: `user_init` once per node, `task_init`
+//! per task). sbatch and salloc only register and check the options.
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -120,8 +121,23 @@ pub extern "C" fn slurm_spank_local_user_init(
     })
 }
 
-/// slurmstepd, in each task just before exec, as the user: the task applies
-/// srun's decision (see super::stepd).
+/// slurmstepd, once per node before the tasks are forked, as the user: the
+/// node's share of the step, from the host's facts (see super::stepd). It
+/// always succeeds: a failure here would drain the node.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_user_init(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    callback(sp, ac, av, |spank| match SIDE.get() {
+        Some(Side::Stepd(stepd)) => stepd.user_init(spank),
+        _ => 0,
+    })
+}
+
+/// slurmstepd, in each task just before exec, as the user: the task takes
+/// its own part of the node's share (see super::stepd).
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_task_init(
     sp: sys::spank_t,

@@ -1,13 +1,38 @@
-//! slurmstepd's side: in each task, just before exec and as the user, apply
-//! srun's decision: compute and set the task's variables. A failure here ends
-//! this task with exit code 1 and leaves the node in service, so every
-//! refusal slurmstepd makes is made here (fail closed), never in its init.
+//! slurmstepd's side: apply srun's decision, in two steps.
+//!
+//! `user_init`, once per node: read the host's facts and make the node's
+//! share of the step (core::Node: the layout, ports, GPUs, TensorFlow's
+//! cluster). Slurm runs it in slurmstepd (mgr.c `_fork_all_tasks`), as the
+//! user (privileges dropped; in a CLONE_VM child joined to the job's
+//! namespace with `PrologFlags=contain`, still as the user), after the
+//! step's environment is set and before any task is forked; what it makes
+//! here every forked task inherits. It is the one hook that fits:
+//! `task_init_privileged` runs per task, as root, and (like `task_init`)
+//! after `fork`; and container plugins enter their namespaces only later, in
+//! `task_init` (pyxis_slurmstepd.c: `enroot_start_once` then `setns` there;
+//! its `user_init` only prepares the container). A failure in `user_init`
+//! would drain the node of a batch job, so nothing fails here: an error
+//! becomes the step's, carried to each task.
+//!
+//! `task_init`, in each task just before exec and as the user: take the
+//! task's own part (its rank and local id) and set its variables. A failure
+//! here ends this task with exit code 1 and leaves the node in service, so
+//! every refusal slurmstepd makes is made here (fail closed).
 
-use super::handle::Spank;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, PoisonError};
+
+use super::fault;
+use super::handle::{Env, Spank};
 use super::hooks::guard;
 use super::options;
+use crate::core::gpus::{GpuBind, Visible};
 use crate::core::os::{node_gpu_count, read_user_file};
-use crate::core::{self, Error, Gathered, Result, Source, Step, task_map};
+use crate::core::plan::TaskBinding;
+use crate::core::step::number;
+use crate::core::{self, Error, Gathered, Node, Result, Source, Step, task_map};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -17,43 +42,250 @@ pub struct Stepd {
     /// slurmstepd could not register the options, so it cannot tell whether
     /// a step asked for the plugin: the steps srun marked fail.
     registration_failed: bool,
+    /// The node's share of the step, made by `user_init` (None: it did not
+    /// run, and each task makes it alone).
+    node: Mutex<Option<Prepared>>,
 }
+
+/// What `user_init` made of the step for this node's tasks.
+enum Prepared {
+    /// The step did not ask for the plugin, srun left it alone, or it is no
+    /// step's tasks (batch script, extern step): nothing is set.
+    Nothing,
+    /// Every task of the node fails with this message ("": srun already
+    /// said why, once for the step).
+    Failed(Error),
+    /// The node's share of the step.
+    Ready(Box<Ready>),
+}
+
+/// The node's share, its tasks' variables made ahead, and the step's
+/// environment as the host gave it (to name the variables a plugin before
+/// this one replaced).
+struct Ready {
+    node: Node,
+    /// Each local task's rank and variables, as C strings (None: too large
+    /// to hold for every task, each task renders its own).
+    here: Option<Vec<(u32, Result<CVars>)>>,
+    host_env: HashMap<String, String>,
+}
+
+/// A task's variables as C strings: (name, value).
+type CVars = Vec<(CString, CString)>;
+
+/// Most bytes of variables made ahead for a node's tasks: beyond it (a
+/// TF_CONFIG of many ranks times many tasks on one node) each task renders
+/// its own, as slurmstepd's memory must stay bounded.
+const AHEAD_BUDGET: usize = 16 << 20;
 
 impl Stepd {
     pub fn new(registration_failed: bool) -> Stepd {
         Stepd {
             registration_failed,
+            node: Mutex::new(None),
         }
+    }
+
+    /// Once per node, before the tasks: never fails (see the module).
+    pub fn user_init(&self, spank: &Spank) -> i32 {
+        let prepared = match catch_unwind(AssertUnwindSafe(|| {
+            fault::inject("user_init", Some(spank));
+            self.prepare(spank)
+        })) {
+            Ok(Ok(prepared)) => prepared,
+            Ok(Err(e)) => Prepared::Failed(e),
+            // The panic hook said why, once for the node.
+            Err(_) => Prepared::Failed(Error::new("")),
+        };
+        *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
+        0
+    }
+
+    fn prepare(&self, spank: &Spank) -> Result<Prepared> {
+        if self.registration_failed {
+            return Ok(match fail_closed(spank) {
+                Ok(()) => Prepared::Nothing,
+                Err(e) => Prepared::Failed(e),
+            });
+        }
+        let Some(settings) = options::step_settings(spank)? else {
+            return Ok(Prepared::Nothing);
+        };
+        // The batch script, salloc's interactive step and the extern step
+        // inherit the job's options but are not the step's tasks.
+        if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
+            return Ok(Prepared::Nothing);
+        }
+        let step = match Step::gather(&settings, &mut OnHost(spank))? {
+            Gathered::Step(step) => *step,
+            Gathered::Skip => return Ok(Prepared::Nothing),
+            Gathered::Refused => return Ok(Prepared::Failed(Error::new(""))),
+        };
+        let host_env = spank
+            .env()?
+            .entries()
+            .filter_map(|entry| {
+                let text = std::str::from_utf8(entry).ok()?;
+                let (name, value) = text.split_once('=')?;
+                Some((name.to_string(), value.to_string()))
+            })
+            .collect();
+        let node = Node::prepare(settings, step)?;
+        let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
+            tasks
+                .into_iter()
+                .map(|(rank, injection)| {
+                    if let Ok(i) = &injection {
+                        log::debug!("{}", core::explain(node.step(), rank, i));
+                    }
+                    (rank, injection.and_then(c_strings))
+                })
+                .collect()
+        });
+        Ok(Prepared::Ready(Box::new(Ready {
+            node,
+            here,
+            host_env,
+        })))
     }
 
     pub fn task_init(&self, spank: &Spank) -> i32 {
         guard("task_init", Some(spank), || {
-            if self.registration_failed {
-                return fail_closed(spank);
+            let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
+            match &*prepared {
+                None => self.task_alone(spank),
+                Some(Prepared::Nothing) => Ok(()),
+                Some(Prepared::Failed(e)) => Err(e.clone()),
+                Some(Prepared::Ready(ready)) => apply(spank, ready),
             }
-            let Some(settings) = options::step_settings(spank)? else {
-                return Ok(());
-            };
-            // The batch script, salloc's interactive step and the extern step
-            // inherit the job's options but are not the step's tasks.
-            if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
-                return Ok(());
-            }
-            let step = match Step::gather(&settings, &mut Task(spank))? {
-                Gathered::Step(step) => *step,
-                Gathered::Skip => return Ok(()),
-                // srun printed why, once for the step.
-                Gathered::Refused => return Err(Error::new("")),
-            };
-            let injection = core::resolve(&settings, &step)?;
-            log::debug!("{}", core::explain(&step, &injection));
-            // By value: in a freshly forked task every new page faults, and a
-            // TF_CONFIG of thousands of tasks is tens of pages.
-            for (name, value) in injection.into_vars() {
-                spank.setenv(name, value)?;
-            }
-            Ok(())
         })
+    }
+
+    /// Without `user_init`'s share (it did not run): the task makes it
+    /// alone, from its own view.
+    fn task_alone(&self, spank: &Spank) -> Result<()> {
+        if self.registration_failed {
+            return fail_closed(spank);
+        }
+        let Some(settings) = options::step_settings(spank)? else {
+            return Ok(());
+        };
+        if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
+            return Ok(());
+        }
+        let step = match Step::gather(&settings, &mut InTask(spank))? {
+            Gathered::Step(step) => *step,
+            Gathered::Skip => return Ok(()),
+            Gathered::Refused => return Err(Error::new("")),
+        };
+        let rank = required(step.procid)?;
+        let node = Node::prepare(settings, step)?;
+        apply_injection(spank, node.task(rank, Some(spank.task_id()?), None)?, &[])
+    }
+}
+
+/// The task's own part: its rank (SLURM_PROCID, set by slurmstepd after the
+/// fork) and local id (S_TASK_ID) pick its variables from the node's share.
+/// A binding of GPUs to each task is known only here (SLURMD_TRES_BIND, the
+/// task's own list); the node's GPU plan serves every other case.
+fn apply(spank: &Spank, ready: &Ready) -> Result<()> {
+    let env = spank.env()?;
+    let mut view = TaskEnv(&env);
+    let rank = required(number(&mut view, "SLURM_PROCID")?)?;
+    let local = spank.task_id()?;
+    let bind = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
+    // Made ahead for this rank as this local task: only set them here.
+    if let (None, Some((ahead_rank, vars))) = (
+        &bind,
+        ready.here.as_ref().and_then(|h| h.get(local as usize)),
+    ) {
+        if *ahead_rank == rank {
+            let vars = vars.as_ref().map_err(Clone::clone)?;
+            let mut replaced = Vec::new();
+            for (name, value) in vars {
+                let name = name.to_str().unwrap_or_default();
+                if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
+                    replaced.push(name);
+                }
+            }
+            for (name, value) in vars {
+                spank.setenv_c(name, value)?;
+            }
+            say_replaced(&replaced);
+            return Ok(());
+        }
+    }
+    let node = &ready.node;
+    let bound = match bind {
+        Some(bind) => Some(TaskBinding {
+            visible: Visible::read(|name| env.get(name).map(|v| v.map(str::to_string)))?,
+            bind,
+            gpus_on_node: number(&mut view, "SLURM_GPUS_ON_NODE")?,
+        }),
+        None => None,
+    };
+    let injection = node.task(rank, Some(local), bound.as_ref())?;
+    log::debug!("{}", core::explain(node.step(), rank, &injection));
+    let mut replaced = Vec::new();
+    for (name, value) in injection.vars() {
+        if was_replaced(&env, &ready.host_env, name, value.as_bytes())? {
+            replaced.push(name);
+        }
+    }
+    apply_injection(spank, injection, &replaced)
+}
+
+/// Whether a plugin before this one set `name` in this task (a container's
+/// environment, pyxis's `task_init`) to a value neither the host's nor ours.
+fn was_replaced(
+    env: &Env,
+    host_env: &HashMap<String, String>,
+    name: &str,
+    ours: &[u8],
+) -> Result<bool> {
+    Ok(match env.get(name)? {
+        Some(now) => now.as_bytes() != ours && host_env.get(name).map(String::as_str) != Some(now),
+        None => false,
+    })
+}
+
+/// The variables as C strings, made once per node.
+fn c_strings(injection: core::Injection) -> Result<CVars> {
+    injection
+        .into_vars()
+        .map(|(name, value)| {
+            let bad = || Error::new(format!("{name}: value with NUL"));
+            Ok((
+                CString::new(name).map_err(|_| bad())?,
+                CString::new(value).map_err(|_| bad())?,
+            ))
+        })
+        .collect()
+}
+
+fn required(procid: Option<u32>) -> Result<u32> {
+    procid.ok_or_else(|| Error::new("SLURM_PROCID is not set: not inside a Slurm step?"))
+}
+
+/// Sets the variables; then says which earlier values they replaced.
+fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[&str]) -> Result<()> {
+    // By value: in a freshly forked task every new page faults, and a
+    // TF_CONFIG of thousands of tasks is tens of pages.
+    for (name, value) in injection.into_vars() {
+        spank.setenv(name, value)?;
+    }
+    say_replaced(replaced);
+    Ok(())
+}
+
+/// One line on the user's terminal naming the replaced variables.
+fn say_replaced(replaced: &[&str]) {
+    if !replaced.is_empty() {
+        let text = format!(
+            "replaced {} set before this plugin ran (by a plugin listed earlier in plugstack.conf, such as a container's environment) with the values computed on the host",
+            replaced.join(" ")
+        );
+        super::handle::notice(&text);
     }
 }
 
@@ -68,10 +300,58 @@ fn fail_closed(spank: &Spank) -> Result<()> {
     }
 }
 
-/// The task as slurmstepd shows it.
-struct Task<'s, 'a>(&'s Spank<'a>);
+/// The node as slurmstepd shows it in `user_init`, on the host: the step's
+/// environment, the host's GPUs and files.
+struct OnHost<'s, 'a>(&'s Spank<'a>);
 
-impl Source for Task<'_, '_> {
+impl Source for OnHost<'_, '_> {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        match name {
+            // Set per task by slurmstepd after the fork (task.c `exec_task`);
+            // here only a value the user exported could be seen. The task
+            // checks its own rank and local id against the layout instead.
+            "SLURM_PROCID" | "SLURM_LOCALID" | "SLURM_GTIDS" | "SLURM_NODEID"
+            | "SLURMD_TRES_BIND" => Ok(None),
+            // slurmstepd's own (slurmstepd.c sets it in its environment).
+            "SLURMD_NODENAME" => Ok(std::env::var(name).ok()),
+            _ => self.0.getenv(name),
+        }
+    }
+
+    fn gpu_count(&mut self) -> Result<u32> {
+        node_gpu_count()
+    }
+
+    /// As the user: slurmstepd runs `user_init` with the user's effective
+    /// ids and groups (mgr.c drops privileges before it), so the file system
+    /// checks the user's rights. Refused should it ever run as root for
+    /// another user.
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if euid == 0 && self.0.job_uid()? != 0 {
+            return Err(Error::new(format!(
+                "not reading {path}: slurmstepd runs as root here, not as the job's user"
+            )));
+        }
+        read_user_file(path)
+    }
+
+    /// From Slurm itself, not from variables the user could set.
+    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
+        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
+    }
+
+    fn blocks_follow_topology(&self) -> bool {
+        cfg!(slurm_blocks_follow_topology)
+    }
+}
+
+/// The task as slurmstepd shows it in `task_init` (when `user_init` did not
+/// run).
+struct InTask<'s, 'a>(&'s Spank<'a>);
+
+impl Source for InTask<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         self.0.getenv(name)
     }
@@ -84,12 +364,28 @@ impl Source for Task<'_, '_> {
         read_user_file(path)
     }
 
-    /// From Slurm itself, not from variables the user could set.
     fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
         Ok(Some((self.0.job_id()?, self.0.step_id()?)))
     }
 
     fn blocks_follow_topology(&self) -> bool {
         cfg!(slurm_blocks_follow_topology)
+    }
+}
+
+/// The task's environment read in place, for the core's parsers.
+struct TaskEnv<'e, 'a>(&'e Env<'a>);
+
+impl Source for TaskEnv<'_, '_> {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        Ok(self.0.get(name)?.map(str::to_string))
+    }
+
+    fn gpu_count(&mut self) -> Result<u32> {
+        Err(Error::new("the task does not count GPUs"))
+    }
+
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        Err(Error::new(format!("the task reads no file ({path})")))
     }
 }

@@ -106,3 +106,20 @@ pub fn task_path(spec: &str, env: &[(String, String)]) -> Injection {
         .expect("gather");
     core::resolve(&settings, &step).expect("resolve")
 }
+
+/// The plugin's split of the same work: the node's share, made once per
+/// node (slurmstepd's user_init), from the node's view (no SLURM_PROCID).
+#[allow(dead_code)] // the scale bench measures whole resolutions only
+pub fn node_share(spec: &str, env: &[(String, String)]) -> core::Node {
+    let mut settings = Settings::from_admin_args(["port-base=8888"]).expect("admin args");
+    settings.roles = RoleSpec::parse(spec).expect("spec");
+    let node_env: Vec<(String, String)> = env
+        .iter()
+        .filter(|(k, _)| k != "SLURM_PROCID")
+        .cloned()
+        .collect();
+    let step = Step::gather(&settings, &mut Env(&node_env))
+        .and_then(|g| g.step())
+        .expect("gather");
+    core::Node::prepare(settings, step).expect("prepare")
+}

@@ -21,6 +21,7 @@ pub static FRAMEWORK: Framework = Framework {
     ports: |_| 1,
     check_before_launch,
     gpus: GpuRule::OwnIds,
+    shared: None,
     render,
     columns: &["COORDINATOR", "DEVICE_IDS"],
     row,

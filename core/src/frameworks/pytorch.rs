@@ -23,6 +23,7 @@ pub static FRAMEWORK: Framework = Framework {
     ports: |_| 1,
     check_before_launch,
     gpus: GpuRule::Whole,
+    shared: None,
     render,
     columns: &["HOST", "LOCAL_RANK", "GROUP_RANK"],
     row,

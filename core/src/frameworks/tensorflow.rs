@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::{Arg, Framework, GpuRule, Launch, Task, Vars};
+use super::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
 use crate::distribution::Placement;
 use crate::error::bail;
 use crate::hostlist::HostList;
@@ -36,6 +36,7 @@ pub static FRAMEWORK: Framework = Framework {
     ports: Layout::max_local,
     check_before_launch,
     gpus: GpuRule::Slice,
+    shared: Some(cluster),
     render,
     columns: &["ROLE", "INDEX", "ADDRESS"],
     row,
@@ -62,23 +63,17 @@ fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
     tf_config::check_min_size(size, launch.tasks)
 }
 
-/// TF_CONFIG of the task. An `evaluator` stays out of the cluster part:
-/// TensorFlow runs it beside the cluster, not in it.
-fn render(task: &Task, vars: &mut Vars) -> Result<()> {
-    let layout = task.layout;
-    if task.step.num_tasks.is_none() && task.settings.roles.total().is_none() {
+/// TF_CONFIG's cluster part, every task's the same, rendered once per
+/// node. An `evaluator` stays out of it: TensorFlow runs it beside the
+/// cluster, not in it.
+fn cluster(node: &Shared) -> Result<String> {
+    let (layout, settings) = (node.layout, node.settings);
+    if node.step.num_tasks.is_none() && settings.roles.total().is_none() {
         bail!("SLURM_STEP_NUM_TASKS is not set: not inside a Slurm step?");
     }
-    let roles = task.settings.roles.for_step(layout.num_tasks())?;
-    let Some((role, index)) = roles::role_of(&roles, task.rank) else {
-        bail!(
-            "SLURM_PROCID {} is outside the step's {} task(s)",
-            task.rank,
-            layout.num_tasks()
-        );
-    };
+    let roles = settings.roles.for_step(layout.num_tasks())?;
     let addresses: Vec<Cow<str>> = (0..layout.num_nodes()).map(|n| layout.address(n)).collect();
-    let ports: Vec<String> = task.ports.iter().map(u16::to_string).collect();
+    let ports: Vec<String> = node.ports.iter().map(u16::to_string).collect();
     // TF_CONFIG lists every rank: O(ranks) is its nature.
     let placements: Vec<Placement> = layout.placements().collect();
     let mut first = 0usize;
@@ -97,8 +92,30 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     });
     // Each address is `"host:port",`; role names and the rest are small.
     let capacity = placements.len() * (layout.longest_address() + 9) + 256;
+    let cluster = tf_config::cluster(jobs, capacity);
+    // The smallest task part: a larger cluster part fails every task.
+    tf_config::check_size(&cluster, layout.num_tasks())?;
+    Ok(cluster)
+}
+
+/// TF_CONFIG of the task: the node's cluster part and its own role.
+fn render(task: &Task, vars: &mut Vars) -> Result<()> {
+    let layout = task.layout;
+    let roles = task.settings.roles.for_step(layout.num_tasks())?;
+    let Some((role, index)) = roles::role_of(&roles, task.rank) else {
+        bail!(
+            "SLURM_PROCID {} is outside the step's {} task(s)",
+            task.rank,
+            layout.num_tasks()
+        );
+    };
     let rpc_layer = task.settings.rpc_layer.as_deref();
-    let tf_config = tf_config::render(jobs, role, index, rpc_layer, capacity);
+    // One copy of the shared part: in a freshly forked task each new page
+    // faults, and the cluster of thousands of tasks is tens of pages.
+    let mut tf_config =
+        String::with_capacity(task.shared.len() + tf_config::task_part_len(role, rpc_layer));
+    tf_config.push_str(task.shared);
+    tf_config::finish(&mut tf_config, role, index, rpc_layer);
     tf_config::check_size(&tf_config, layout.num_tasks())?;
     vars.push(("TF_CONFIG", tf_config));
     Ok(())

@@ -327,3 +327,132 @@ fn limits_name_their_numbers() {
         "the step has 21846 tasks; TF_CONFIG for more than 21845 cannot fit in one environment variable"
     );
 }
+
+/// The node's share is made once, without any task's own variables (as
+/// slurmstepd's user_init sees the step), and serves each of its tasks:
+/// every rank gets what it would have resolved alone; a rank the layout
+/// puts on another node, or as another local task, is refused.
+#[test]
+fn a_node_prepared_once_serves_each_of_its_tasks() {
+    let node_vars = [
+        ("SLURM_STEP_NUM_TASKS", "5"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_DISTRIBUTION", "cyclic"),
+        ("SLURMD_NODENAME", "n2"),
+        ("SLURM_STEP_RESV_PORTS", "12000-12003"),
+        ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+    ];
+    let settings = Settings {
+        frameworks: Frameworks::TENSORFLOW
+            .with(&pytorch::FRAMEWORK)
+            .with(&jax::FRAMEWORK),
+        ..Settings::default()
+    };
+    let gather = |extra: &[(&'static str, &str)]| {
+        let vars = node_vars
+            .iter()
+            .chain(extra)
+            .map(|&(k, v)| (k, v.to_string()))
+            .collect();
+        Step::gather(&settings, &mut Vars(vars))
+            .unwrap()
+            .step()
+            .unwrap()
+    };
+    let node = crate::Node::prepare(settings.clone(), gather(&[])).unwrap();
+    // n2 runs ranks 1 and 4, as its local tasks 0 and 1.
+    for (rank, local) in [(1, 0), (4, 1)] {
+        let procid = rank.to_string();
+        let alone = resolve(&settings, &gather(&[("SLURM_PROCID", &procid)])).unwrap();
+        assert_eq!(node.task(rank, Some(local), None).unwrap(), alone);
+        let tf: serde_json::Value = serde_json::from_str(alone.get("TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(tf["task"]["index"], rank);
+    }
+    for (rank, local) in [(0, 0), (3, 1), (4, 0)] {
+        let e = node.task(rank, Some(local), None).unwrap_err().to_string();
+        assert!(
+            e.starts_with("the task layout on n2 is not the one Slurm made"),
+            "{e}"
+        );
+    }
+}
+
+/// The settings know no framework: their default is the table's first.
+#[test]
+fn the_default_framework_is_tensorflow() {
+    assert_eq!(
+        Frameworks::TENSORFLOW,
+        Frameworks::only(&tensorflow::FRAMEWORK)
+    );
+    assert_eq!(Settings::default().frameworks, Frameworks::TENSORFLOW);
+}
+
+/// Nothing per task that a container runtime reads to decide what to mount
+/// (enroot and the NVIDIA container toolkit read NVIDIA_VISIBLE_DEVICES and
+/// the other NVIDIA_* names): a task's value there would decide for every
+/// task of the node.
+#[test]
+fn no_task_sets_what_a_container_runtime_reads() {
+    let vars = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_STEP_NUM_TASKS", "2"),
+        ("SLURM_STEP_NODELIST", "n1"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+        ("ROCR_VISIBLE_DEVICES", "0,1"),
+    ];
+    let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    let mut step = Step::gather(&Settings::default(), &mut Vars(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    step.job_step = Some((7, 0));
+    for frameworks in [
+        Frameworks::only(&tensorflow::FRAMEWORK),
+        Frameworks::only(&pytorch::FRAMEWORK).with(&jax::FRAMEWORK),
+    ] {
+        let settings = Settings {
+            frameworks,
+            ..Settings::default()
+        };
+        let injection = resolve(&settings, &step).unwrap();
+        assert!(injection.get("CUDA_VISIBLE_DEVICES").is_some());
+        for (name, _) in injection.vars() {
+            assert!(!name.starts_with("NVIDIA_"), "{name}");
+        }
+    }
+}
+
+/// A node's tasks rendered ahead are each rank's own variables; past the
+/// budget, or with this node unknown, none are.
+#[test]
+fn a_nodes_tasks_rendered_ahead() {
+    let vars = [
+        ("SLURM_STEP_NUM_TASKS", "5"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_DISTRIBUTION", "cyclic"),
+        ("SLURMD_NODENAME", "n2"),
+    ];
+    let vars: HashMap<_, _> = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    let settings = Settings::default();
+    let step = Step::gather(&settings, &mut Vars(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    let node = crate::Node::prepare(settings.clone(), step.clone()).unwrap();
+    let here = node.render_here(1 << 20).unwrap();
+    assert_eq!(here.iter().map(|(r, _)| *r).collect::<Vec<_>>(), [1, 4]);
+    for (local, (rank, injection)) in (0..).zip(&here) {
+        assert_eq!(
+            injection.as_ref().unwrap(),
+            &node.task(*rank, Some(local), None).unwrap()
+        );
+    }
+    assert!(node.render_here(100).is_none());
+    let mut elsewhere = step;
+    elsewhere.nodename = None;
+    let node = crate::Node::prepare(settings, elsewhere).unwrap();
+    assert!(node.render_here(1 << 20).is_none());
+}

@@ -1,32 +1,12 @@
-//! The GPUs of each task: one device rule per framework, under every way of
-//! asking Slurm for GPUs (docs/layouts-and-gpus.md has the table).
-//!
-//! Slurm's gres plugin writes one device list per task into every vendor
-//! variable its gres.conf flags name (CUDA_VISIBLE_DEVICES,
-//! ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL; all four by
-//! default), the same tokens in each. With `--gpus-per-task`, `--gpu-bind`
-//! or `--ntasks-per-gpu` it binds GPUs per task itself and slurmstepd says
-//! how in SLURMD_TRES_BIND ([`GpuBind`]). The rules:
-//!
-//! - TensorFlow: Slurm's per-task binding is kept; otherwise local task k
-//!   gets the k-th slice of the node's list (`4,5,6,7` → `4,5` | `6,7`), in
-//!   Slurm's own tokens; a slice of 0 GPUs leaves the list as Slurm set it.
-//! - JAX: an exclusive per-task binding is kept, JAX_LOCAL_DEVICE_IDS =
-//!   0..m-1; a binding that lets tasks share GPUs is refused; without one,
-//!   the k-th slice as for TensorFlow, ids 0..s-1. More tasks than GPUs is
-//!   refused.
-//! - PyTorch (`set_device(LOCAL_RANK)`): every local task sees the node's
-//!   whole list, local rank k using the k-th GPU; a per-task binding is
-//!   refused (LOCAL_RANK would name a GPU the task cannot see), and so are
-//!   more tasks than GPUs. With JAX too, local task k's JAX_LOCAL_DEVICE_IDS
-//!   are k, k+L, … within the whole list (its PyTorch GPU among them).
-//!
-//! All functions here are pure: the task's variables come in, the plan goes
-//! out; [`check_before_launch`] is srun's early form of the same refusals.
+//! One node's GPU plan: which device list each local task gets, by the
+//! step's frameworks' rules (see the module above for the rules).
 
-use super::error::{Result, bail, shown};
-use super::settings::Settings;
 use std::fmt::Write;
+
+use super::bind::{GpuBind, describe};
+use super::devices::{DEVICE_VARS, Visible, token_end};
+use crate::error::{Result, bail};
+use crate::settings::Settings;
 
 /// What the step's frameworks ask of the GPUs, from each one's rule
 /// (crate::frameworks::GpuRule), with the option that asked, for messages.
@@ -42,12 +22,12 @@ pub struct Rules {
 
 impl Rules {
     /// Every rank takes GPUs of its own (PyTorch's and JAX's common programs).
-    fn one_each(&self) -> bool {
+    pub(super) fn one_each(&self) -> bool {
         self.whole.is_some() || self.own_ids.is_some()
     }
 
     /// The options that asked for a GPU per rank, e.g. `--torch-cluster`.
-    fn who(&self) -> String {
+    pub(super) fn who(&self) -> String {
         let options: Vec<String> = [self.whole, self.own_ids]
             .into_iter()
             .flatten()
@@ -55,208 +35,6 @@ impl Rules {
             .collect();
         options.join(" ")
     }
-}
-
-/// Most GPUs a node, a task or Slurm's list may name: far above any real
-/// node, low enough that no count a user gives makes the task build a huge
-/// list before its limits apply.
-pub const MAX_GPUS: u32 = 1024;
-
-/// The variables Slurm's gres/gpu plugin sets to a task's device list
-/// (gres_common.c, `gres_common_gpu_set_env`, 22.05 to 26.05): by gres.conf
-/// `Flags=nvidia_gpu_env`, `amd_gpu_env`, `intel_gpu_env`, `opencl_env`, all
-/// four without Flags. The plugin slices and binds each one it finds.
-pub const DEVICE_VARS: [&str; 4] = [
-    "CUDA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "ZE_AFFINITY_MASK",
-    "GPU_DEVICE_ORDINAL",
-];
-
-/// The device lists Slurm gave one task: each variable of [`DEVICE_VARS`]
-/// that is set, with its value.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Visible {
-    lists: Vec<(&'static str, String)>,
-}
-
-impl Visible {
-    /// From a lookup of the task's variables.
-    pub fn read<E>(
-        mut var: impl FnMut(&str) -> std::result::Result<Option<String>, E>,
-    ) -> std::result::Result<Visible, E> {
-        let mut lists = Vec::new();
-        for name in DEVICE_VARS {
-            if let Some(value) = var(name)? {
-                lists.push((name, value));
-            }
-        }
-        Ok(Visible { lists })
-    }
-
-    /// From (name, value) pairs; names outside [`DEVICE_VARS`] are ignored.
-    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Visible {
-        let mut lists = Vec::new();
-        for (name, value) in pairs {
-            if let Some(&known) = DEVICE_VARS.iter().find(|&&v| v == name) {
-                lists.push((known, value.to_string()));
-            }
-        }
-        Visible { lists }
-    }
-
-    /// No device variable is set at all.
-    pub fn is_unset(&self) -> bool {
-        self.lists.is_empty()
-    }
-
-    /// The value of `name`, if set.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.lists
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// How many GPUs the lists name: every list checked, and all must name
-    /// as many (Slurm writes one list into each).
-    pub fn count(&self) -> Result<usize> {
-        let mut count: Option<(&str, usize)> = None;
-        for (name, list) in &self.lists {
-            let n = count_tokens(name, list)?;
-            match count {
-                Some((first, m)) if m != n => bail!(
-                    "{first} names {m} GPU(s) but {name} names {n}: the device variables disagree, so no GPU choice is safe (unset the one not from Slurm, or use --tf-auto-set-gpu=false)"
-                ),
-                Some(_) => {}
-                None => count = Some((name, n)),
-            }
-        }
-        Ok(count.map_or(0, |(_, n)| n))
-    }
-}
-
-/// Slurm's GPU binding of a step's tasks, from SLURMD_TRES_BIND (set by
-/// slurmstepd: `gpu:per_task:1` in 22.05, `gres/gpu:per_task:1` from 23.02
-/// on) or srun's SLURM_TRES_BIND / SLURM_GPU_BIND (tres_bind.c grammar).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GpuBind {
-    /// `none`: every task sees the step's GPUs of its node.
-    None,
-    /// `per_task:N` (`--gpus-per-task=N`): N GPUs of its own per task.
-    PerTask(u32),
-    /// `single:K` (`--ntasks-per-gpu=K`): K tasks share each GPU.
-    Single(u32),
-    /// `map_gpu:` / `map:`: local task k gets the GPU of entry k (cycling).
-    Map(Vec<u64>),
-    /// `mask_gpu:` / `mask:`: local task k gets the GPUs of mask k (cycling).
-    Mask(Vec<u64>),
-    /// `closest`: the GPUs nearest the task's CPUs; tasks may share them.
-    Closest,
-    /// Anything else this plugin does not know: taken as shared.
-    Other(String),
-}
-
-/// Most entries of a map or mask the plugin expands (`0*100000` would
-/// otherwise be a huge list).
-const MAX_BIND_ENTRIES: usize = 4096;
-
-impl GpuBind {
-    /// The GPU part of a tres_bind string (`gres/gpu:verbose,single:1+…`),
-    /// or None when it has none.
-    pub fn parse(tres_bind: &str) -> Option<GpuBind> {
-        let rest = tres_bind.split('+').find_map(|part| {
-            part.strip_prefix("gres/gpu:")
-                .or_else(|| part.strip_prefix("gpu:"))
-        })?;
-        Some(GpuBind::parse_gpu_bind(rest))
-    }
-
-    /// One `--gpu-bind` value (`closest`, `single:2`, `map_gpu:0,1`, …).
-    pub fn parse_gpu_bind(value: &str) -> GpuBind {
-        let rest = strip_prefix_ci(value, "verbose,").unwrap_or(value);
-        let number = |s: &str| s.parse::<u32>().ok();
-        if strip_prefix_ci(rest, "none").is_some() {
-            GpuBind::None
-        } else if strip_prefix_ci(rest, "closest").is_some() {
-            GpuBind::Closest
-        } else if let Some(n) = strip_prefix_ci(rest, "per_task:").and_then(number) {
-            GpuBind::PerTask(n)
-        } else if let Some(n) = strip_prefix_ci(rest, "single:").and_then(number) {
-            GpuBind::Single(n)
-        } else if let Some(list) =
-            strip_prefix_ci(rest, "map_gpu:").or_else(|| strip_prefix_ci(rest, "map:"))
-        {
-            expand(list, false).map_or_else(|| GpuBind::Other(rest.into()), GpuBind::Map)
-        } else if let Some(list) =
-            strip_prefix_ci(rest, "mask_gpu:").or_else(|| strip_prefix_ci(rest, "mask:"))
-        {
-            expand(list, true).map_or_else(|| GpuBind::Other(rest.into()), GpuBind::Mask)
-        } else {
-            GpuBind::Other(rest.into())
-        }
-    }
-
-    /// Slurm binds GPUs per task: each task's device list is its own part.
-    pub fn per_task(&self) -> bool {
-        !matches!(self, GpuBind::None)
-    }
-
-    /// No two of the first `local_tasks` tasks of a node share a GPU.
-    pub fn exclusive(&self, local_tasks: u32) -> bool {
-        let l = local_tasks as usize;
-        match self {
-            GpuBind::None => local_tasks <= 1,
-            GpuBind::PerTask(n) => *n > 0,
-            GpuBind::Single(k) => *k == 1 || local_tasks <= 1,
-            GpuBind::Map(entries) => {
-                l <= entries.len() && {
-                    let mut first: Vec<u64> = entries[..l].to_vec();
-                    first.sort_unstable();
-                    first.windows(2).all(|w| w[0] != w[1])
-                }
-            }
-            GpuBind::Mask(masks) => {
-                l <= masks.len() && {
-                    let mut seen = 0u64;
-                    masks[..l].iter().all(|&m| {
-                        let ok = m != 0 && seen & m == 0;
-                        seen |= m;
-                        ok
-                    })
-                }
-            }
-            GpuBind::Closest | GpuBind::Other(_) => local_tasks <= 1,
-        }
-    }
-}
-
-fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = text.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| &text[prefix.len()..])
-}
-
-/// A map (`0,1*2`) or mask (`0x3,c*2`) list with its `*N` repeats expanded.
-fn expand(list: &str, hex: bool) -> Option<Vec<u64>> {
-    let mut out = Vec::new();
-    for tok in list.split(',') {
-        let (value, times) = match tok.split_once('*') {
-            Some((v, t)) => (v, t.parse::<usize>().ok()?),
-            None => (tok, 1),
-        };
-        let value = if hex {
-            let v = value.strip_prefix("0x").unwrap_or(value);
-            u64::from_str_radix(v, 16).ok()?
-        } else {
-            value.parse::<u64>().ok()?
-        };
-        if out.len() + times > MAX_BIND_ENTRIES {
-            return None;
-        }
-        out.extend(std::iter::repeat_n(value, times));
-    }
-    Some(out)
 }
 
 /// How the plan hands GPUs to the node's tasks.
@@ -492,7 +270,7 @@ impl GpuPlan {
 }
 
 /// PyTorch under a per-task binding.
-fn torch_bound(option: &str, bind: &GpuBind) -> String {
+pub(super) fn torch_bound(option: &str, bind: &GpuBind) -> String {
     format!(
         "--{option}: Slurm binds GPUs to each task here ({}), so set_device(LOCAL_RANK) would name a GPU the task cannot see; use --gpus-per-node=N (or --gres=gpu:N) with --ntasks-per-node=N, or --tf-auto-set-gpu=false to keep Slurm's binding",
         describe(bind)
@@ -500,7 +278,7 @@ fn torch_bound(option: &str, bind: &GpuBind) -> String {
 }
 
 /// JAX under a binding that lets tasks share GPUs.
-fn jax_shared(option: &str, bind: &GpuBind, tasks: u32) -> String {
+pub(super) fn jax_shared(option: &str, bind: &GpuBind, tasks: u32) -> String {
     format!(
         "--{option}: Slurm's GPU binding ({}) lets the {tasks} tasks of a node share GPUs, and jax.distributed.initialize() would put two processes on one GPU; use --gpus-per-task=N, or --gpus-per-node=N without --gpu-bind",
         describe(bind)
@@ -508,23 +286,11 @@ fn jax_shared(option: &str, bind: &GpuBind, tasks: u32) -> String {
 }
 
 /// More tasks on a node than GPUs.
-fn oversubscribed(rules: Rules, tasks: u32, gpus: usize) -> String {
+pub(super) fn oversubscribed(rules: Rules, tasks: u32, gpus: usize) -> String {
     let who = rules.who();
     format!(
         "{who}: {tasks} tasks on a node but {gpus} GPU(s) for them: every rank takes a GPU of its own; run at most {gpus} task(s) per node (--ntasks-per-node={gpus}), ask for more GPUs, or use --tf-auto-set-gpu=false"
     )
-}
-
-fn describe(bind: &GpuBind) -> String {
-    match bind {
-        GpuBind::None => "--gpu-bind=none".into(),
-        GpuBind::PerTask(n) => format!("--gpus-per-task={n}"),
-        GpuBind::Single(k) => format!("--gpu-bind=single:{k}"),
-        GpuBind::Map(_) => "--gpu-bind=map_gpu".into(),
-        GpuBind::Mask(_) => "--gpu-bind=mask_gpu".into(),
-        GpuBind::Closest => "--gpu-bind=closest".into(),
-        GpuBind::Other(text) => format!("--gpu-bind={}", shown(text)),
-    }
 }
 
 /// Whether the node's GPUs must be counted: only when GPUs are to be set and
@@ -544,134 +310,9 @@ pub fn needs_probe(
         && gpus_on_node.is_none()
 }
 
-/// What srun's own environment says of the step's GPU request when
-/// `local_user_init` runs. Slurm 24.11 and 26.05 write srun's final options
-/// there before the callback (srun.c `_setup_one_job_env`:
-/// `set_env_from_opts` then `env_array_set_environment`): SLURM_TRES_BIND
-/// (with the implicit `per_task:N` of --gpus-per-task and `single:K` of
-/// --ntasks-per-gpu), SLURM_TRES_PER_TASK, SLURM_GPUS_PER_NODE. Slurm 22.05
-/// does not: there only what the allocation or the user exported is seen
-/// (SLURM_GPUS_PER_TASK, SLURM_GPU_BIND, SLURM_NTASKS_PER_GPU,
-/// SLURM_GPUS_PER_NODE), which srun also takes as its options.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SrunRequest {
-    /// The binding the step will have, if any is known.
-    pub bind: Option<GpuBind>,
-    /// GPUs per node, if known.
-    pub gpus_per_node: Option<u32>,
-}
-
-impl SrunRequest {
-    /// From srun's environment (`var` looks a variable up).
-    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> SrunRequest {
-        let bind = if let Some(text) = var("SLURM_TRES_BIND") {
-            GpuBind::parse(&text)
-        } else if let Some(text) = var("SLURM_GPU_BIND") {
-            Some(GpuBind::parse_gpu_bind(&text))
-        } else if let Some(n) = var("SLURM_GPUS_PER_TASK").and_then(|v| last_count(&v)) {
-            Some(GpuBind::PerTask(n))
-        } else if let Some(n) = var("SLURM_TRES_PER_TASK").and_then(|v| gpus_in_tres(&v)) {
-            Some(GpuBind::PerTask(n))
-        } else {
-            var("SLURM_NTASKS_PER_GPU")
-                .and_then(|v| v.parse().ok())
-                .map(GpuBind::Single)
-        };
-        SrunRequest {
-            bind,
-            gpus_per_node: var("SLURM_GPUS_PER_NODE").and_then(|v| last_count(&v)),
-        }
-    }
-}
-
-/// `2` or `a100:2` → 2.
-fn last_count(text: &str) -> Option<u32> {
-    text.rsplit(':').next()?.parse().ok()
-}
-
-/// The GPUs of a tres list (`cpu=2,gres/gpu:1` or `gres/gpu:a100=2`).
-fn gpus_in_tres(text: &str) -> Option<u32> {
-    text.split(',').find_map(|t| {
-        let t = t
-            .strip_prefix("gres/")
-            .or_else(|| t.strip_prefix("gres:"))?;
-        if !t.starts_with("gpu") {
-            return None;
-        }
-        t.rsplit([':', '=']).next()?.parse().ok()
-    })
-}
-
-/// srun's check before launch, for a step of at most `local_tasks` tasks
-/// per node: the refusals of [`GpuPlan::new`] that srun can already see.
-/// The task's own check stays the catch-all.
-pub fn check_before_launch(
-    settings: &Settings,
-    rules: Rules,
-    request: &SrunRequest,
-    local_tasks: u32,
-) -> Result<()> {
-    if !settings.auto_set_gpu || !rules.one_each() {
-        return Ok(());
-    }
-    if let Some(bind) = request.bind.as_ref().filter(|b| b.per_task()) {
-        if let Some(option) = rules.whole {
-            bail!("{}", torch_bound(option, bind));
-        }
-        if let Some(option) = rules
-            .own_ids
-            .filter(|_| !bind.exclusive(local_tasks.max(1)))
-        {
-            bail!("{}", jax_shared(option, bind, local_tasks));
-        }
-        return Ok(());
-    }
-    let gpus = settings.gpus_per_node.or(request.gpus_per_node);
-    match gpus {
-        Some(n) if n > 0 && local_tasks > n => {
-            bail!("{}", oversubscribed(rules, local_tasks, n as usize))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Where the first `n` of the `count` tokens of `list` end.
-fn token_end(list: &str, count: usize, n: usize) -> usize {
-    if n == 0 {
-        return 0;
-    }
-    if n == count {
-        return list.len();
-    }
-    let commas = list.bytes().enumerate().filter(|&(_, b)| b == b',');
-    commas.map(|(i, _)| i).nth(n - 1).unwrap_or(list.len())
-}
-
-/// Checks `0,1` / `GPU-8e2c…` / `MIG-…/1/0` (the list of variable `name`)
-/// and counts its tokens; empty means no GPUs.
-fn count_tokens(name: &str, list: &str) -> Result<usize> {
-    if list.is_empty() {
-        return Ok(0);
-    }
-    let mut count = 0;
-    for t in list.split(',') {
-        let ok = !t.is_empty()
-            && t.bytes().all(|c| {
-                c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'/' | b':' | b'.')
-            });
-        if !ok {
-            bail!("bad {name} {}: {} is not a GPU id", shown(list), shown(t));
-        }
-        count += 1;
-        if count > MAX_GPUS as usize {
-            bail!("{name} lists more than {MAX_GPUS} GPUs");
-        }
-    }
-    Ok(count)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::devices::MAX_GPUS;
     use super::*;
 
     fn settings(per_node: Option<u32>, per_task: Option<u32>) -> Settings {
@@ -743,50 +384,6 @@ mod tests {
 
     fn err(r: Result<GpuPlan>) -> String {
         r.unwrap_err().to_string()
-    }
-
-    #[test]
-    fn tres_bind_forms() {
-        let p = |t: &str| GpuBind::parse(t).unwrap();
-        assert_eq!(p("gpu:per_task:1"), GpuBind::PerTask(1)); // 22.05
-        assert_eq!(p("gres/gpu:per_task:2"), GpuBind::PerTask(2)); // 24.11+
-        assert_eq!(p("gres/gpu:verbose,single:1"), GpuBind::Single(1));
-        assert_eq!(p("gres/gpu:none"), GpuBind::None);
-        assert_eq!(p("gres/gpu:closest"), GpuBind::Closest);
-        assert_eq!(
-            p("gres/gpu:map_gpu:0,1*2,3"),
-            GpuBind::Map(vec![0, 1, 1, 3])
-        );
-        assert_eq!(p("gres/gpu:map:1,0"), GpuBind::Map(vec![1, 0]));
-        assert_eq!(p("gres/gpu:mask_gpu:0x3,c"), GpuBind::Mask(vec![3, 12]));
-        assert_eq!(p("gres/gpu:mask:1*2"), GpuBind::Mask(vec![1, 1]));
-        assert_eq!(p("gres/nic:none+gres/gpu:single:2"), GpuBind::Single(2));
-        assert!(matches!(p("gres/gpu:bogus"), GpuBind::Other(_)));
-        assert!(matches!(
-            p("gres/gpu:map_gpu:0*99999999"),
-            GpuBind::Other(_)
-        ));
-        assert_eq!(GpuBind::parse("gres/nic:none"), None);
-        assert_eq!(GpuBind::parse(""), None);
-    }
-
-    #[test]
-    fn which_bindings_are_exclusive() {
-        let p = |t: &str| GpuBind::parse(t).unwrap();
-        assert!(p("gres/gpu:per_task:1").exclusive(4));
-        assert!(p("gres/gpu:single:1").exclusive(4));
-        assert!(!p("gres/gpu:single:2").exclusive(2));
-        assert!(p("gres/gpu:single:2").exclusive(1));
-        assert!(p("gres/gpu:map_gpu:3,2,1,0").exclusive(4));
-        assert!(!p("gres/gpu:map_gpu:0,0,1").exclusive(2));
-        // Cycling: a fifth task takes entry 0 again.
-        assert!(!p("gres/gpu:map_gpu:0,1,2,3").exclusive(5));
-        assert!(p("gres/gpu:map_gpu:0,1,0").exclusive(2));
-        assert!(p("gres/gpu:mask_gpu:0x3,0xc").exclusive(2));
-        assert!(!p("gres/gpu:mask_gpu:0x3,0x6").exclusive(2));
-        assert!(!p("gres/gpu:mask_gpu:0,1").exclusive(2));
-        assert!(!p("gres/gpu:closest").exclusive(2));
-        assert!(p("gres/gpu:closest").exclusive(1));
     }
 
     #[test]
@@ -1163,80 +760,5 @@ mod tests {
             ..Settings::default()
         };
         assert!(!needs_probe(&off, &none, None, None));
-    }
-
-    fn srun(vars: &[(&str, &str)]) -> SrunRequest {
-        SrunRequest::from_env(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.to_string())
-        })
-    }
-
-    fn check(f: Rules, vars: &[(&str, &str)], tasks: u32) -> std::result::Result<(), String> {
-        check_before_launch(&Settings::default(), f, &srun(vars), tasks).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn srun_reads_the_request() {
-        // 24.11+: srun's final options.
-        assert_eq!(
-            srun(&[("SLURM_TRES_BIND", "gres/gpu:per_task:1")]).bind,
-            Some(GpuBind::PerTask(1))
-        );
-        assert_eq!(
-            srun(&[
-                ("SLURM_TRES_BIND", "gres/gpu:none"),
-                ("SLURM_TRES_PER_TASK", "gres/gpu:1")
-            ])
-            .bind,
-            Some(GpuBind::None)
-        );
-        assert_eq!(
-            srun(&[("SLURM_TRES_PER_TASK", "cpu=2,gres/gpu:a100:2")]).bind,
-            Some(GpuBind::PerTask(2))
-        );
-        // 22.05: what srun inherited.
-        assert_eq!(
-            srun(&[("SLURM_GPUS_PER_TASK", "1")]).bind,
-            Some(GpuBind::PerTask(1))
-        );
-        assert_eq!(
-            srun(&[("SLURM_GPU_BIND", "single:2")]).bind,
-            Some(GpuBind::Single(2))
-        );
-        assert_eq!(
-            srun(&[("SLURM_NTASKS_PER_GPU", "2")]).bind,
-            Some(GpuBind::Single(2))
-        );
-        assert_eq!(
-            srun(&[("SLURM_GPUS_PER_NODE", "a100:2")]).gpus_per_node,
-            Some(2)
-        );
-        assert_eq!(srun(&[]), SrunRequest::default());
-    }
-
-    #[test]
-    fn srun_refuses_what_no_task_could_run() {
-        let per_task = [("SLURM_TRES_BIND", "gres/gpu:per_task:1")];
-        let e = check(TORCH, &per_task, 2).unwrap_err();
-        assert!(e.starts_with("--torch-cluster: Slurm binds GPUs"), "{e}");
-        check(JAX, &per_task, 2).unwrap();
-        check(TF, &per_task, 2).unwrap();
-        let e = check(JAX, &[("SLURM_TRES_BIND", "gres/gpu:single:2")], 2).unwrap_err();
-        assert!(e.starts_with("--jax-cluster: Slurm's GPU binding"), "{e}");
-        let per_node = [("SLURM_GPUS_PER_NODE", "2")];
-        for f in [TORCH, JAX] {
-            let e = check(f, &per_node, 3).unwrap_err();
-            assert!(e.contains("3 tasks on a node but 2 GPU(s)"), "{e}");
-            check(f, &per_node, 2).unwrap();
-        }
-        check(TF, &per_node, 3).unwrap();
-        check(TORCH, &[], 8).unwrap();
-        let off = Settings {
-            auto_set_gpu: false,
-            ..Settings::default()
-        };
-        check_before_launch(&off, TORCH, &srun(&per_task), 2).unwrap();
     }
 }

@@ -1,0 +1,206 @@
+//! One node's share of a step, prepared once per node before its tasks
+//! start (the plugin: in slurmstepd's `user_init`, on the host, before any
+//! container plugin enters its namespaces; the CLI: from its environment)
+//! and then handed to each task: the [`Layout`], the node's [`Plan`] and each
+//! framework's shared text. A task takes only its own part: its rank and
+//! local id pick its variables.
+//!
+//! The dependencies run one way: what Slurm says ([`Step`]) → the layout →
+//! the node's plan → each framework's variables (crate::frameworks) → here.
+
+use super::error::bail;
+use super::frameworks::{self, Framework, Gpus, Shared, Task, Vars};
+use super::layout::Layout;
+use super::plan::{Plan, TaskBinding};
+use super::settings::Settings;
+use super::step::Step;
+use super::{ENV_LIMIT, Injection, Result, distribution::Placement};
+
+/// A node's share of the step, made once.
+pub struct Node {
+    settings: Settings,
+    step: Step,
+    layout: Layout,
+    /// This node's index in the layout, when known (SLURMD_NODENAME, else
+    /// SLURM_NODEID).
+    this_node: Option<u32>,
+    plan: Plan,
+    /// What each of the step's frameworks shares among a node's tasks, in
+    /// table order ("" for none).
+    shared: Vec<String>,
+}
+
+impl Node {
+    /// Lays out the step and plans this node: every failure is the step's
+    /// (the caller carries it to each task, never fails the node).
+    pub fn prepare(settings: Settings, step: Step) -> Result<Node> {
+        let layout = Layout::build(&step, settings.host_template.as_deref())?;
+        for f in settings.frameworks.iter() {
+            frameworks::check_limit(f, layout.num_tasks())?;
+        }
+        let this_node = layout.this_node(&step)?;
+        let needs = frameworks::needs(&settings, &layout);
+        let plan = Plan::new(&settings, &step, &layout, this_node, &needs)?;
+        let mut shared = Vec::with_capacity(needs.ports.len());
+        for (i, f) in settings.frameworks.iter().enumerate() {
+            let node = Shared {
+                settings: &settings,
+                step: &step,
+                layout: &layout,
+                ports: plan.ports.of(i),
+            };
+            shared.push(f.shared.map(|s| s(&node)).transpose()?.unwrap_or_default());
+        }
+        // Every cache a task reads is filled here, once, not in each task.
+        layout.warm();
+        Ok(Node {
+            settings,
+            step,
+            layout,
+            this_node,
+            plan,
+            shared,
+        })
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub fn step(&self) -> &Step {
+        &self.step
+    }
+
+    /// The variables of the task of global rank `rank`, Slurm's local task
+    /// `local` of this node when known; `bound`: its own GPUs when Slurm
+    /// binds them per task. A rank the layout puts elsewhere is refused: the
+    /// layout is then not the one Slurm made.
+    pub fn task(
+        &self,
+        rank: u32,
+        local: Option<u32>,
+        bound: Option<&TaskBinding>,
+    ) -> Result<Injection> {
+        let placement = self.layout.placement(rank)?;
+        self.check_task(rank, placement, local)?;
+        let gpus = self.plan.gpus(&self.settings, placement.local, bound)?;
+        let mut vars = Vars::with_capacity(16);
+        for (name, list) in &gpus.vars {
+            // Slurm would drop a longer one and leave every GPU visible.
+            let size = name.len() + 1 + list.len() + 1;
+            if size >= ENV_LIMIT {
+                bail!(
+                    "{name} would be {size} bytes, over the {ENV_LIMIT}-byte limit of one environment variable"
+                );
+            }
+            vars.push((name, list.clone()));
+        }
+        for (i, f) in self.settings.frameworks.iter().enumerate() {
+            (f.render)(&self.view(i, f, rank, placement, &gpus), &mut vars)?;
+        }
+        Ok(Injection { list: vars })
+    }
+
+    /// Every task of this node rendered ahead, in local order, as
+    /// (rank, its variables): what is left to a forked task is then to set
+    /// them (a forked process faults on every page of code it runs and of
+    /// memory it writes). None when this node is unknown or the variables
+    /// would take more than `budget` bytes (each task's TF_CONFIG lists
+    /// every rank): the tasks then render their own.
+    pub fn render_here(&self, budget: usize) -> Option<Vec<(u32, Result<Injection>)>> {
+        let ranks = self.layout.ranks_on(self.this_node?);
+        let mut size = 0usize;
+        let mut out = Vec::with_capacity(ranks.len());
+        for (local, rank) in (0u32..).zip(ranks) {
+            let injection = self.task(rank, Some(local), None);
+            if let Ok(i) = &injection {
+                size += i.vars().map(|(n, v)| n.len() + v.len() + 2).sum::<usize>();
+            }
+            if size > budget {
+                return None;
+            }
+            out.push((rank, injection));
+        }
+        Some(out)
+    }
+
+    /// Slurm started `rank` on this node as local task `local`: the layout
+    /// must say the same.
+    fn check_task(&self, rank: u32, placement: Placement, local: Option<u32>) -> Result<()> {
+        let node_ok = self.this_node.is_none_or(|n| n == placement.node);
+        let local_ok = local.is_none_or(|l| l == placement.local);
+        if node_ok && local_ok {
+            return Ok(());
+        }
+        let here = match self.this_node {
+            Some(n) => self.layout.host(n).to_string(),
+            None => "this node".into(),
+        };
+        bail!(
+            "the task layout on {here} is not the one Slurm made: it puts rank {rank} on {} as local task {}, but Slurm started it here as local task {}",
+            self.layout.host(placement.node),
+            placement.local,
+            local.map_or("?".into(), |l| l.to_string())
+        );
+    }
+
+    /// Framework `f` (the `i`-th of the step's) as one task sees it.
+    fn view<'a>(
+        &'a self,
+        i: usize,
+        f: &'static Framework,
+        rank: u32,
+        placement: Placement,
+        gpus: &'a Gpus,
+    ) -> Task<'a> {
+        debug_assert!(std::ptr::eq(
+            self.settings.frameworks.iter().nth(i).unwrap(),
+            f
+        ));
+        Task {
+            settings: &self.settings,
+            step: &self.step,
+            layout: &self.layout,
+            rank,
+            placement,
+            ports: self.plan.ports.of(i),
+            gpus,
+            shared: &self.shared[i],
+            network: self.plan.network.as_deref(),
+        }
+    }
+
+    /// `tf-cluster explain`: a table of every rank, with each framework's
+    /// columns and the rank's GPUs, then each framework's summary line.
+    pub fn explain(&self) -> Result<Explained> {
+        let mut header = vec!["RANK".to_string()];
+        for f in self.settings.frameworks.iter() {
+            header.extend(f.columns.iter().map(|c| c.to_string()));
+        }
+        header.push("GPUS".into());
+        let mut rows = vec![header];
+        let mut summaries = Vec::new();
+        for rank in 0..self.layout.num_tasks() {
+            let placement = self.layout.placement(rank)?;
+            let gpus = self.plan.gpus(&self.settings, placement.local, None)?;
+            let mut row = vec![rank.to_string()];
+            for (i, f) in self.settings.frameworks.iter().enumerate() {
+                let task = self.view(i, f, rank, placement, &gpus);
+                row.extend((f.row)(&task));
+                if rank == 0 {
+                    summaries.extend((f.summary)(&task));
+                }
+            }
+            let visible = gpus.vars.into_iter().next().map(|(_, list)| list);
+            row.push(visible.unwrap_or_else(|| "-".into()));
+            rows.push(row);
+        }
+        Ok(Explained { rows, summaries })
+    }
+}
+
+/// The table of `tf-cluster explain`.
+pub struct Explained {
+    pub rows: Vec<Vec<String>>,
+    pub summaries: Vec<String>,
+}
