@@ -222,6 +222,10 @@ mod tests {
         assert!(!s.auto_set_gpu);
         assert_eq!(s.rpc_layer.as_deref(), Some("grpc+verbs"));
         assert_eq!(Settings::from_admin_args([]).unwrap(), Settings::default());
+        for good in ["{}-ib", "{}", "ib-{}", "{}.ib.example.org", "a{}b", "{}-IB0"] {
+            let s = Settings::from_admin_args([format!("host-template={good}").as_str()]);
+            assert_eq!(s.unwrap().host_template.as_deref(), Some(good));
+        }
     }
 
     #[test]
@@ -255,7 +259,14 @@ mod tests {
                 "host-template=\"-ib\": not a host name template",
             ),
             ("host-template={}-{}", "not a host name template"),
-            ("host-template={}/ib", "not a host name template"),
+            ("host-template={}/ib", "letters, digits and '-'"),
+            ("host-template=-{}", "neither begins nor ends with '-'"),
+            ("host-template={}-", "neither begins nor ends with '-'"),
+            ("host-template=.{}", "no empty label"),
+            ("host-template={}.", "no empty label"),
+            ("host-template={}..ib", "no empty label"),
+            ("host-template={}_ib", "letters, digits and '-'"),
+            ("host-template={}.-ib", "neither begins nor ends with '-'"),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
             assert!(e.starts_with("plugstack.conf argument"), "{arg}: {e}");
