@@ -202,7 +202,7 @@ fn a_step_opts_out_of_inherited_frameworks() {
     assert_eq!(text.matches("JAX unset").count(), 4, "{text}");
 
     let help = String::from_utf8_lossy(&exec(&["srun", "--help"]).stdout).into_owned();
-    for want in ["--tf-off", "--torch-cluster[=off]", "--jax-cluster[=off]"] {
+    for want in ["--tf-off", "--torch-cluster=off", "--jax-cluster=off", "=off:"] {
         assert!(help.contains(want), "srun --help lacks {want}:\n{help}");
     }
     assert_healthy("opt out");
@@ -259,6 +259,12 @@ fn every_spelling_of_jobid_leaves_no_step_behind() {
         next.assert_workers(4);
     }
     exec(&["scancel", &job]);
+    // An srun that allocates for itself still refuses before launch (its
+    // exit ends the job): no task is started to be failed.
+    let own = srun(&["-n2", "-w", "node1", "--tf-cluster=ps:1"]);
+    assert_ne!(own.code, Some(0), "{}", own.stderr);
+    assert!(!own.stderr.contains("task_init"), "launched: {}", own.stderr);
+    assert!(own.stderr.contains("local_user_init"), "{}", own.stderr);
     assert_healthy("--jobi");
 }
 

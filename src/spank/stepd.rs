@@ -31,7 +31,7 @@ impl Stepd {
             if self.registration_failed {
                 return fail_closed(spank);
             }
-            let Some(settings) = options::step_settings(spank)? else {
+            let Some((settings, word)) = options::task_settings(spank)? else {
                 return Ok(());
             };
             // The batch script, salloc's interactive step and the extern step
@@ -39,7 +39,7 @@ impl Stepd {
             if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
                 return Ok(());
             }
-            let step = match Step::gather(&settings, &mut Task(spank))? {
+            let step = match Step::gather(&settings, &mut Task(spank, word))? {
                 Gathered::Step(step) => *step,
                 Gathered::Skip => return Ok(()),
                 // srun printed why, once for the step.
@@ -68,11 +68,16 @@ fn fail_closed(spank: &Spank) -> Result<()> {
     }
 }
 
-/// The task as slurmstepd shows it.
-struct Task<'s, 'a>(&'s Spank<'a>);
+/// The task as slurmstepd shows it, with srun's word on the step.
+struct Task<'s, 'a>(&'s Spank<'a>, options::Word);
 
 impl Source for Task<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
+        // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved ports
+        // for, and else passes on the one in srun's environment.
+        if name == "SLURM_STEP_RESV_PORTS" && self.1.no_resv_ports {
+            return Ok(None);
+        }
         self.0.getenv(name)
     }
 
