@@ -55,7 +55,10 @@ fn doctor(dir: &Path, slurm_conf: &str) -> Doctor {
     let mut child = cmd
         .arg("doctor")
         .env_clear()
-        .env("PATH", format!("{}:/usr/bin:/bin", dir.join("bin").display()))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
         .env("SLURM_CONF", slurm_conf)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
