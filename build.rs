@@ -49,8 +49,8 @@ fn main() {
     // slurm_get_job_steps takes (update_time, job_id, step_id, …) up to 24.11
     // and a slurm_step_id_t * in 26.05: told by the header itself.
     println!("cargo::rustc-check-cfg=cfg(slurm_get_job_steps_by_id)");
-    let slurm_h = std::fs::read_to_string(PathBuf::from(&include).join("slurm/slurm.h"))
-        .unwrap_or_default();
+    let slurm_h =
+        std::fs::read_to_string(PathBuf::from(&include).join("slurm/slurm.h")).unwrap_or_default();
     if slurm_h.contains("slurm_get_job_steps(slurm_step_id_t") {
         println!("cargo:rustc-cfg=slurm_get_job_steps_by_id");
     }

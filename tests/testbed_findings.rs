@@ -84,14 +84,20 @@ fn torchrun_in_a_het_step_trains() {
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(text.contains("rc=0"), "the step failed or hung:\n{text}\n{stderr}");
+    assert!(
+        text.contains("rc=0"),
+        "the step failed or hung:\n{text}\n{stderr}"
+    );
     let results: Vec<serde_json::Value> = text
         .lines()
         .filter_map(|l| l.split_once("RESULT ").map(|(_, j)| j))
         .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{j}: {e}")))
         .collect();
     assert_eq!(results.len(), 2, "{text}");
-    let mut ranks: Vec<i64> = results.iter().map(|r| r["rank"].as_i64().unwrap()).collect();
+    let mut ranks: Vec<i64> = results
+        .iter()
+        .map(|r| r["rank"].as_i64().unwrap())
+        .collect();
     ranks.sort();
     assert_eq!(ranks, [0, 1], "{text}");
     for r in &results {
@@ -141,7 +147,14 @@ fn an_explicit_torch_cluster_survives_an_unfitting_inherited_tf_cluster() {
 fn an_explicit_torch_cluster_that_does_not_fit_is_refused_beside_an_inherited_tf_cluster() {
     let _t = common::exclusive();
     let (_, text) = batch(
-        &["-N1", "-n3", "-w", "node2", "--gpus-per-node=2", "--tf-cluster"],
+        &[
+            "-N1",
+            "-n3",
+            "-w",
+            "node2",
+            "--gpus-per-node=2",
+            "--tf-cluster",
+        ],
         &format!("srun -n3 --torch-cluster bash -c '{TORCH_PROBE}'; echo rc=$?"),
     );
     assert!(!text.contains("rc=0"), "{text}");
@@ -174,11 +187,21 @@ fn a_step_opts_out_of_inherited_frameworks() {
          srun -n1 --torch-cluster=yes true; echo bad_value=$?"
     );
     let (code, text) = batch(
-        &["-N1", "-w", "node3", "--torch-cluster", "--gres=gpu:2", "--ntasks-per-node=2"],
+        &[
+            "-N1",
+            "-w",
+            "node3",
+            "--torch-cluster",
+            "--gres=gpu:2",
+            "--ntasks-per-node=2",
+        ],
         &script,
     );
     assert_eq!(code, Some(0), "{text}");
-    assert!(!text.contains("plain=0"), "the helper ran with PyTorch: {text}");
+    assert!(
+        !text.contains("plain=0"),
+        "the helper ran with PyTorch: {text}"
+    );
     assert!(text.contains("torch_off=0"), "{text}");
     assert!(text.contains("all_off=0"), "{text}");
     assert!(!text.contains("bad_value=0"), "{text}");
@@ -188,10 +211,20 @@ fn a_step_opts_out_of_inherited_frameworks() {
     );
     let lines = torch_lines(&text);
     assert_eq!(lines.len(), 8, "{text}");
-    assert!(lines.iter().all(|l| l[1] == "unset"), "variables set: {text}");
+    assert!(
+        lines.iter().all(|l| l[1] == "unset"),
+        "variables set: {text}"
+    );
 
     let (code, text) = batch(
-        &["-N1", "-w", "node3", "--jax-cluster", "--gres=gpu:2", "--ntasks-per-node=2"],
+        &[
+            "-N1",
+            "-w",
+            "node3",
+            "--jax-cluster",
+            "--gres=gpu:2",
+            "--ntasks-per-node=2",
+        ],
         &format!(
             "{helper} hostname >/dev/null; echo plain=$?; \
              {helper} --jax-cluster=off bash -c 'echo JAX ${{JAX_COORDINATOR_ADDRESS-unset}}'; echo jax_off=$?"
@@ -202,7 +235,12 @@ fn a_step_opts_out_of_inherited_frameworks() {
     assert_eq!(text.matches("JAX unset").count(), 4, "{text}");
 
     let help = String::from_utf8_lossy(&exec(&["srun", "--help"]).stdout).into_owned();
-    for want in ["--tf-off", "--torch-cluster=off", "--jax-cluster=off", "=off:"] {
+    for want in [
+        "--tf-off",
+        "--torch-cluster=off",
+        "--jax-cluster=off",
+        "=off:",
+    ] {
         assert!(help.contains(want), "srun --help lacks {want}:\n{help}");
     }
     assert_healthy("opt out");
@@ -241,7 +279,10 @@ fn every_spelling_of_jobid_leaves_no_step_behind() {
         assert_ne!(run.code, Some(0), "{case}: {}", run.stderr);
         assert!(run.tasks.is_empty(), "{case}: {:?}", run.tasks);
         assert_eq!(
-            run.messages().into_iter().filter(|m| m.contains("asks for 6 tasks")).count(),
+            run.messages()
+                .into_iter()
+                .filter(|m| m.contains("asks for 6 tasks"))
+                .count(),
             1,
             "{case}: {}",
             run.stderr
@@ -254,7 +295,15 @@ fn every_spelling_of_jobid_leaves_no_step_behind() {
         );
         let jobid = format!("--jobid={job}");
         let next = parse_run(exec(&[
-            "timeout", "60", "srun", &jobid, "-n4", "--tf-cluster", "bash", "-c", common::PROBE,
+            "timeout",
+            "60",
+            "srun",
+            &jobid,
+            "-n4",
+            "--tf-cluster",
+            "bash",
+            "-c",
+            common::PROBE,
         ]));
         next.assert_workers(4);
     }
@@ -263,7 +312,11 @@ fn every_spelling_of_jobid_leaves_no_step_behind() {
     // exit ends the job): no task is started to be failed.
     let own = srun(&["-n2", "-w", "node1", "--tf-cluster=ps:1"]);
     assert_ne!(own.code, Some(0), "{}", own.stderr);
-    assert!(!own.stderr.contains("task_init"), "launched: {}", own.stderr);
+    assert!(
+        !own.stderr.contains("task_init"),
+        "launched: {}",
+        own.stderr
+    );
     assert!(own.stderr.contains("local_user_init"), "{}", own.stderr);
     assert_healthy("--jobi");
 }
@@ -277,7 +330,12 @@ fn srun_gpu_bind_wins_over_a_stale_slurm_gpu_bind() {
     let _t = common::exclusive();
     let (code, text) = batch(
         &[
-            "-N1", "-w", "node1", "--ntasks-per-node=2", "--gres=gpu:4", "--gpu-bind=single:2",
+            "-N1",
+            "-w",
+            "node1",
+            "--ntasks-per-node=2",
+            "--gres=gpu:4",
+            "--gpu-bind=single:2",
             "--jax-cluster",
         ],
         "srun --gpu-bind=map_gpu:0,1 bash -c 'echo JAX $SLURM_PROCID ${SLURMD_TRES_BIND-none} ${JAX_LOCAL_DEVICE_IDS-unset} ${CUDA_VISIBLE_DEVICES-unset}'; echo rc=$?",
@@ -304,11 +362,26 @@ fn srun_gpu_bind_wins_over_a_stale_slurm_gpu_bind() {
 #[test]
 fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
     let _t = common::exclusive();
-    let args = ["-N1", "-n1", "-w", "node1", "--resv-ports=0", "--torch-cluster", "bash", "-c", TORCH_PROBE];
+    let args = [
+        "-N1",
+        "-n1",
+        "-w",
+        "node1",
+        "--resv-ports=0",
+        "--torch-cluster",
+        "bash",
+        "-c",
+        TORCH_PROBE,
+    ];
     let out = exec(&[&["env", "SLURM_STEP_RESV_PORTS=1-3", "srun"][..], &args[..]].concat());
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let lines = torch_lines(&text);
-    assert_eq!(lines.len(), 1, "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        lines.len(),
+        1,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(lines[0][2], "8888", "MASTER_PORT: {text}");
 
     let inner = format!(
@@ -316,7 +389,17 @@ fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
         TORCH_PROBE.replace("TORCH", "TORCH inner")
     );
     let outer = format!("{}; {inner}", TORCH_PROBE.replace("TORCH", "TORCH outer"));
-    let out = exec(&["srun", "-N1", "-n1", "-w", "node2", "--torch-cluster", "bash", "-c", &outer]);
+    let out = exec(&[
+        "srun",
+        "-N1",
+        "-n1",
+        "-w",
+        "node2",
+        "--torch-cluster",
+        "bash",
+        "-c",
+        &outer,
+    ]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let port = |which: &str| -> String {
@@ -329,8 +412,14 @@ fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
             .to_string()
     };
     let (outer_port, inner_port) = (port("outer"), port("inner"));
-    assert!(outer_port.starts_with("12"), "the outer step's reserved port: {text}");
-    assert_eq!(inner_port, "8888", "the inner step has no reservation: {text}");
+    assert!(
+        outer_port.starts_with("12"),
+        "the outer step's reserved port: {text}"
+    );
+    assert_eq!(
+        inner_port, "8888",
+        "the inner step has no reservation: {text}"
+    );
     assert_healthy("stale SLURM_STEP_RESV_PORTS");
 }
 
@@ -348,7 +437,11 @@ fn a_host_template_that_makes_no_host_name_is_refused() {
         let option = format!("--tf-host-template={template}");
         let run: Run = srun_env(&[], &["-N1", "-n1", "--torch-cluster", &option]);
         run.assert_refused(rule);
-        assert!(run.messages()[0].contains("RFC 1123"), "{:?}", run.messages());
+        assert!(
+            run.messages()[0].contains("RFC 1123"),
+            "{:?}",
+            run.messages()
+        );
     }
     assert_healthy("host template");
 }

@@ -153,7 +153,10 @@ fn host_name_rule(name: &str) -> Option<&'static str> {
         if label.len() > 63 {
             return Some("a label has at most 63 characters");
         }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
             return Some("a label has only letters, digits and '-'");
         }
         if label.starts_with('-') || label.ends_with('-') {
@@ -250,7 +253,14 @@ mod tests {
         assert!(!s.auto_set_gpu);
         assert_eq!(s.rpc_layer.as_deref(), Some("grpc+verbs"));
         assert_eq!(Settings::from_admin_args([]).unwrap(), Settings::default());
-        for good in ["{}-ib", "{}", "ib-{}", "{}.ib.example.org", "a{}b", "{}-IB0"] {
+        for good in [
+            "{}-ib",
+            "{}",
+            "ib-{}",
+            "{}.ib.example.org",
+            "a{}b",
+            "{}-IB0",
+        ] {
             let s = Settings::from_admin_args([format!("host-template={good}").as_str()]);
             assert_eq!(s.unwrap().host_template.as_deref(), Some(good));
         }

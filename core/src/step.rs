@@ -380,7 +380,10 @@ mod tests {
             ("SLURM_JOB_ID_HET_GROUP_1", "16"),
         ];
         for own in [15, 16] {
-            assert_eq!(het_job_id_of(&mut Vars(&vars), Some((own, 0))), Ok(Some(15)));
+            assert_eq!(
+                het_job_id_of(&mut Vars(&vars), Some((own, 0))),
+                Ok(Some(15))
+            );
         }
         assert_eq!(het_job_id_of(&mut Vars(&vars), Some((17, 0))), Ok(None));
         assert_eq!(het_job_id_of(&mut Vars(&vars), None), Ok(None));

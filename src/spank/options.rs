@@ -305,7 +305,12 @@ mod tests {
         assert_eq!(Word::decode(Some(&text), 42, 4).unwrap(), Word::default());
         assert_eq!(Word::decode(None, 42, 3).unwrap(), Word::default());
         assert_eq!(Word::default().encode(42, 3), None);
-        for bad in ["42.3;", "42.3;leave-out=", "42.3;leave-out=tf-cluster,nope", "42.3;ports"] {
+        for bad in [
+            "42.3;",
+            "42.3;leave-out=",
+            "42.3;leave-out=tf-cluster,nope",
+            "42.3;ports",
+        ] {
             assert!(Word::decode(Some(bad), 42, 3).is_err(), "{bad}");
         }
     }
@@ -318,6 +323,9 @@ mod tests {
         assert!(check_framework_value(&tensorflow::FRAMEWORK, OFF).is_ok());
         assert!(check_framework_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
         let e = check_framework_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
-        assert_eq!(e.to_string(), "--torch-cluster takes no value but off (not \"yes\")");
+        assert_eq!(
+            e.to_string(),
+            "--torch-cluster takes no value but off (not \"yes\")"
+        );
     }
 }

@@ -122,7 +122,11 @@ impl Srun {
         };
         let mut rest = settings.clone();
         rest.frameworks = Frameworks::default();
-        for f in settings.frameworks.iter().filter(|&f| !left_out.contains(f)) {
+        for f in settings
+            .frameworks
+            .iter()
+            .filter(|&f| !left_out.contains(f))
+        {
             rest.frameworks = rest.frameworks.with(f);
         }
         if rest.frameworks.is_empty() {

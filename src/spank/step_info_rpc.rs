@@ -81,7 +81,9 @@ fn text(p: *const std::ffi::c_char) -> Result<Option<String>> {
     // SAFETY: a NUL-terminated string of the response.
     let s = unsafe { CStr::from_ptr(p) };
     if s.count_bytes() > 4096 {
-        return Err(Error::new("slurmctld's step record holds an overlong value"));
+        return Err(Error::new(
+            "slurmctld's step record holds an overlong value",
+        ));
     }
     let s = s
         .to_str()
