@@ -373,16 +373,21 @@ fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
         "-c",
         TORCH_PROBE,
     ];
-    let out = exec(&[&["env", "SLURM_STEP_RESV_PORTS=1-3", "srun"][..], &args[..]].concat());
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let lines = torch_lines(&text);
-    assert_eq!(
-        lines.len(),
-        1,
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(lines[0][2], "8888", "MASTER_PORT: {text}");
+    // A user's range, and the hostile values once refused as this step's
+    // (they are not: Slurm reserved it none).
+    for value in ["1-3", "junk", "1-99999999999", "70000", "9000-8000"] {
+        let var = format!("SLURM_STEP_RESV_PORTS={value}");
+        let out = exec(&[&["env", var.as_str(), "srun"][..], &args[..]].concat());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines = torch_lines(&text);
+        assert_eq!(
+            lines.len(),
+            1,
+            "{value}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(lines[0][2], "8888", "{value}: MASTER_PORT: {text}");
+    }
 
     let inner = format!(
         "srun -N1 -n1 --overlap --resv-ports=0 --torch-cluster bash -c '{}'",
