@@ -46,6 +46,14 @@ fn main() {
             .map(|f| format!(" +{f}"))
             .collect::<String>()
     );
+    // slurm_get_job_steps takes (update_time, job_id, step_id, …) up to 24.11
+    // and a slurm_step_id_t * in 26.05: told by the header itself.
+    println!("cargo::rustc-check-cfg=cfg(slurm_get_job_steps_by_id)");
+    let slurm_h =
+        std::fs::read_to_string(PathBuf::from(&include).join("slurm/slurm.h")).unwrap_or_default();
+    if slurm_h.contains("slurm_get_job_steps(slurm_step_id_t") {
+        println!("cargo:rustc-cfg=slurm_get_job_steps_by_id");
+    }
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
     if version >= 0x19_05_00 {
         // From 25.05 on (measured: 26.05; 22.05 and 24.11 do not), a topology
@@ -66,6 +74,7 @@ fn main() {
         )
         .allowlist_function("slurm_(error|info|verbose|debug|strerror|spank_log)")
         .allowlist_function("slurm_job_step_layout_(get|free)")
+        .allowlist_function("slurm_get_job_steps|slurm_free_job_step_info_response_msg")
         .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t")
         .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")
         .layout_tests(false)

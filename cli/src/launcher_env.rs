@@ -313,11 +313,11 @@ mod tests {
         fn plugin(&mut self, path: &str) -> Option<PluginFile> {
             self.plugins.get(path).cloned()
         }
-        fn slurm_version(&mut self) -> Option<(u32, String)> {
-            None
+        fn slurm_version(&mut self, _run_srun: bool) -> (Option<(u32, String)>, Option<String>) {
+            (None, None)
         }
-        fn show_config(&mut self) -> Option<String> {
-            None
+        fn show_config(&mut self) -> std::result::Result<String, String> {
+            Err("no Slurm here".into())
         }
     }
 

@@ -133,13 +133,17 @@ pub const SETTINGS: [Setting; 6] = [
         arg: "TEMPLATE",
         help: "each host's name on the fast network, {} being the node's name, e.g. {}-ib (default: the node's name)",
         set: |s, v| {
-            let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
-            let ok = v.len() <= 64
-                && v.matches("{}").count() == 1
-                && v.replace("{}", "").chars().all(name);
-            if !ok {
+            if v.len() > 64 || v.matches("{}").count() != 1 {
                 return Err(format!(
                     "{}: not a host name template with one {{}} for the node's name, such as {{}}-ib",
+                    shown(v)
+                ));
+            }
+            // Filled with a one-letter node name: what the template adds
+            // must keep every name it makes a host name.
+            if let Some(rule) = host_name_rule(&v.replace("{}", "n")) {
+                return Err(format!(
+                    "{}: not a host name once the node's name is put in ({rule}, RFC 1123), such as {{}}-ib",
                     shown(v)
                 ));
             }
@@ -148,6 +152,33 @@ pub const SETTINGS: [Setting; 6] = [
         },
     },
 ];
+
+/// The RFC 1123 rule `name` breaks as a host name, if any: dot-separated
+/// labels of 1 to 63 letters, digits and '-', none beginning or ending with
+/// '-', 253 bytes in all.
+fn host_name_rule(name: &str) -> Option<&'static str> {
+    if name.len() > 253 {
+        return Some("a host name has at most 253 bytes");
+    }
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Some("no empty label: no leading, trailing or doubled '.'");
+        }
+        if label.len() > 63 {
+            return Some("a label has at most 63 characters");
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Some("a label has only letters, digits and '-'");
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Some("a label neither begins nor ends with '-'");
+        }
+    }
+    None
+}
 
 fn gpu_count(v: &str) -> std::result::Result<u32, String> {
     match parse_u32(v) {
@@ -236,6 +267,17 @@ mod tests {
         assert!(!s.auto_set_gpu);
         assert_eq!(s.rpc_layer.as_deref(), Some("grpc+verbs"));
         assert_eq!(Settings::from_admin_args([]).unwrap(), Settings::default());
+        for good in [
+            "{}-ib",
+            "{}",
+            "ib-{}",
+            "{}.ib.example.org",
+            "a{}b",
+            "{}-IB0",
+        ] {
+            let s = Settings::from_admin_args([format!("host-template={good}").as_str()]);
+            assert_eq!(s.unwrap().host_template.as_deref(), Some(good));
+        }
     }
 
     #[test]
@@ -269,7 +311,14 @@ mod tests {
                 "host-template=\"-ib\": not a host name template",
             ),
             ("host-template={}-{}", "not a host name template"),
-            ("host-template={}/ib", "not a host name template"),
+            ("host-template={}/ib", "letters, digits and '-'"),
+            ("host-template=-{}", "neither begins nor ends with '-'"),
+            ("host-template={}-", "neither begins nor ends with '-'"),
+            ("host-template=.{}", "no empty label"),
+            ("host-template={}.", "no empty label"),
+            ("host-template={}..ib", "no empty label"),
+            ("host-template={}_ib", "letters, digits and '-'"),
+            ("host-template={}.-ib", "neither begins nor ends with '-'"),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
             assert!(e.starts_with("plugstack.conf argument"), "{arg}: {e}");

@@ -120,6 +120,10 @@ pub struct Step {
     pub from_srun: FromSrun,
     /// The task's job and step ids ([`Source::job_step`]).
     pub job_step: Option<(u32, u32)>,
+    /// The heterogeneous job's id (SLURM_JOB_ID_HET_GROUP_0, its first
+    /// component's), the same in every component's tasks, where the task's
+    /// own job id is one of the components' (each component has its own).
+    pub het_job_id: Option<u32>,
     /// SLURM_TOPOLOGY_ADDR_PATTERN (`node`, or `switch.switch.node` under
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
@@ -172,6 +176,7 @@ impl Step {
             het_nodelists: Vec::new(),
             hostfile: None,
             nodename: source.var("SLURMD_NODENAME")?,
+            het_job_id: het_job_id_of(source, job_step)?,
             job_step,
             from_srun,
             block_topology: None,
@@ -287,6 +292,30 @@ pub fn het_job_id(source: &mut impl Source, k: u32) -> Result<u32> {
     }
 }
 
+/// The heterogeneous job's id, when the task's own job (`job_step`) is one
+/// of its components: the one id every component's tasks read alike. Only a
+/// name for the step (PyTorch's rendezvous id): malformed variables, which
+/// srun's map makes harmless elsewhere, give None rather than an error.
+fn het_job_id_of(source: &mut impl Source, job_step: Option<(u32, u32)>) -> Result<Option<u32>> {
+    let Some((own, _)) = job_step else {
+        return Ok(None);
+    };
+    let Ok(Some(size)) = het_size(source) else {
+        return Ok(None);
+    };
+    let mut first = None;
+    for k in 0..size {
+        let Ok(id) = het_job_id(source, k) else {
+            return Ok(None);
+        };
+        first = first.or(Some(id));
+        if id == own {
+            return Ok(first);
+        }
+    }
+    Ok(None)
+}
+
 /// Component `k`'s node list, SLURM_JOB_NODELIST_HET_GROUP_k. The components
 /// share one `budget` of names: a forged variable per component must not
 /// multiply what a task may expand.
@@ -339,6 +368,28 @@ mod tests {
         fn read_file(&mut self, path: &str) -> Result<String> {
             bail!("no file {path} here")
         }
+    }
+
+    /// Every component's task finds the same heterogeneous job id (the first
+    /// component's), and only when its own job is one of the components.
+    #[test]
+    fn het_job_id_is_the_first_components() {
+        let vars = [
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_ID_HET_GROUP_0", "15"),
+            ("SLURM_JOB_ID_HET_GROUP_1", "16"),
+        ];
+        for own in [15, 16] {
+            assert_eq!(
+                het_job_id_of(&mut Vars(&vars), Some((own, 0))),
+                Ok(Some(15))
+            );
+        }
+        assert_eq!(het_job_id_of(&mut Vars(&vars), Some((17, 0))), Ok(None));
+        assert_eq!(het_job_id_of(&mut Vars(&vars), None), Ok(None));
+        assert_eq!(het_job_id_of(&mut Vars(&[]), Some((15, 0))), Ok(None));
+        let forged = [("SLURM_HET_SIZE", "x"), ("SLURM_JOB_ID_HET_GROUP_0", "15")];
+        assert_eq!(het_job_id_of(&mut Vars(&forged), Some((15, 0))), Ok(None));
     }
 
     /// srun and slurmstepd read the het variables with the same readers:

@@ -92,17 +92,12 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
         match options::given(val).map(|o| o.meaning) {
             Some(Meaning::Framework(f)) => {
                 srun.option_given(f);
-                match &f.arg {
-                    Some(arg) if value != options::OFF => {
-                        (arg.set)(&mut Settings::default(), &value)
-                    }
-                    _ => Ok(()),
-                }
+                options::check_framework_value(f, &value)
             }
             Some(Meaning::Setting(setting)) => Settings::default()
                 .set(setting.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}"))),
-            None => Ok(()),
+            Some(Meaning::AllOff) | None => Ok(()),
         }
     })
 }

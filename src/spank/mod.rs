@@ -1,8 +1,8 @@
 //! The SPANK shell: gathers the step's facts from Slurm, runs the core, and
 //! applies the result. Nothing here decides anything the core could. One
 //! file per process it runs in, as NVIDIA's pyxis does: the exported hooks
-//! (`hooks`), srun's side (`srun`, with the slurmctld RPC in
-//! `step_layout_rpc`) and slurmstepd's side (`stepd`).
+//! (`hooks`), srun's side (`srun`, with the slurmctld RPCs in
+//! `step_layout_rpc` and `step_info_rpc`) and slurmstepd's side (`stepd`).
 
 mod bindings;
 mod fault;
@@ -11,5 +11,6 @@ mod hooks;
 mod logger;
 mod options;
 mod srun;
+mod step_info_rpc;
 mod step_layout_rpc;
 mod stepd;

@@ -17,11 +17,17 @@ use crate::core::{Error, Result, Settings};
 /// What an option stands for.
 #[derive(Clone, Copy)]
 pub enum Meaning {
-    /// Asks for a framework's variables.
+    /// Asks for a framework's variables (`=off`: not for this step).
     Framework(&'static Framework),
     /// Sets a setting for the step.
     Setting(&'static Setting),
+    /// [`ALL_OFF`]: no framework for this step, whatever it inherited.
+    AllOff,
 }
+
+/// The option that leaves a step alone whatever the job asked: every
+/// framework off (one framework: `--<option>=off`).
+pub const ALL_OFF: &str = "tf-off";
 
 pub struct SpankOption {
     raw: sys::spank_option,
@@ -49,27 +55,32 @@ pub fn inherited_var(f: &Framework) -> String {
     )
 }
 
-/// Every option: the frameworks' first, then the settings'.
+/// Every option: the frameworks' first, then the settings', then
+/// [`ALL_OFF`].
 pub fn all() -> &'static [SpankOption] {
     static OPTIONS: OnceLock<Vec<SpankOption>> = OnceLock::new();
     OPTIONS.get_or_init(|| {
         let frameworks = FRAMEWORKS.iter().map(|&f| {
-            // has_arg 2: the argument is optional (`--tf-cluster` alone = all workers).
-            let (arg, has_arg) = f.arg.as_ref().map_or(("", 0), |a| (a.name, 2));
-            (
-                f.option.to_string(),
-                arg,
-                f.help,
-                has_arg,
-                Meaning::Framework(f),
-            )
+            // has_arg 2: the argument is optional (`--tf-cluster` alone =
+            // all workers; `--torch-cluster=off` turns an inherited one off).
+            let arg = f.arg.as_ref().map_or(OFF, |a| a.name);
+            let help = format!("{}; ={OFF}: not for this step, though the job asked", f.help);
+            (f.option.to_string(), arg, help, 2, Meaning::Framework(f))
         });
         let settings = SETTINGS.iter().map(|s| {
             let name = format!("tf-{}", s.key);
-            (name, s.arg, s.help, 1, Meaning::Setting(s))
+            (name, s.arg, s.help.to_string(), 1, Meaning::Setting(s))
         });
+        let all_off = (
+            ALL_OFF.to_string(),
+            "",
+            "no framework's variables for this step, whatever the job asked (one framework: --tf-cluster=off, --torch-cluster=off, --jax-cluster=off)".to_string(),
+            0,
+            Meaning::AllOff,
+        );
         frameworks
             .chain(settings)
+            .chain(std::iter::once(all_off))
             .zip(0..)
             .map(|((name, arg, help, has_arg, meaning), val)| {
                 option(name, arg, help, val, has_arg, meaning)
@@ -86,7 +97,7 @@ pub fn given(val: c_int) -> Option<&'static SpankOption> {
 fn option(
     name: String,
     arg: &str,
-    help: &str,
+    help: String,
     val: c_int,
     has_arg: c_int,
     meaning: Meaning,
@@ -109,21 +120,37 @@ fn option(
     }
 }
 
-/// The `--tf-cluster` value that turns off a spec inherited from the job.
+/// The value of a framework's option that turns it off for the step (one
+/// inherited from the job, or a site's default).
 pub const OFF: &str = "off";
 
+/// Checks a framework option's value as srun, sbatch or salloc parse it.
+pub fn check_framework_value(f: &Framework, value: &str) -> Result<()> {
+    match &f.arg {
+        _ if value == OFF => Ok(()),
+        Some(arg) => (arg.set)(&mut Settings::default(), value),
+        None if value.is_empty() => Ok(()),
+        None => Err(Error::new(format!(
+            "--{} takes no value but {OFF} (not {value:?})",
+            f.option
+        ))),
+    }
+}
+
 /// The step's settings (site defaults from plugstack.conf, then the step's
-/// options), or None when the step asked for no framework (or said
-/// `--tf-cluster=off`).
+/// options), or None when the step asked for no framework (or turned each
+/// off: `--tf-cluster=off`, `--tf-off`).
 pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
     let mut asked = Vec::new();
     for option in all() {
-        if let Meaning::Framework(f) = option.meaning {
-            match spank.getopt(option)? {
+        match option.meaning {
+            Meaning::Framework(f) => match spank.getopt(option)? {
                 Some(value) if value == OFF => {}
                 Some(value) => asked.push((f, value)),
                 None => {}
-            }
+            },
+            Meaning::AllOff if spank.getopt(option)?.is_some() => return Ok(None),
+            _ => {}
         }
     }
     if asked.is_empty() {
@@ -150,10 +177,104 @@ pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
     Ok(Some(settings))
 }
 
+/// What srun says of its step beside the task map, in one variable:
+/// `JOB.STEP[;leave-out=OPTION,…][;no-resv-ports]`, e.g.
+/// `4242.3;leave-out=tf-cluster`. A `SLURM_` name: srun passes it even with
+/// --export=NONE. Only the tasks of that very step read it.
+pub const WORD_VAR: &str = "SLURM_TF_CLUSTER_STEP";
+
+/// srun's word on its step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Word {
+    /// Frameworks the step only inherited and that do not fit it.
+    pub left_out: Frameworks,
+    /// Slurm reserved no ports for the step: a SLURM_STEP_RESV_PORTS the
+    /// tasks see is one srun's environment passed on (an outer step's, the
+    /// user's), not this step's.
+    pub no_resv_ports: bool,
+}
+
+impl Word {
+    /// srun: hands the word on to the step's tasks. Nothing to say removes
+    /// the variable from srun's environment, but the tasks may still get a
+    /// value srun inherited (Slurm copied srun's environment before
+    /// local_user_init; a variable set here still wins): it names another
+    /// step, or the user's own, and is ignored or only turns off what that
+    /// user could turn off.
+    pub fn hand_to_tasks(&self, job: u32, step: u32) {
+        // SAFETY: as srun::hand_to_tasks: srun reads its environment for the
+        // launch only after local_user_init returns.
+        match self.encode(job, step) {
+            Some(value) => unsafe { std::env::set_var(WORD_VAR, value) },
+            None => unsafe { std::env::remove_var(WORD_VAR) },
+        }
+    }
+
+    /// The variable's value, None when there is nothing to say.
+    fn encode(&self, job: u32, step: u32) -> Option<String> {
+        let mut text = format!("{job}.{step}");
+        if !self.left_out.is_empty() {
+            let names: Vec<&str> = self.left_out.iter().map(|f| f.option).collect();
+            text.push_str(&format!(";leave-out={}", names.join(",")));
+        }
+        if self.no_resv_ports {
+            text.push_str(";no-resv-ports");
+        }
+        (*self != Word::default()).then_some(text)
+    }
+
+    /// srun's word on step `job`.`step` in `text` (the variable's value, if
+    /// any). A value made for another step is ignored; a malformed one for
+    /// this step is refused.
+    fn decode(text: Option<&str>, job: u32, step: u32) -> Result<Word> {
+        let mut word = Word::default();
+        let Some(text) = text else {
+            return Ok(word);
+        };
+        let bad = || Error::new(format!("bad {WORD_VAR} {text:?}"));
+        let mut fields = text.split(';');
+        if fields.next() != Some(&format!("{job}.{step}")) {
+            return Ok(word);
+        }
+        for field in fields {
+            match field.split_once('=') {
+                Some(("leave-out", names)) => {
+                    for name in names.split(',') {
+                        let f = FRAMEWORKS
+                            .iter()
+                            .find(|f| f.option == name)
+                            .ok_or_else(bad)?;
+                        word.left_out = word.left_out.with(f);
+                    }
+                }
+                None if field == "no-resv-ports" => word.no_resv_ports = true,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(word)
+    }
+}
+
+/// In slurmstepd, for one task: the step's settings without the frameworks
+/// srun left out, and srun's word (None when no framework is left).
+pub fn task_settings(spank: &Spank) -> Result<Option<(Settings, Word)>> {
+    let Some(mut settings) = step_settings(spank)? else {
+        return Ok(None);
+    };
+    let text = spank.getenv(WORD_VAR)?;
+    let word = Word::decode(text.as_deref(), spank.job_id()?, spank.step_id()?)?;
+    let asked = settings.frameworks;
+    settings.frameworks = Frameworks::default();
+    for f in asked.iter().filter(|&f| !word.left_out.contains(f)) {
+        settings.frameworks = settings.frameworks.with(f);
+    }
+    Ok((!settings.frameworks.is_empty()).then_some((settings, word)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::frameworks::{pytorch, tensorflow};
+    use crate::core::frameworks::{jax, pytorch, tensorflow};
 
     /// The names sbatch/salloc give the options they hand down (measured on
     /// Slurm 22.05: `--tf-cluster` comes back as the first).
@@ -166,6 +287,45 @@ mod tests {
         assert_eq!(
             inherited_var(&pytorch::FRAMEWORK),
             "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster"
+        );
+    }
+
+    /// srun's word round-trips for its own step only; a malformed value
+    /// for the step fails closed.
+    #[test]
+    fn the_word_is_for_its_own_step() {
+        let both = Frameworks::only(&tensorflow::FRAMEWORK).with(&jax::FRAMEWORK);
+        let word = Word {
+            left_out: both,
+            no_resv_ports: true,
+        };
+        let text = word.encode(42, 3).unwrap();
+        assert_eq!(text, "42.3;leave-out=tf-cluster,jax-cluster;no-resv-ports");
+        assert_eq!(Word::decode(Some(&text), 42, 3).unwrap(), word);
+        assert_eq!(Word::decode(Some(&text), 42, 4).unwrap(), Word::default());
+        assert_eq!(Word::decode(None, 42, 3).unwrap(), Word::default());
+        assert_eq!(Word::default().encode(42, 3), None);
+        for bad in [
+            "42.3;",
+            "42.3;leave-out=",
+            "42.3;leave-out=tf-cluster,nope",
+            "42.3;ports",
+        ] {
+            assert!(Word::decode(Some(bad), 42, 3).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn framework_values_are_a_spec_or_off() {
+        assert!(check_framework_value(&pytorch::FRAMEWORK, "").is_ok());
+        assert!(check_framework_value(&pytorch::FRAMEWORK, OFF).is_ok());
+        assert!(check_framework_value(&jax::FRAMEWORK, OFF).is_ok());
+        assert!(check_framework_value(&tensorflow::FRAMEWORK, OFF).is_ok());
+        assert!(check_framework_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
+        let e = check_framework_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--torch-cluster takes no value but off (not \"yes\")"
         );
     }
 }

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::handle::Spank;
 use super::hooks::guard;
 use super::options::{self, inherited_var};
-use super::{fault, step_layout_rpc};
-use crate::core::frameworks::{self, FRAMEWORKS, Framework};
+use super::{fault, step_info_rpc, step_layout_rpc};
+use crate::core::frameworks::{self, FRAMEWORKS, Framework, Frameworks};
 use crate::core::gpus;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
@@ -20,11 +20,10 @@ use crate::core::{self, Error, MAX_NODES, Result, Settings};
 
 /// srun's state, from its start to its `local_user_init`.
 pub struct Srun {
-    /// srun started outside any allocation (and without --jobid): it
-    /// allocates for itself, and its exit ends the job, so it may refuse
-    /// before launch. Inside an existing allocation the created step would
-    /// stay behind.
-    own_allocation: bool,
+    /// srun's environment at its start named no job and no submit directory,
+    /// so Slurm's mark of an allocation srun made itself (see
+    /// [`Srun::own_allocation`]) can be read in `local_user_init`.
+    started_outside: bool,
     /// How often each framework option's callback ran. srun reads the value
     /// sbatch/salloc handed down first, then its own command line: one call
     /// with the inherited variable set means the option was only inherited.
@@ -34,7 +33,9 @@ pub struct Srun {
 impl Srun {
     pub fn new() -> Srun {
         Srun {
-            own_allocation: outside_any_allocation(),
+            started_outside: !["SLURM_JOB_ID", "SLURM_JOBID", SUBMIT_DIR]
+                .iter()
+                .any(|v| std::env::var_os(v).is_some()),
             calls: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
@@ -44,14 +45,33 @@ impl Srun {
         self.calls[frameworks::index(f)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// An option whose framework leaves unfitting steps alone came only from
-    /// the job (sbatch/salloc), not from this srun.
-    fn inherited(&self) -> bool {
-        FRAMEWORKS.iter().enumerate().any(|(i, f)| {
-            f.skip_when_inherited
+    /// srun made the step's allocation itself: its exit ends the job, so it
+    /// may refuse before launch (inside an existing allocation the created
+    /// step would stay behind). Decided from what srun did, not from how its
+    /// command line is spelled (`--jobi=22` is getopt's `--jobid=22`): only
+    /// when srun allocates does it set SLURM_SUBMIT_DIR in its own
+    /// environment before local_user_init (measured on 22.05, 24.11, 26.05;
+    /// SLURM_JOB_ID and SLURM_JOB_NAME it sets either way). Unknown (the
+    /// variable exported from the start) counts as an existing allocation,
+    /// the safe side.
+    fn own_allocation(&self) -> bool {
+        self.started_outside && std::env::var_os(SUBMIT_DIR).is_some()
+    }
+
+    /// The frameworks of `settings` whose option leaves unfitting steps
+    /// alone and came only from the job (sbatch/salloc), not from this srun.
+    fn only_inherited(&self, settings: &Settings) -> Frameworks {
+        let mut found = Frameworks::default();
+        for (i, &f) in FRAMEWORKS.iter().enumerate() {
+            if settings.frameworks.contains(f)
+                && f.skip_when_inherited
                 && std::env::var_os(inherited_var(f)).is_some()
                 && self.calls[i].load(Ordering::Relaxed) <= 1
-        })
+            {
+                found = found.with(f);
+            }
+        }
+        found
     }
 
     /// After slurmctld created the step and before anything is launched:
@@ -67,38 +87,75 @@ impl Srun {
                 Err(e) => self.refuse(spank, e),
             },
         );
-        if self.own_allocation { rc } else { 0 }
+        if self.own_allocation() { rc } else { 0 }
     }
 
     /// Decides for a step that asked for the plugin. Err: refuse now (srun
     /// exits, nothing launched); Ok: srun launches, the tasks apply the
-    /// variable.
+    /// variable. A step that does not fit leaves out the frameworks it only
+    /// inherited with a leave-unfitting-steps-alone option, those only: the
+    /// others are decided again without them.
     fn decide(&self, spank: &Spank, settings: &Settings) -> Result<()> {
         let job = spank.job_id()?;
         let step = spank.step_id()?;
-        match map_for(spank, settings, job, step) {
-            Ok(value) => hand_to_tasks(&value),
+        let mut word = options::Word::default();
+        word.hand_to_tasks(job, step);
+        let e = match map_for(spank, settings, job, step, &mut word) {
+            Ok(value) => {
+                word.hand_to_tasks(job, step);
+                return hand_to_tasks(&value);
+            }
+            Err(e) => e,
+        };
+        let left_out = self.only_inherited(settings);
+        if left_out.is_empty() {
+            return self.refuse(spank, e);
+        }
+        let names: Vec<String> = left_out.iter().map(|f| format!("--{}", f.option)).collect();
+        let warn = || {
+            log::warn!(
+                "{e}; the {} inherited from the job is not applied to this step (give this srun {}=VALUE, or {}=off)",
+                names.join(" and "),
+                names[0],
+                names[0]
+            )
+        };
+        let mut rest = settings.clone();
+        rest.frameworks = Frameworks::default();
+        for f in settings
+            .frameworks
+            .iter()
+            .filter(|&f| !left_out.contains(f))
+        {
+            rest.frameworks = rest.frameworks.with(f);
+        }
+        if rest.frameworks.is_empty() {
+            warn();
+            return hand_to_tasks(&Verdict::Skip.encode(job, step));
+        }
+        // What the step asked of srun itself must fit on its own: if it does
+        // not, that is the step's refusal (and nothing is said of the rest).
+        match map_for(spank, &rest, job, step, &mut word) {
+            Ok(value) => {
+                warn();
+                word.left_out = left_out;
+                word.hand_to_tasks(job, step);
+                hand_to_tasks(&value)
+            }
             Err(e) => self.refuse(spank, e),
         }
     }
 
-    /// What cannot run: skipped when only inherited, refused before launch
-    /// when srun can end the job, else handed to the tasks to fail.
+    /// What cannot run: refused before launch when srun can end the job,
+    /// else handed to the tasks to fail.
     fn refuse(&self, spank: &Spank, e: Error) -> Result<()> {
         let job = spank.job_id()?;
         let step = spank.step_id()?;
-        let verdict = if self.inherited() {
-            log::warn!(
-                "{e}; the --tf-cluster inherited from the job is not applied to this step (give this srun --tf-cluster=SPEC, or --tf-cluster=off)"
-            );
-            Verdict::Skip
-        } else if self.own_allocation {
+        if self.own_allocation() {
             return Err(e);
-        } else {
-            log::error!("{e}");
-            Verdict::Refused
-        };
-        hand_to_tasks(&verdict.encode(job, step))
+        }
+        log::error!("{e}");
+        hand_to_tasks(&Verdict::Refused.encode(job, step))
     }
 }
 
@@ -110,20 +167,18 @@ fn hand_to_tasks(value: &str) -> Result<()> {
     Ok(())
 }
 
-/// srun's environment names no job and its command line no --jobid. A
-/// `--jobid` among the program's own arguments only makes this false, the
-/// safe side.
-fn outside_any_allocation() -> bool {
-    let in_job = ["SLURM_JOB_ID", "SLURM_JOBID"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some());
-    let jobid_arg = std::env::args_os().any(|a| a.as_encoded_bytes().starts_with(b"--jobid"));
-    !in_job && !jobid_arg
-}
+/// What srun sets in its own environment once it allocated the job itself.
+const SUBMIT_DIR: &str = "SLURM_SUBMIT_DIR";
 
 /// The variable's value for a step that may run: the map, or `none` when
 /// Slurm gave none (the tasks then rebuild the layout).
-fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<String> {
+fn map_for(
+    spank: &Spank,
+    settings: &Settings,
+    job: u32,
+    step: u32,
+    word: &mut options::Word,
+) -> Result<String> {
     if let Some(components) = het_components()? {
         return het_map_for(spank, settings, job, step, &components);
     }
@@ -139,7 +194,12 @@ fn map_for(spank: &Spank, settings: &Settings, job: u32, step: u32) -> Result<St
     };
     let (map, hosts_text) = component.into_map(job, step)?;
     core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
-    check_gpus(settings, &map)?;
+    let info = step_info(spank, job, step);
+    // The tasks read the step's reserved ports from SLURM_STEP_RESV_PORTS,
+    // which Slurm sets only for a step it reserved ports for: otherwise the
+    // one in srun's environment (an outer step's, the user's) passes through.
+    word.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
+    check_gpus(settings, &map, info.as_ref())?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
     } else {
@@ -201,7 +261,9 @@ fn het_map_for(
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
     core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
-    check_gpus(settings, &map)?;
+    // The first component's record only: its reserved ports are left as
+    // Slurm passes them (srun's variables reach that component alone).
+    check_gpus(settings, &map, step_info(spank, job, step).as_ref())?;
     let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);
@@ -214,17 +276,39 @@ fn het_map_for(
     Ok(value)
 }
 
+/// This step as slurmctld recorded it, or None (srun's environment is then
+/// taken as it is).
+fn step_info(spank: &Spank, job: u32, step: u32) -> Option<step_info_rpc::StepInfo> {
+    let got = if fault::active("step_info_rpc", Some(spank)) {
+        Err(Error::new("slurmctld gave no step record: fault injected"))
+    } else {
+        step_info_rpc::fetch(job, step)
+    };
+    got.map_err(|e| log::info!("{e}: srun's environment is taken as it is"))
+        .ok()
+}
+
 /// The GPU refusals srun can make before launch: the GPU request as srun's
-/// own environment shows it (core::gpus::SrunRequest) against the most tasks
-/// the map puts on one node. Each task checks again (the catch-all).
-fn check_gpus(settings: &Settings, map: &task_map::TaskMap) -> Result<()> {
+/// own environment shows it (core::gpus::SrunRequest), its binding the
+/// step's as slurmctld recorded it (srun 22.05 leaves a SLURM_GPU_BIND of
+/// `sbatch --gpu-bind` in its environment whatever its own --gpu-bind),
+/// against the most tasks the map puts on one node. Each task checks again
+/// (the catch-all).
+fn check_gpus(
+    settings: &Settings,
+    map: &task_map::TaskMap,
+    info: Option<&step_info_rpc::StepInfo>,
+) -> Result<()> {
     let most = map
         .runs
         .counts(map.hosts.len())
         .into_iter()
         .max()
         .unwrap_or(0);
-    let request = gpus::SrunRequest::from_env(|name| std::env::var(name).ok());
+    let mut request = gpus::SrunRequest::from_env(|name| std::env::var(name).ok());
+    if let Some(info) = info {
+        request = request.for_step(info.tres_bind.as_deref());
+    }
     let rules = core::frameworks::gpu_rules(settings.frameworks);
     gpus::check_before_launch(settings, rules, &request, most)
 }

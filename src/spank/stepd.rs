@@ -108,7 +108,7 @@ impl Stepd {
                 Err(e) => Prepared::Failed(e),
             });
         }
-        let Some(settings) = options::step_settings(spank)? else {
+        let Some((settings, word)) = options::task_settings(spank)? else {
             return Ok(Prepared::Nothing);
         };
         // The batch script, salloc's interactive step and the extern step
@@ -116,7 +116,7 @@ impl Stepd {
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(Prepared::Nothing);
         }
-        let step = match Step::gather(&settings, &mut OnHost(spank))? {
+        let step = match Step::gather(&settings, &mut OnHost(spank, word))? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(Prepared::Nothing),
             Gathered::Refused => return Ok(Prepared::Failed(Error::new(""))),
@@ -167,13 +167,13 @@ impl Stepd {
         if self.registration_failed {
             return fail_closed(spank);
         }
-        let Some(settings) = options::step_settings(spank)? else {
+        let Some((settings, word)) = options::task_settings(spank)? else {
             return Ok(());
         };
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(());
         }
-        let step = match Step::gather(&settings, &mut InTask(spank))? {
+        let step = match Step::gather(&settings, &mut InTask(spank, word))? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(()),
             Gathered::Refused => return Err(Error::new("")),
@@ -301,11 +301,16 @@ fn fail_closed(spank: &Spank) -> Result<()> {
 }
 
 /// The node as slurmstepd shows it in `user_init`, on the host: the step's
-/// environment, the host's GPUs and files.
-struct OnHost<'s, 'a>(&'s Spank<'a>);
+/// environment, the host's GPUs and files, with srun's word on the step.
+struct OnHost<'s, 'a>(&'s Spank<'a>, options::Word);
 
 impl Source for OnHost<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
+        // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved ports
+        // for, and else passes on the one in srun's environment.
+        if name == "SLURM_STEP_RESV_PORTS" && self.1.no_resv_ports {
+            return Ok(None);
+        }
         match name {
             // Set per task by slurmstepd after the fork (task.c `exec_task`);
             // here only a value the user exported could be seen. The task
@@ -349,10 +354,13 @@ impl Source for OnHost<'_, '_> {
 
 /// The task as slurmstepd shows it in `task_init` (when `user_init` did not
 /// run).
-struct InTask<'s, 'a>(&'s Spank<'a>);
+struct InTask<'s, 'a>(&'s Spank<'a>, options::Word);
 
 impl Source for InTask<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
+        if name == "SLURM_STEP_RESV_PORTS" && self.1.no_resv_ports {
+            return Ok(None);
+        }
         self.0.getenv(name)
     }
 

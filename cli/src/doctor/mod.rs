@@ -52,10 +52,23 @@ pub trait Host {
     fn glob(&mut self, pattern: &str) -> Vec<String>;
     /// None: no such file.
     fn plugin(&mut self, path: &str) -> Option<PluginFile>;
-    /// The installed Slurm's version number (0xMMmmuu) and where it came from.
-    fn slurm_version(&mut self) -> Option<(u32, String)>;
-    /// `scontrol show config`, when slurm.conf cannot be read (configless).
-    fn show_config(&mut self) -> Option<String>;
+    /// The installed Slurm's version number (0xMMmmuu) and where it came
+    /// from, asking `srun --version` first when `run_srun`; and why srun
+    /// could not tell, if it could not.
+    fn slurm_version(&mut self, run_srun: bool) -> (Option<(u32, String)>, Option<String>);
+    /// `scontrol show config`, when there is no slurm.conf (configless), or
+    /// one line saying why not.
+    fn show_config(&mut self) -> Result<String, String>;
+}
+
+/// An error reading a file, after its path: ` is not a regular file` (the
+/// doctor's own refusals say what the file is), else `: No such file…`.
+fn said(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        format!(" {e}")
+    } else {
+        format!(": {e}")
+    }
 }
 
 /// Checks the installation; `own_build_id` is this CLI's.
@@ -67,24 +80,39 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
         .env("SLURM_CONF")
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
+    // srun and scontrol read the same files: on a file that is no regular
+    // file of a sane size they would block or grow without end, so they are
+    // not run then (and every command the doctor runs is time-limited).
+    let mut commands_safe = true;
     let conf = match host.read(&conf_path) {
         Ok(text) => Some((parse_slurm_conf(&text), conf_path.clone())),
-        Err(e) => match host.show_config() {
-            Some(text) => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match host.show_config() {
+            Ok(text) => {
                 report.add(
                     Level::Ok,
                     format!("slurm.conf {conf_path}: {e}; settings from `scontrol show config`"),
                 );
                 Some((parse_show_config(&text), "scontrol show config".to_string()))
             }
-            None => {
+            Err(why) => {
                 report.add(
                     Level::Warn,
-                    format!("slurm.conf {conf_path}: {e}, and `scontrol show config` failed"),
+                    format!("slurm.conf {conf_path}: {e}, and {why}"),
                 );
                 None
             }
         },
+        Err(e) => {
+            commands_safe = false;
+            report.add(
+                Level::Fail,
+                format!(
+                    "slurm.conf {conf_path}{}: Slurm's commands would hang or fail on it",
+                    said(&e)
+                ),
+            );
+            None
+        }
     };
     let setting = |key: &str| conf.as_ref().and_then(|(c, _)| c.get(key).cloned());
     let (plugstack, why) =
@@ -105,10 +133,13 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
 
     // The plugstack lines, includes followed.
     let mut loaded = Vec::new();
-    walk(host, &plugstack, 0, &mut report, &mut loaded);
+    commands_safe &= walk(host, &plugstack, 0, &mut report, &mut loaded);
 
     // Which lines load tf-cluster: by plugin_name, or by file name when unreadable.
-    let installed = host.slurm_version();
+    let (installed, srun_problem) = host.slurm_version(commands_safe);
+    if let Some(why) = srun_problem {
+        report.add(Level::Warn, format!("Slurm's version: {why}"));
+    }
     let mut ours = Vec::new();
     for line in loaded {
         let path = if line.path.starts_with('/') {

@@ -58,30 +58,35 @@ pub(crate) fn dirname(path: &str) -> &str {
     }
 }
 
+/// Walks plugstack.conf `file` and what it includes; false when a file is
+/// one Slurm's commands would block or grow on (no regular file, too large).
 pub(crate) fn walk(
     host: &mut dyn Host,
     file: &str,
     depth: usize,
     report: &mut Report,
     out: &mut Vec<Loaded>,
-) {
+) -> bool {
     let text = match host.read(file) {
         Ok(text) => text,
-        Err(e) if depth == 0 => {
-            report.add(
-                Level::Fail,
-                format!("plugstack.conf {file}: {e}: no SPANK plugin is loaded"),
-            );
-            return;
-        }
         Err(e) => {
-            report.add(
-                Level::Fail,
-                format!("{file}: {e} (included, so srun fails)"),
+            let safe = matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
             );
-            return;
+            let line = if depth == 0 {
+                format!(
+                    "plugstack.conf {file}{}: no SPANK plugin is loaded",
+                    super::said(&e)
+                )
+            } else {
+                format!("{file}{} (included, so srun fails)", super::said(&e))
+            };
+            report.add(Level::Fail, line);
+            return safe;
         }
     };
+    let mut safe = true;
     for (line, parsed) in parse_plugstack(&text) {
         let at = format!("{file}:{line}");
         match parsed {
@@ -105,10 +110,11 @@ pub(crate) fn walk(
                     report.add(Level::Ok, format!("{at}: include {pattern} (no file matches)"));
                 }
                 for included in files {
-                    walk(host, &included, depth + 1, report, out);
+                    safe &= walk(host, &included, depth + 1, report, out);
                 }
             }
             StackLine::Plugin { required, path, args } => out.push(Loaded { at, required, path, args }),
         }
     }
+    safe
 }

@@ -27,7 +27,8 @@ impl Host for System {
     }
 
     fn read(&mut self, path: &str) -> std::io::Result<String> {
-        std::fs::read_to_string(path)
+        let data = read_bounded(path, MAX_CONF)?;
+        String::from_utf8(data).map_err(|_| invalid("is not text (UTF-8)"))
     }
 
     fn glob(&mut self, pattern: &str) -> Vec<String> {
@@ -55,7 +56,7 @@ impl Host for System {
     fn plugin(&mut self, path: &str) -> Option<PluginFile> {
         use std::os::unix::fs::PermissionsExt;
         let meta = std::fs::metadata(path).ok()?;
-        let info = std::fs::read(path)
+        let info = read_bounded(path, MAX_PLUGIN)
             .map_err(|e| e.to_string())
             .and_then(|data| elf::plugin_info(&data).map_err(|e| e.to_string()));
         Some(PluginFile {
@@ -64,40 +65,126 @@ impl Host for System {
         })
     }
 
-    fn slurm_version(&mut self) -> Option<(u32, String)> {
-        let srun = std::process::Command::new("srun")
-            .arg("--version")
-            .stdin(std::process::Stdio::null())
-            .output();
-        if let Ok(out) = srun {
-            if out.status.success() {
-                if let Some(v) = parse_srun_version(&String::from_utf8_lossy(&out.stdout)) {
-                    return Some((v, "srun --version".into()));
+    fn slurm_version(&mut self, run_srun: bool) -> (Option<(u32, String)>, Option<String>) {
+        let mut problem = None;
+        if run_srun {
+            match run(&["srun", "--version"]) {
+                Ok(text) => {
+                    if let Some(v) = parse_srun_version(&text) {
+                        return (Some((v, "srun --version".into())), None);
+                    }
                 }
+                Err(e) => problem = Some(e),
             }
         }
         for header in [
             "/usr/include/slurm/slurm_version.h",
             "/usr/local/include/slurm/slurm_version.h",
         ] {
-            if let Some(v) = std::fs::read_to_string(header)
+            if let Some(v) = self
+                .read(header)
                 .ok()
                 .and_then(|t| parse_version_header(&t))
             {
-                return Some((v, header.into()));
+                return (Some((v, header.into())), problem);
             }
         }
-        None
+        (None, problem)
     }
 
-    fn show_config(&mut self) -> Option<String> {
-        let out = std::process::Command::new("scontrol")
-            .args(["show", "config"])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    fn show_config(&mut self) -> Result<String, String> {
+        run(&["scontrol", "show", "config"])
     }
+}
+
+/// Largest slurm.conf, plugstack.conf or header the doctor reads.
+const MAX_CONF: u64 = 1 << 20;
+/// Largest plugin file whose symbols it reads.
+const MAX_PLUGIN: u64 = 64 << 20;
+/// How long one command may run (Slurm's retry a missing configuration for
+/// about 60 s; both commands fit the doctor's 10 s).
+const COMMAND_TIME: std::time::Duration = std::time::Duration::from_secs(4);
+/// Most output of a command it keeps.
+const MAX_OUTPUT: u64 = 1 << 20;
+
+fn invalid(why: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
+}
+
+/// The contents of the regular file `path`, at most `max` bytes: opened
+/// without blocking (a FIFO), refused when not a regular file or larger.
+fn read_bounded(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid("is not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(invalid(&format!(
+            "is larger than the {} MiB read",
+            max >> 20
+        )));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut data)?;
+    if data.len() as u64 > max {
+        return Err(invalid(&format!(
+            "is larger than the {} MiB read",
+            max >> 20
+        )));
+    }
+    Ok(data)
+}
+
+/// Runs `argv` with no input, for at most [`COMMAND_TIME`]: its standard
+/// output (at most [`MAX_OUTPUT`]), or one line saying why not. A command
+/// that runs over is killed with everything it started.
+fn run(argv: &[&str]) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let shown = argv.join(" ");
+    let mut child = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("`{shown}`: {e}"))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut data = Vec::new();
+        let _ = (&mut stdout).take(MAX_OUTPUT).read_to_end(&mut data);
+        data
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if start.elapsed() < COMMAND_TIME => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            _ => break None,
+        }
+    };
+    // Whatever it started goes with it (the reader then sees the pipe close).
+    // SAFETY: a signal to the process group made for this command.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let Some(status) = status else {
+        let _ = child.wait();
+        return Err(format!(
+            "`{shown}` killed after {} s without an answer",
+            COMMAND_TIME.as_secs()
+        ));
+    };
+    let data = reader.join().unwrap_or_default();
+    if !status.success() {
+        return Err(format!("`{shown}` failed ({status})"));
+    }
+    Ok(String::from_utf8_lossy(&data).into_owned())
 }

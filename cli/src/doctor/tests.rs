@@ -91,11 +91,11 @@ impl Host for Fake {
     fn plugin(&mut self, path: &str) -> Option<PluginFile> {
         self.plugins.get(path).cloned()
     }
-    fn slurm_version(&mut self) -> Option<(u32, String)> {
-        self.slurm.map(|v| (v, "srun --version".into()))
+    fn slurm_version(&mut self, _: bool) -> (Option<(u32, String)>, Option<String>) {
+        (self.slurm.map(|v| (v, "srun --version".into())), None)
     }
-    fn show_config(&mut self) -> Option<String> {
-        None
+    fn show_config(&mut self) -> Result<String, String> {
+        Err("`scontrol show config` failed".into())
     }
 }
 

@@ -65,8 +65,11 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
         ("GROUP_WORLD_SIZE", layout.num_nodes().to_string()),
     ]);
     vars.extend(launcher);
-    // A rendezvous id unique to the step (c10d's, if the user picks it).
+    // A rendezvous id unique to the step (c10d's, if the user picks it), the
+    // same in every component of a heterogeneous step: torch prefixes its
+    // store keys with it, and each component has its own job id.
     if let Some((job, step)) = task.step.job_step {
+        let job = task.step.het_job_id.unwrap_or(job);
         vars.push(("PET_RDZV_ID", format!("{job}.{step}")));
     }
     vars.push(("PET_RDZV_BACKEND", "static".to_string()));

@@ -456,3 +456,39 @@ fn a_nodes_tasks_rendered_ahead() {
     let node = crate::Node::prepare(settings, elsewhere).unwrap();
     assert!(node.render_here(1 << 20).is_none());
 }
+/// `salloc -n1 : -n1`, `srun -n1 : -n1 --torch-cluster torchrun …`: each
+/// component has its own job id (15, 16), yet both launchers name one
+/// rendezvous (torch prefixes its store keys with the id; two ids never meet).
+#[test]
+fn a_het_step_has_one_rendezvous_id() {
+    let settings = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK),
+        ..Settings::default()
+    };
+    for (procid, node, job) in [("0", "node1", "15"), ("1", "node2", "16")] {
+        let vars = [
+            ("SLURM_PROCID", procid),
+            ("SLURM_STEP_NUM_TASKS", "2"),
+            ("SLURM_STEP_NODELIST", "node[1-2]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+            ("SLURM_NODEID", procid),
+            ("SLURMD_NODENAME", node),
+            ("SLURM_GTIDS", procid),
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_ID_HET_GROUP_0", "15"),
+            ("SLURM_JOB_ID_HET_GROUP_1", "16"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "node1"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", "node2"),
+            ("SLURM_JOB_ID", job),
+            ("SLURM_STEP_ID", "0"),
+        ];
+        let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let step = Step::gather(&settings, &mut Vars(vars))
+            .unwrap()
+            .step()
+            .unwrap();
+        let injection = resolve(&settings, &step).unwrap();
+        assert_eq!(injection.get("PET_RDZV_ID"), Some("15.0"), "job {job}");
+        assert_eq!(injection.get("PET_MASTER_ADDR"), Some("node1"), "job {job}");
+    }
+}

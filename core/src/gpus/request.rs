@@ -44,6 +44,17 @@ impl SrunRequest {
             gpus_per_node: var("SLURM_GPUS_PER_NODE").and_then(|v| last_count(&v)),
         }
     }
+
+    /// The request with the step's own binding as slurmctld recorded it
+    /// (`tres_bind`, e.g. `gpu:map_gpu:0,1`; None: the step binds none): the
+    /// variables srun inherits may be another step's (srun 22.05 does not
+    /// rewrite a SLURM_GPU_BIND of `sbatch --gpu-bind` for its own option).
+    pub fn for_step(self, tres_bind: Option<&str>) -> SrunRequest {
+        SrunRequest {
+            bind: tres_bind.and_then(GpuBind::parse),
+            ..self
+        }
+    }
 }
 
 /// `2` or `a100:2` → 2.
@@ -124,6 +135,20 @@ mod tests {
 
     fn check(f: Rules, vars: &[(&str, &str)], tasks: u32) -> std::result::Result<(), String> {
         check_before_launch(&Settings::default(), f, &srun(vars), tasks).map_err(|e| e.to_string())
+    }
+
+    /// `sbatch --gpu-bind=single:2`, then `srun --gpu-bind=map_gpu:0,1`:
+    /// the step's own binding wins over the variable srun inherited.
+    #[test]
+    fn the_steps_own_binding_wins() {
+        let stale = srun(&[("SLURM_GPU_BIND", "single:2"), ("SLURM_GPUS_PER_NODE", "4")]);
+        assert_eq!(stale.bind, Some(GpuBind::Single(2)));
+        let step = stale.clone().for_step(Some("gpu:map_gpu:0,1"));
+        assert_eq!(step.bind, Some(GpuBind::Map(vec![0, 1])));
+        assert_eq!(step.gpus_per_node, Some(4));
+        assert!(check_before_launch(&Settings::default(), JAX, &stale, 2).is_err());
+        check_before_launch(&Settings::default(), JAX, &step, 2).unwrap();
+        assert_eq!(stale.for_step(None).bind, None);
     }
 
     #[test]
