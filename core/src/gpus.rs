@@ -300,7 +300,10 @@ pub struct NodeGpus<'a> {
     /// The node's GPU count when no variable is set and no count was
     /// configured ([`needs_probe`]).
     pub probed: Option<u32>,
-    /// The most tasks of the step on one node (TensorFlow's slice width).
+    /// The most tasks of the step on one node, the same on every node (srun's
+    /// map, or SLURM_STEP_TASKS_PER_NODE): TensorFlow's slice width, and the
+    /// count every rule that counts tasks checks, so that every node of the
+    /// step decides alike.
     pub local_tasks: u32,
     /// The tasks of the step on this node (SLURM_GTIDS): PyTorch's and JAX's
     /// rules share this node's GPUs among them.
@@ -339,6 +342,9 @@ impl GpuPlan {
         }
         .max(1);
         plan.tasks = tasks as usize;
+        // What is checked counts the fullest node's tasks: a node with fewer
+        // would otherwise run while the fullest refuses.
+        let fullest = node.local_tasks.max(tasks);
         if node.bind == Some(&GpuBind::None)
             && given_count == 0
             && node.gpus_on_node.is_some_and(|n| n > 0)
@@ -362,8 +368,8 @@ impl GpuPlan {
                 bail!("{}", torch_bound(option, bind));
             }
             if let Some(option) = rules.own_ids {
-                if !bind.exclusive(tasks) {
-                    bail!("{}", jax_shared(option, bind, tasks));
+                if !bind.exclusive(fullest) {
+                    bail!("{}", jax_shared(option, bind, fullest));
                 }
                 plan.mode = Mode::Bound(given_count);
             }
@@ -397,18 +403,25 @@ impl GpuPlan {
             (None, true) => plan.ordinals(node.probed.unwrap_or(0)),
         }
         let n = plan.count;
-        if one_each && n > 0 && tasks as usize > n {
-            bail!("{}", oversubscribed(rules, tasks, n));
+        if one_each && n > 0 && fullest as usize > n {
+            bail!("{}", oversubscribed(rules, fullest, n));
         }
+        // A width of n ÷ this node's tasks always fits; a given one must fit
+        // the fullest node.
         plan.per_task = match settings.gpus_per_task {
             Some(s) => s as usize,
             None => n / tasks as usize,
         };
-        if plan.per_task * tasks as usize > n {
+        let checked = if settings.gpus_per_task.is_some() {
+            fullest
+        } else {
+            tasks
+        } as usize;
+        if plan.per_task * checked > n {
             bail!(
-                "{} GPU(s) per task × {tasks} task(s) on a node needs {} GPUs, but the node has {n}",
+                "{} GPU(s) per task × {checked} task(s) on a node needs {} GPUs, but the node has {n}",
                 plan.per_task,
-                plan.per_task * tasks as usize,
+                plan.per_task * checked,
             );
         }
         plan.mode = match (plan.per_task, rules.whole.is_some()) {
@@ -899,29 +912,58 @@ mod tests {
         assert!(!needs_probe(&s, &Visible::default(), Some(&bind), Some(4)));
     }
 
-    /// PyTorch and JAX share this node's GPUs among this node's tasks: a
-    /// node with 1 task of a step whose fullest node has 3 is not refused.
+    /// A node with 1 task of a step whose fullest node has 3 (`-N2 -n4`).
+    fn one_of_three(s: &Settings, f: Rules, list: &str, bind: Option<&GpuBind>) -> Result<GpuPlan> {
+        GpuPlan::new(
+            s,
+            f,
+            NodeGpus {
+                visible: &cuda(list),
+                bind,
+                probed: None,
+                local_tasks: 3,
+                node_tasks: 1,
+                gpus_on_node: None,
+            },
+        )
+    }
+
+    /// Every rule that counts tasks counts the fullest node's, which every
+    /// node of the step knows alike: the node with 1 task refuses what the
+    /// node with 3 refuses (issue 27 item 9), and nothing else.
     #[test]
-    fn this_nodes_tasks_count_for_torch_and_jax() {
-        let visible = cuda("0");
-        let node = |f| {
-            GpuPlan::new(
-                &settings(None, None),
-                f,
-                NodeGpus {
-                    visible: &visible,
-                    bind: None,
-                    probed: None,
-                    local_tasks: 3,
-                    node_tasks: 1,
-                    gpus_on_node: None,
-                },
-            )
-        };
-        assert_eq!(node(TORCH).unwrap().for_local(0).as_deref(), Some("0"));
-        assert_eq!(node(JAX).unwrap().jax_ids(0).as_deref(), Some("0"));
-        // TensorFlow's width stays the fullest node's: 1 ÷ 3 = 0, untouched.
-        assert_eq!(node(TF).unwrap().for_local(0), None);
+    fn the_fullest_node_is_counted_on_every_node() {
+        let s = settings(None, None);
+        // `--gres=gpu:2 --torch-cluster` (or JAX): 3 tasks but 2 GPUs on
+        // node1, so node2's one task is refused too.
+        for f in [TORCH, JAX, TORCH_JAX] {
+            let e = err(one_of_three(&s, f, "0,1", None));
+            assert!(e.contains("3 tasks on a node but 2 GPU(s)"), "{e}");
+        }
+        // `--gpu-bind=map_gpu:0,1 --jax-cluster`: node1's third task shares
+        // GPU 0; where node2 is bound too it decides the same.
+        let map = GpuBind::Map(vec![0, 1]);
+        let e = err(one_of_three(&s, JAX, "0", Some(&map)));
+        assert!(e.contains("lets the 3 tasks of a node share GPUs"), "{e}");
+        // `--tf-gpus-per-task=2 --jax-cluster` with 4 GPUs: 3 × 2 > 4.
+        let e = err(one_of_three(&settings(None, Some(2)), JAX, "0,1,2,3", None));
+        assert!(
+            e.contains("2 GPU(s) per task × 3 task(s) on a node needs 6"),
+            "{e}"
+        );
+        // What fits the fullest node runs; each node still shares its own
+        // GPUs among its own tasks.
+        let p = one_of_three(&s, TORCH, "0,1,2,3", None).unwrap();
+        assert_eq!(p.for_local(0).as_deref(), Some("0,1,2,3"));
+        let p = one_of_three(&s, JAX, "0,1,2,3", None).unwrap();
+        assert_eq!(p.jax_ids(0).as_deref(), Some("0,1,2,3"));
+        let p = one_of_three(&settings(None, Some(1)), JAX, "0,1,2,3", None).unwrap();
+        assert_eq!(p.jax_ids(0).as_deref(), Some("0"));
+        // TensorFlow's width stays the fullest node's: 2 ÷ 3 = 0, untouched.
+        assert_eq!(
+            one_of_three(&s, TF, "0,1", None).unwrap().for_local(0),
+            None
+        );
     }
 
     #[test]
