@@ -11,5 +11,6 @@ mod hooks;
 mod logger;
 mod options;
 mod srun;
+mod step_kill_rpc;
 mod step_layout_rpc;
 mod stepd;

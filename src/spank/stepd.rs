@@ -6,6 +6,7 @@
 use super::handle::Spank;
 use super::hooks::guard;
 use super::options;
+use super::step_kill_rpc::end_refused_step;
 use crate::core::os::{node_gpu_count, read_user_file};
 use crate::core::{self, Error, Gathered, Result, Source, Step, task_map};
 
@@ -27,7 +28,7 @@ impl Stepd {
     }
 
     pub fn task_init(&self, spank: &Spank) -> i32 {
-        guard("task_init", Some(spank), || {
+        let rc = guard("task_init", Some(spank), || {
             if self.registration_failed {
                 return fail_closed(spank);
             }
@@ -53,7 +54,15 @@ impl Stepd {
                 spank.setenv(name, value)?;
             }
             Ok(())
-        })
+        });
+        if rc != 0 {
+            // Another node may have decided otherwise: end the step there too.
+            guard("end_step", Some(spank), || {
+                end_refused_step(spank);
+                Ok(())
+            });
+        }
+        rc
     }
 }
 
