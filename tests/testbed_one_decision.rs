@@ -282,3 +282,35 @@ fn gpus_5_tf_gpus_per_node() {
         "gpus-per-node is 2",
     );
 }
+
+/// Not every split is a refusal: `-N2 -n4 --gpus=4` gives node1 3 GPUs for
+/// its 3 tasks and node2 1 for its 1, and every rank has a GPU of its own.
+/// Counting the fullest node's 3 tasks against node2's 1 GPU would refuse
+/// it: the count rules stay each node's own.
+#[test]
+fn uneven_gpus_that_fit_run() {
+    let _t = testbed();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for fw in [
+        &["--torch-cluster"][..],
+        &["--jax-cluster"],
+        &["--torch-cluster", "--jax-cluster"],
+    ] {
+        let mut cmd = vec!["srun", "-N2", "-n4", "--gpus=4"];
+        cmd.extend_from_slice(fw);
+        cmd.extend_from_slice(&["-l", "sh", "-c", "echo ran"]);
+        let out = exec(&cmd);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(0), "{fw:?}:\n{text}");
+        assert_eq!(
+            text.lines().filter(|l| l.ends_with(": ran")).count(),
+            4,
+            "{fw:?}:\n{text}"
+        );
+    }
+    assert_no_node_drained();
+}

@@ -1,14 +1,16 @@
 //! Ends a step a task refused, on every node: the refusing task asks
-//! slurmctld to kill its step (`slurm_kill_job_step(job, step, SIGKILL)`),
-//! the RPC srun itself sends for `--kill-on-bad-exit` and when it aborts a
-//! step. A node sees facts of its own (its GPUs, Slurm's binding of its
-//! tasks), so a refusal made on one node may not be made on another; without
-//! this the other nodes' tasks would run on, waiting for ranks that never
-//! come. The task runs as the job's owner, whom slurmctld lets signal the
-//! step; slurmctld then signals the step on each of its nodes and tells srun
-//! the step is over, and srun, as for any cancelled step, kills it once more
-//! should a node have been late to start it. Killed tasks are not a node
-//! fault: no node leaves service.
+//! slurmctld to kill its step with `slurm_kill_job_step(job, step,
+//! SIG_TERM_KILL)`, exactly what srun itself sends for `--kill-on-bad-exit`
+//! (launch_slurm.c / launch.c `_step_signal`, 22.05 to 26.05). A node sees
+//! facts of its own (its GPUs, Slurm's binding of its tasks), so a refusal
+//! made on one node may not be made on another; without this the other
+//! nodes' tasks would run on, waiting for ranks that never come. The task
+//! runs as the job's owner, whom slurmctld lets signal the step; each node's
+//! slurmstepd sends its tasks SIGCONT and SIGTERM, then SIGKILL after
+//! KillWait; srun sees the tasks end as after any failed task. (SIGKILL
+//! instead makes slurmctld tell srun the step is complete, and a srun still
+//! launching then waits KillWait + 2 s and leaves the step listed.) Killed
+//! tasks are not a node fault: no node leaves service.
 //!
 //! Only a refusing task pays: one RPC, bounded by Slurm's MessageTimeout
 //! (connecting is retried once a second for up to MessageTimeout seconds,
@@ -42,8 +44,7 @@ pub fn end_refused_step(spank: &Spank) {
         return;
     }
     // In a heterogeneous job S_JOB_ID is this component's job and
-    // SLURM_JOB_ID (set by slurmstepd) the leader's, whose kill slurmctld
-    // passes to the step of every component.
+    // SLURM_JOB_ID (set by slurmstepd) the leader's: both are ended.
     let leader = spank
         .getenv("SLURM_JOB_ID")
         .ok()
@@ -58,7 +59,7 @@ pub fn end_refused_step(spank: &Spank) {
     }
 }
 
-/// `slurm_kill_job_step(job, step, SIGKILL)` under the watchdog.
+/// `slurm_kill_job_step(job, step, SIG_TERM_KILL)` under the watchdog.
 fn kill(job: u32, step: u32) -> Result<(), String> {
     // SAFETY: plain libc calls on this process's own signal state; the task
     // fails right after, so nothing else relies on SIGALRM.
@@ -80,20 +81,22 @@ fn kill(job: u32, step: u32) -> Result<(), String> {
     }
 }
 
-const SIGKILL: u16 = libc::SIGKILL as u16;
+/// SIGCONT, SIGTERM, SIGKILL after KillWait (slurm_protocol_defs.h: 991 in
+/// 22.05, 24.11 and 26.05; not in slurm.h).
+const SIG_TERM_KILL: u16 = 991;
 
 /// Slurm 22.05 to 23.02.
 #[cfg(not(slurm_kill_step_flags))]
 fn rpc(job: u32, step: u32) -> i32 {
     // SAFETY: integers only; libslurm (linked into slurmstepd) sends the RPC.
-    unsafe { sys::slurm_kill_job_step(job, step, SIGKILL) }
+    unsafe { sys::slurm_kill_job_step(job, step, SIG_TERM_KILL) }
 }
 
 /// Slurm 23.11 to 25.05: no flags (not the whole job, not OOM).
 #[cfg(all(slurm_kill_step_flags, not(slurm_kill_step_by_id)))]
 fn rpc(job: u32, step: u32) -> i32 {
     // SAFETY: integers only; libslurm (linked into slurmstepd) sends the RPC.
-    unsafe { sys::slurm_kill_job_step(job, step, SIGKILL, 0) }
+    unsafe { sys::slurm_kill_job_step(job, step, SIG_TERM_KILL, 0) }
 }
 
 /// Slurm 25.11 on: the step by its id (any het component: NO_VAL).
@@ -105,5 +108,5 @@ fn rpc(job: u32, step: u32) -> i32 {
     id.step_id = step;
     id.step_het_comp = sys::NO_VAL;
     // SAFETY: `id` is a valid step id Slurm only reads.
-    unsafe { sys::slurm_kill_job_step(&mut id, SIGKILL, 0) }
+    unsafe { sys::slurm_kill_job_step(&mut id, SIG_TERM_KILL, 0) }
 }
