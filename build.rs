@@ -61,8 +61,18 @@ fn main() {
         // topology order instead of node-list order (see core::layout).
         println!("cargo:rustc-cfg=slurm_blocks_follow_topology");
     }
+    // slurm_kill_job_step (src/spank/step_kill_rpc.rs): a `flags` argument
+    // from 23.11 on, the step named by a slurm_step_id_t from 25.11 on.
+    println!("cargo::rustc-check-cfg=cfg(slurm_kill_step_flags, slurm_kill_step_by_id)");
+    if version >= 0x17_0b_00 {
+        println!("cargo:rustc-cfg=slurm_kill_step_flags");
+    }
+    if version >= 0x19_0b_00 {
+        println!("cargo:rustc-cfg=slurm_kill_step_by_id");
+    }
 
-    // spank.h for the callbacks; slurm.h for the step layout srun fetches.
+    // spank.h for the callbacks; slurm.h for the step layout srun fetches
+    // and the kill a refusing task sends.
     let bindings = bindgen::Builder::default()
         .header_contents(
             "tf_cluster.h",
@@ -73,7 +83,7 @@ fn main() {
             "spank_(getenv|setenv|option_getopt|option_register|remote|get_item|strerror)",
         )
         .allowlist_function("slurm_(error|info|verbose|debug|strerror|spank_log)")
-        .allowlist_function("slurm_job_step_layout_(get|free)")
+        .allowlist_function("slurm_job_step_layout_(get|free)|slurm_kill_job_step")
         .allowlist_function("slurm_get_job_steps|slurm_free_job_step_info_response_msg")
         .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t")
         .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")

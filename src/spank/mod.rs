@@ -12,5 +12,6 @@ mod logger;
 mod options;
 mod srun;
 mod step_info_rpc;
+mod step_kill_rpc;
 mod step_layout_rpc;
 mod stepd;

@@ -28,6 +28,7 @@ use super::fault;
 use super::handle::{Env, Spank};
 use super::hooks::guard;
 use super::options;
+use super::step_kill_rpc::end_refused_step;
 use crate::core::gpus::{GpuBind, Visible};
 use crate::core::os::{node_gpu_count, read_user_file};
 use crate::core::plan::TaskBinding;
@@ -150,7 +151,7 @@ impl Stepd {
     }
 
     pub fn task_init(&self, spank: &Spank) -> i32 {
-        guard("task_init", Some(spank), || {
+        let rc = guard("task_init", Some(spank), || {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             match &*prepared {
                 None => self.task_alone(spank),
@@ -158,7 +159,15 @@ impl Stepd {
                 Some(Prepared::Failed(e)) => Err(e.clone()),
                 Some(Prepared::Ready(ready)) => apply(spank, ready),
             }
-        })
+        });
+        if rc != 0 {
+            // Another node may have decided otherwise: end the step there too.
+            guard("end_step", Some(spank), || {
+                end_refused_step(spank);
+                Ok(())
+            });
+        }
+        rc
     }
 
     /// Without `user_init`'s share (it did not run): the task makes it

@@ -78,7 +78,9 @@ pub struct NodeGpus<'a> {
     /// The node's GPU count when no variable is set and no count was
     /// configured ([`needs_probe`]).
     pub probed: Option<u32>,
-    /// The most tasks of the step on one node (TensorFlow's slice width).
+    /// The most tasks of the step on one node, the same on every node (srun's
+    /// map, or SLURM_STEP_TASKS_PER_NODE): TensorFlow's slice width, and the
+    /// tasks a GPU binding must keep apart, so that every node decides alike.
     pub local_tasks: u32,
     /// The tasks of the step on this node (SLURM_GTIDS): PyTorch's and JAX's
     /// rules share this node's GPUs among them.
@@ -117,6 +119,12 @@ impl GpuPlan {
         }
         .max(1);
         plan.tasks = tasks as usize;
+        // Whether Slurm's binding keeps tasks apart is checked for the
+        // fullest node's tasks, on every node alike. The counts below stay
+        // this node's: its GPUs may be fewer than the fullest node's
+        // (`-N2 -n4 --gpus=4` gives 3 + 1), and a node that refuses ends the
+        // step everywhere (src/spank/step_kill_rpc.rs).
+        let fullest = node.local_tasks.max(tasks);
         if node.bind == Some(&GpuBind::None)
             && given_count == 0
             && node.gpus_on_node.is_some_and(|n| n > 0)
@@ -140,8 +148,8 @@ impl GpuPlan {
                 bail!("{}", torch_bound(option, bind));
             }
             if let Some(option) = rules.own_ids {
-                if !bind.exclusive(tasks) {
-                    bail!("{}", jax_shared(option, bind, tasks));
+                if !bind.exclusive(fullest) {
+                    bail!("{}", jax_shared(option, bind, fullest));
                 }
                 plan.mode = Mode::Bound(given_count);
             }
@@ -496,29 +504,49 @@ mod tests {
         assert!(!needs_probe(&s, &Visible::default(), Some(&bind), Some(4)));
     }
 
-    /// PyTorch and JAX share this node's GPUs among this node's tasks: a
-    /// node with 1 task of a step whose fullest node has 3 is not refused.
+    /// A node with 1 task of a step whose fullest node has 3 (`-N2 -n4`).
+    fn one_of_three(s: &Settings, f: Rules, list: &str, bind: Option<&GpuBind>) -> Result<GpuPlan> {
+        GpuPlan::new(
+            s,
+            f,
+            NodeGpus {
+                visible: &cuda(list),
+                bind,
+                probed: None,
+                local_tasks: 3,
+                node_tasks: 1,
+                gpus_on_node: None,
+            },
+        )
+    }
+
+    /// PyTorch and JAX share this node's GPUs among this node's tasks:
+    /// `-N2 -n4 --gpus=4` gives node1 3 GPUs for 3 tasks and node2 1 for 1
+    /// (measured on 22.05), a step that runs.
     #[test]
     fn this_nodes_tasks_count_for_torch_and_jax() {
-        let visible = cuda("0");
-        let node = |f| {
-            GpuPlan::new(
-                &settings(None, None),
-                f,
-                NodeGpus {
-                    visible: &visible,
-                    bind: None,
-                    probed: None,
-                    local_tasks: 3,
-                    node_tasks: 1,
-                    gpus_on_node: None,
-                },
-            )
-        };
-        assert_eq!(node(TORCH).unwrap().for_local(0).as_deref(), Some("0"));
-        assert_eq!(node(JAX).unwrap().jax_ids(0).as_deref(), Some("0"));
+        let s = settings(None, None);
+        let torch = one_of_three(&s, TORCH, "0", None).unwrap();
+        assert_eq!(torch.for_local(0).as_deref(), Some("0"));
+        let jax = one_of_three(&s, JAX, "0", None).unwrap();
+        assert_eq!(jax.jax_ids(0).as_deref(), Some("0"));
+        let p = one_of_three(&settings(None, Some(2)), JAX, "0,1", None).unwrap();
+        assert_eq!(p.jax_ids(0).as_deref(), Some("0,1"));
         // TensorFlow's width stays the fullest node's: 1 ÷ 3 = 0, untouched.
-        assert_eq!(node(TF).unwrap().for_local(0), None);
+        assert_eq!(one_of_three(&s, TF, "0", None).unwrap().for_local(0), None);
+    }
+
+    /// Whether a binding lets tasks share GPUs is decided for the fullest
+    /// node's tasks on every node: `--gpu-bind=map_gpu:0,1 --jax-cluster`
+    /// with 3 + 1 tasks is refused on node2 too, where it is bound.
+    #[test]
+    fn a_shared_binding_is_judged_for_the_fullest_node() {
+        let s = settings(None, None);
+        let map = GpuBind::Map(vec![0, 1]);
+        let e = err(one_of_three(&s, JAX, "0", Some(&map)));
+        assert!(e.contains("lets the 3 tasks of a node share GPUs"), "{e}");
+        let map = GpuBind::Map(vec![0, 1, 2]);
+        assert!(one_of_three(&s, JAX, "0", Some(&map)).is_ok());
     }
 
     #[test]
