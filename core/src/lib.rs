@@ -13,6 +13,7 @@ pub mod frameworks;
 pub mod gpus;
 pub mod hostlist;
 pub mod layout;
+pub mod network;
 mod number;
 pub mod os;
 pub mod ports;

@@ -6,6 +6,7 @@
 use super::error::{Result, bail, shown};
 use super::frameworks::{Frameworks, tensorflow};
 use super::gpus::MAX_GPUS;
+use super::network::Network;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
 
@@ -24,6 +25,9 @@ pub struct Settings {
     /// The name of each host on the fast network, `{}` standing for the
     /// node's name (`{}-ib`: node1 → node1-ib).
     pub host_template: Option<String>,
+    /// The fast network by interface name or subnet; without it, the host
+    /// template's names say which network it is.
+    pub network: Option<Network>,
 }
 
 impl Default for Settings {
@@ -39,6 +43,7 @@ impl Default for Settings {
             auto_set_gpu: true,
             rpc_layer: None,
             host_template: None,
+            network: None,
         }
     }
 }
@@ -56,7 +61,7 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 6] = [
+pub const SETTINGS: [Setting; 7] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -133,6 +138,15 @@ pub const SETTINGS: [Setting; 6] = [
             Ok(())
         },
     },
+    Setting {
+        key: "network",
+        arg: "IFNAME|CIDR",
+        help: "the fast network's interface, by name (ib0) or subnet (10.98.0.0/16), given to NCCL, gloo and TensorPipe (default: the host template's network, else theirs)",
+        set: |s, v| {
+            s.network = Some(Network::parse(v)?);
+            Ok(())
+        },
+    },
 ];
 
 fn gpu_count(v: &str) -> std::result::Result<u32, String> {
@@ -190,7 +204,8 @@ mod tests {
                 "gpus-per-task",
                 "auto-set-gpu",
                 "rpc-layer",
-                "host-template"
+                "host-template",
+                "network"
             ]
         );
         for s in &SETTINGS {
@@ -213,8 +228,10 @@ mod tests {
             "auto-set-gpu=false",
             "rpc-layer=grpc+verbs",
             "host-template={}-ib",
+            "network=10.98.0.0/16",
         ])
         .unwrap();
+        assert_eq!(s.network, Some(Network::parse("10.98.0.0/16").unwrap()));
         assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
         assert_eq!(s.port_base, 9000);
         assert_eq!(s.gpus_per_node, Some(4));
@@ -256,6 +273,11 @@ mod tests {
             ),
             ("host-template={}-{}", "not a host name template"),
             ("host-template={}/ib", "not a host name template"),
+            (
+                "network=10.98.0.0/33",
+                "network=\"10.98.0.0/33\": not a subnet",
+            ),
+            ("network=ib0:1", "network=\"ib0:1\": not an interface name"),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
             assert!(e.starts_with("plugstack.conf argument"), "{arg}: {e}");

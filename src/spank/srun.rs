@@ -13,10 +13,11 @@ use super::options::{self, inherited_var};
 use super::{fault, step_layout_rpc};
 use crate::core::frameworks::{self, FRAMEWORKS, Framework};
 use crate::core::gpus;
+use crate::core::network;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
 use crate::core::task_map::{self, MAX_LEN, Verdict};
-use crate::core::{self, Error, MAX_NODES, Result, Settings};
+use crate::core::{self, Error, MAX_NODES, Result, Settings, Source};
 
 /// srun's state, from its start to its `local_user_init`.
 pub struct Srun {
@@ -76,8 +77,13 @@ impl Srun {
     fn decide(&self, spank: &Spank, settings: &Settings) -> Result<()> {
         let job = spank.job_id()?;
         let step = spank.step_id()?;
-        match map_for(spank, settings, job, step) {
-            Ok(value) => hand_to_tasks(&value),
+        let decided = map_for(spank, settings, job, step)
+            .and_then(|map| Ok((network_for(settings, &map, job, step)?, map)));
+        match decided {
+            Ok((network, map)) => {
+                hand(network::VAR, &network)?;
+                hand_to_tasks(&map)
+            }
             Err(e) => self.refuse(spank, e),
         }
     }
@@ -104,10 +110,43 @@ impl Srun {
 
 /// Sets the variable every task of the step inherits.
 fn hand_to_tasks(value: &str) -> Result<()> {
+    hand(task_map::VAR, value)
+}
+
+/// Sets `name`, which every task of the step inherits.
+fn hand(name: &str, value: &str) -> Result<()> {
     // SAFETY: srun's launch threads read its environment only after this
     // callback returns (the value reaches the tasks from there).
-    unsafe { std::env::set_var(task_map::VAR, value) };
+    unsafe { std::env::set_var(name, value) };
     Ok(())
+}
+
+/// The step's network for [`network::VAR`]: `--tf-network`, or the subnet
+/// of every node's template name, resolved here (srun is the user's own
+/// process: a slow DNS delays this srun, never a slurmstepd), and the
+/// interface variables the user set. The nodes are the map's, else the
+/// allocation's.
+fn network_for(settings: &Settings, map: &str, job: u32, step: u32) -> Result<String> {
+    let hosts = match task_map::TaskMap::decode(map, job, step) {
+        Ok(task_map::Found::Ours(map)) => Some(map.hosts),
+        _ => ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok())
+            .and_then(|list| core::hostlist::HostList::parse(&list, MAX_NODES as usize).ok()),
+    };
+    let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
+    if needs_hosts && hosts.is_none() {
+        return Err(Error::new(
+            "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
+        ));
+    }
+    let handed = network::for_step(
+        settings,
+        hosts.iter().flat_map(|h| h.iter()),
+        |name| ProcessEnv.resolve(name),
+        |name| std::env::var_os(name).is_some(),
+    )?;
+    Ok(handed.encode(job, step))
 }
 
 /// srun's environment names no job and its command line no --jobid. A

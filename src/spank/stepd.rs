@@ -6,7 +6,8 @@
 use super::handle::Spank;
 use super::hooks::guard;
 use super::options;
-use crate::core::os::{node_gpu_count, read_user_file};
+use crate::core::network::Interface;
+use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::{self, Error, Gathered, Result, Source, Step, task_map};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
@@ -82,6 +83,10 @@ impl Source for Task<'_, '_> {
 
     fn read_file(&mut self, path: &str) -> Result<String> {
         read_user_file(path)
+    }
+
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        node_interfaces()
     }
 
     /// From Slurm itself, not from variables the user could set.

@@ -11,6 +11,7 @@ pub mod tensorflow;
 use super::error::bail;
 use super::gpus::{GpuPlan, NodeGpus, Rules};
 use super::layout::Layout;
+use super::network::{self, InterfaceVar};
 use super::settings::Settings;
 use super::step::Step;
 use super::{ENV_LIMIT, Injection, Result, distribution::Placement, ports};
@@ -49,6 +50,9 @@ pub struct Framework {
     pub row: fn(&Task) -> Vec<String>,
     /// A line after the table, from rank 0's task (what every rank shares).
     pub summary: fn(&Task) -> Option<String>,
+    /// The variables its libraries read for the interface of their data
+    /// connections, set when the step names a network (crate::network).
+    pub interface_vars: &'static [&'static InterfaceVar],
 }
 
 /// The variables of one task, in order.
@@ -286,6 +290,9 @@ pub fn render(settings: &Settings, step: &Step, layout: &Layout, rank: u32) -> R
         let task = plan.task(f, settings, step, layout, rank, &gpus)?;
         (f.render)(&task, &mut vars)?;
     }
+    if let Some(node) = &step.network {
+        vars.extend(network::vars(settings.frameworks, node));
+    }
     Ok(Injection { list: vars })
 }
 
@@ -319,7 +326,32 @@ pub fn explain(settings: &Settings, step: &Step, layout: &Layout) -> Result<Expl
         row.push(visible.unwrap_or_else(|| "-".into()));
         rows.push(row);
     }
+    if let Some(node) = &step.network {
+        summaries.push(network_summary(settings, node));
+    }
     Ok(Explained { rows, summaries })
+}
+
+/// This node's interface and what its tasks get (each node finds its own).
+fn network_summary(settings: &Settings, node: &network::NodeNetwork) -> String {
+    let set: Vec<String> = network::vars(settings.frameworks, node)
+        .into_iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    let mut line = format!(
+        "network {}: this node's interface {}; set {}",
+        node.network,
+        node.interface,
+        if set.is_empty() {
+            "nothing".into()
+        } else {
+            set.join(" ")
+        }
+    );
+    if !node.kept.is_empty() {
+        line.push_str(&format!("; kept the user's {}", node.kept.join(" ")));
+    }
+    line
 }
 
 #[cfg(test)]
