@@ -127,19 +127,15 @@ fn hand(name: &str, value: &str) -> Result<()> {
 /// interface variables the user set. The nodes are the map's, else the
 /// allocation's.
 fn network_for(settings: &Settings, map: &str, job: u32, step: u32) -> Result<String> {
-    let hosts = match task_map::TaskMap::decode(map, job, step) {
-        Ok(task_map::Found::Ours(map)) => Some(map.hosts),
-        _ => ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
-            .iter()
-            .find_map(|v| std::env::var(v).ok())
-            .and_then(|list| core::hostlist::HostList::parse(&list, MAX_NODES as usize).ok()),
-    };
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
-    if needs_hosts && hosts.is_none() {
-        return Err(Error::new(
-            "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
-        ));
-    }
+    let hosts = match needs_hosts {
+        false => None,
+        true => Some(step_hosts(map, job, step).ok_or_else(|| {
+            Error::new(
+                "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
+            )
+        })?),
+    };
     let handed = network::for_step(
         settings,
         hosts.iter().flat_map(|h| h.iter()),
@@ -147,6 +143,17 @@ fn network_for(settings: &Settings, map: &str, job: u32, step: u32) -> Result<St
         |name| std::env::var_os(name).is_some(),
     )?;
     Ok(handed.encode(job, step))
+}
+
+/// The step's nodes: the map's, else the allocation's (a superset).
+fn step_hosts(map: &str, job: u32, step: u32) -> Option<core::hostlist::HostList> {
+    if let Ok(task_map::Found::Ours(map)) = task_map::TaskMap::decode(map, job, step) {
+        return Some(map.hosts);
+    }
+    ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .and_then(|list| core::hostlist::HostList::parse(&list, MAX_NODES as usize).ok())
 }
 
 /// srun's environment names no job and its command line no --jobid. A
