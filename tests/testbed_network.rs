@@ -5,6 +5,9 @@
 //! each count the bytes every interface of the task's own network namespace
 //! moved (/proc/self/net/dev, read by the task around its collectives), so
 //! what is asserted is where the bytes really went, not what the plugin set.
+//! Each task also names, by itself, its fast interface (the one carrying the
+//! address `$(hostname)-ib` resolves to) and its Slurm one (`$(hostname)`):
+//! Docker names them (eth1, or eth2 on a node reconnected to the network).
 
 mod common;
 
@@ -20,7 +23,7 @@ const DIR: &str = "/home/alice/net-tests";
 /// The workload, then one `BYTES {...}` line: each interface's received plus
 /// sent bytes meanwhile and the interface variables the task saw.
 const NETBYTES: &str = r#"
-import json, os, socket, sys
+import json, os, socket, subprocess, sys
 
 VARS = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"]
 FLOATS = 4 * 1024 * 1024  # 16 MiB of float32
@@ -78,12 +81,28 @@ def jax_gloo():
     jax.distributed.shutdown()
 
 
+def iface_of(name):
+    """The interface carrying the address `name` resolves to (ip -o -4 addr)."""
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError:
+        return None
+    out = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        f = line.split()
+        if f[3].split("/")[0] == addr:
+            return f[1]
+
+
 before = counters()
 {"torch": torch_gloo, "tf": tf_mwms, "jax": jax_gloo}[sys.argv[1]]()
 after = counters()
 moved = {k: after[k] - before.get(k, 0) for k in after if k != "lo"}
+host = socket.gethostname()
 print("BYTES " + json.dumps({
-    "host": socket.gethostname(),
+    "host": host,
+    "fast": iface_of(host + "-ib"),
+    "slow": iface_of(host),
     "bytes": moved,
     "env": {v: os.environ.get(v) for v in VARS},
 }), flush=True)
@@ -132,29 +151,44 @@ impl Job {
         self.by_rank[&r]["bytes"][iface].as_u64().unwrap_or(0)
     }
 
-    /// Every rank ran and moved at least `share` of its eth0+eth1 bytes over
-    /// `iface`; prints each rank's bytes (the numbers the docs quote).
-    fn assert_share(&self, ranks: u32, iface: &str, share: f64, what: &str) {
+    /// Rank `r`'s fast (`"fast"`) or Slurm (`"slow"`) interface, as the
+    /// task found it.
+    fn iface(&self, r: u32, which: &str) -> &str {
+        self.by_rank[&r][which]
+            .as_str()
+            .unwrap_or_else(|| panic!("rank {r} has no {which} interface:\n{}", self.output))
+    }
+
+    /// Every rank ran and moved at least `share` of its bytes (every
+    /// interface but lo) over its `which` interface (`"fast"` or `"slow"`);
+    /// prints each rank's bytes (the numbers the docs quote).
+    fn assert_share(&self, ranks: u32, which: &str, share: f64, what: &str) {
         assert_eq!(self.code, Some(0), "{what}: step failed:\n{}", self.output);
         assert_eq!(self.by_rank.len() as u32, ranks, "{what}:\n{}", self.output);
         for r in 0..ranks {
-            let (eth0, eth1) = (self.bytes(r, "eth0"), self.bytes(r, "eth1"));
-            let on = self.bytes(r, iface) as f64 / (eth0 + eth1).max(1) as f64;
+            let (fast, slow) = (self.iface(r, "fast"), self.iface(r, "slow"));
+            let all: u64 = self.by_rank[&r]["bytes"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_u64().unwrap())
+                .sum();
+            let on = self.bytes(r, self.iface(r, which)) as f64 / all.max(1) as f64;
             eprintln!(
-                "{what}: rank {r} on {}: eth0 {eth0} B, eth1 {eth1} B ({:.1}% on {iface}); {}",
+                "{what}: rank {r} on {}: Slurm's {slow} {} B, fast {fast} {} B ({:.1}% on the {which} one); {}",
                 self.by_rank[&r]["host"],
+                self.bytes(r, slow),
+                self.bytes(r, fast),
                 on * 100.0,
                 self.by_rank[&r]["env"]
             );
-            assert!(
-                eth0 + eth1 > 50_000_000,
-                "{what}: rank {r} moved only {} bytes",
-                eth0 + eth1
-            );
+            assert!(all > 50_000_000, "{what}: rank {r} moved only {all} bytes");
             assert!(
                 on >= share,
-                "{what}: rank {r} moved {:.1}% over {iface} (eth0 {eth0}, eth1 {eth1})",
-                on * 100.0
+                "{what}: rank {r} moved {:.1}% over its {which} interface {}: {}",
+                on * 100.0,
+                self.iface(r, which),
+                self.by_rank[&r]
             );
         }
     }
@@ -208,13 +242,17 @@ fn pytorch_gloo_follows_the_host_template() {
     let args = ["--torch-cluster", "--tf-host-template={}-ib"];
     let drop = "env -u NCCL_SOCKET_IFNAME -u GLOO_SOCKET_IFNAME -u TP_SOCKET_IFNAME";
     let before = job(&[], &args, &format!("{drop} {TORCH}"), "torch");
-    before.assert_share(3, "eth0", 0.9, "before (template, no interface variables)");
+    before.assert_share(3, "slow", 0.9, "before (template, no interface variables)");
     let after = job(&[], &args, TORCH, "torch");
-    after.assert_share(3, "eth1", 0.9, "after (template)");
+    after.assert_share(3, "fast", 0.9, "after (template)");
     for r in 0..3 {
-        assert_eq!(after.env(r, "GLOO_SOCKET_IFNAME"), Some("eth1"));
-        assert_eq!(after.env(r, "NCCL_SOCKET_IFNAME"), Some("=eth1"));
-        assert_eq!(after.env(r, "TP_SOCKET_IFNAME"), Some("eth1"));
+        let fast = after.iface(r, "fast");
+        assert_eq!(after.env(r, "GLOO_SOCKET_IFNAME"), Some(fast));
+        assert_eq!(
+            after.env(r, "NCCL_SOCKET_IFNAME"),
+            Some(&*format!("={fast}"))
+        );
+        assert_eq!(after.env(r, "TP_SOCKET_IFNAME"), Some(fast));
     }
 }
 
@@ -225,14 +263,7 @@ fn pytorch_gloo_follows_the_subnet() {
     let _t = testbed();
     let network = format!("--tf-network={}", fast_subnet());
     let after = job(&[], &["--torch-cluster", &network], TORCH, "torch");
-    after.assert_share(3, "eth1", 0.9, &format!("after ({network})"));
-    let named = job(
-        &[],
-        &["--torch-cluster", "--tf-network=eth1"],
-        TORCH,
-        "torch",
-    );
-    named.assert_share(3, "eth1", 0.9, "after (--tf-network=eth1)");
+    after.assert_share(3, "fast", 0.9, &format!("after ({network})"));
 }
 
 /// A variable the user exported is kept on every node, the others are set.
@@ -241,31 +272,36 @@ fn the_users_own_interface_is_kept() {
     let _t = testbed();
     let args = ["--torch-cluster", "--tf-host-template={}-ib"];
     let kept = job(&["GLOO_SOCKET_IFNAME=eth0"], &args, TORCH, "torch");
-    kept.assert_share(3, "eth0", 0.9, "user's GLOO_SOCKET_IFNAME=eth0 kept");
+    kept.assert_share(3, "slow", 0.9, "user's GLOO_SOCKET_IFNAME=eth0 kept");
     for r in 0..3 {
+        let fast = kept.iface(r, "fast");
         assert_eq!(kept.env(r, "GLOO_SOCKET_IFNAME"), Some("eth0"));
-        assert_eq!(kept.env(r, "NCCL_SOCKET_IFNAME"), Some("=eth1"));
+        assert_eq!(
+            kept.env(r, "NCCL_SOCKET_IFNAME"),
+            Some(&*format!("={fast}"))
+        );
     }
 }
 
-/// TensorFlow's collectives go over gRPC to TF_CONFIG's addresses: the
-/// template moves them. Before: without it, over eth0.
+/// TensorFlow's collectives on CPU go over gRPC to TF_CONFIG's addresses:
+/// the template moves them. Before: without it, over Slurm's names.
 #[test]
 fn tensorflow_mwms_follows_the_host_template() {
     let _t = testbed();
     let before = job(&[], &["--tf-cluster"], TF, "tf");
-    before.assert_share(3, "eth0", 0.9, "TF before (no template)");
+    before.assert_share(3, "slow", 0.9, "TF before (no template)");
     let after = job(&[], &["--tf-cluster", "--tf-host-template={}-ib"], TF, "tf");
-    after.assert_share(3, "eth1", 0.9, "TF after (template)");
+    after.assert_share(3, "fast", 0.9, "TF after (template)");
+    // The subnet alone names no address: TF_CONFIG keeps Slurm's names and
+    // gRPC stays on them (NCCL, on GPUs, would follow the variable).
     let network = format!("--tf-network={}", fast_subnet());
-    let subnet = job(
-        &[],
-        &["--tf-cluster", "--tf-host-template={}-ib", &network],
-        TF,
-        "tf",
+    let subnet = job(&[], &["--tf-cluster", &network], TF, "tf");
+    subnet.assert_share(3, "slow", 0.9, &format!("TF, {network} alone"));
+    let fast = after.iface(0, "fast");
+    assert_eq!(
+        after.env(0, "NCCL_SOCKET_IFNAME"),
+        Some(&*format!("={fast}"))
     );
-    subnet.assert_share(3, "eth1", 0.9, &format!("TF after (template, {network})"));
-    assert_eq!(after.env(0, "NCCL_SOCKET_IFNAME"), Some("=eth1"));
 }
 
 /// JAX builds its CPU collectives (gloo) without an interface and reads no
@@ -281,8 +317,9 @@ fn jax_cpu_collectives_stay_on_the_hosts_own_name() {
         JAX,
         "jax",
     );
-    run.assert_share(3, "eth0", 0.9, "JAX CPU collectives (template)");
-    assert_eq!(run.env(0, "NCCL_SOCKET_IFNAME"), Some("=eth1"));
+    run.assert_share(3, "slow", 0.9, "JAX CPU collectives (template)");
+    let fast = run.iface(0, "fast");
+    assert_eq!(run.env(0, "NCCL_SOCKET_IFNAME"), Some(&*format!("={fast}")));
     assert_eq!(run.env(0, "GLOO_SOCKET_IFNAME"), None);
 }
 
@@ -297,7 +334,7 @@ fn the_sites_plugstack_argument_names_the_network() {
         fast_subnet()
     ));
     let run = job(&[], &["--torch-cluster"], TORCH, "torch");
-    run.assert_share(3, "eth1", 0.9, "plugstack.conf network=SUBNET");
+    run.assert_share(3, "fast", 0.9, "plugstack.conf network=SUBNET");
 }
 
 /// Disconnects node3 from the fast network while alive; reconnects it with
