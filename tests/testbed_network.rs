@@ -365,10 +365,24 @@ impl Drop for Disconnected {
             .arg(&self.0)
             .output()
             .unwrap();
-        if !out.status.success() && !std::thread::panicking() {
+        // Docker dropped node3's own /etc/hosts line for eth0 with the
+        // disconnection and wrote the new network's only: put Slurm's first
+        // again, as on the other nodes (else `node3` means the fast network).
+        let hosts = r#"set -e
+a0=$(ip -o -4 addr show eth0 | awk '{ split($4, a, "/"); print a[1] }')
+grep -v '[[:space:]]node3$' /etc/hosts >/tmp/hosts
+printf '%s\tnode3\n' "$a0" >>/tmp/hosts
+grep '[[:space:]]node3$' /etc/hosts | grep -v "^$a0[[:space:]]" >>/tmp/hosts || true
+cat /tmp/hosts >/etc/hosts"#;
+        let fixed = Command::new("docker")
+            .args(["exec", &self.0, "sh", "-c", hosts])
+            .output()
+            .unwrap();
+        if !(out.status.success() && fixed.status.success()) && !std::thread::panicking() {
             panic!(
-                "reconnecting node3: {}",
-                String::from_utf8_lossy(&out.stderr)
+                "reconnecting node3: {}{}",
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&fixed.stderr)
             );
         }
     }
