@@ -410,6 +410,7 @@ fn a_node_without_the_network_is_refused() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_ne!(out.status.code(), Some(0), "{stdout}{stderr}");
     let lines = common::messages(&stderr);
+    eprintln!("refused (subnet): {lines:?}");
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
         lines[0].contains("node3 is not on") && lines[0].contains(&subnet),
@@ -428,6 +429,7 @@ fn a_node_without_the_network_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     let lines = common::messages(&stderr);
+    eprintln!("refused (template): {lines:?}");
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
         lines[0].contains("node3-ib") && lines[0].contains("{}-ib"),
