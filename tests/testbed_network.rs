@@ -378,7 +378,8 @@ cat /tmp/hosts >/etc/hosts"#;
             .args(["exec", &self.0, "sh", "-c", hosts])
             .output()
             .unwrap();
-        if !(out.status.success() && fixed.status.success()) && !std::thread::panicking() {
+        let ok = out.status.success() && fixed.status.success();
+        if !ok && !std::thread::panicking() {
             panic!(
                 "reconnecting node3: {}{}",
                 String::from_utf8_lossy(&out.stderr),
