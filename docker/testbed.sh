@@ -21,8 +21,10 @@
 # Containers: tfc-ctl (hostname ctl: munged + slurmctld; the submit host, tests run
 # srun/sbatch there) and tfc-node1..3 (hostnames node1..3: munged + slurmd -D,
 # /dev/nvidia0..3 fake GPUs). Every name (ctl, node1..3) resolves in
-# every container through the user-defined network `tfc`, and so does each node's
-# second name, node1-ib..node3-ib (the fast network of host-template={}-ib).
+# every container through the user-defined network `tfc` (eth0). A second network,
+# `tfc-ib` (eth1 in every container: Docker names the interfaces), is the "fast
+# network": only there do node1-ib..node3-ib (and ctl-ib) resolve, to the eth1
+# addresses (host-template={}-ib; tests/testbed_network.rs disconnects a node from it).
 #
 # The Slurm configuration is in docker/config/ (slurm.conf, gres.conf, cgroup.conf,
 # and topology/NAME/ for TFC_TOPOLOGY=NAME); `up` copies it to the run dir.
@@ -83,8 +85,9 @@
 # TFC_GRES=NAME: docker/config/gres/NAME.conf in place of gres.conf (vendors: each
 # node another vendor's environment flag, tests/testbed_gpu_vendors.rs).
 #
-# Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, network tfc,
-# run dir docker/run; another prefix P gives P-ctl …, network P, docker/run-P),
+# Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, networks tfc and
+# tfc-ib, run dir docker/run; another prefix P gives P-ctl …, networks P and P-ib,
+# docker/run-P),
 # TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
@@ -98,6 +101,8 @@ IMAGE=${TFC_IMAGE:-tfc-node:$SUITE}
 # several can run side by side, e.g. one per Slurm version.
 PREFIX=${TFC_PREFIX:-tfc}
 NET=$PREFIX
+# The second ("fast") network, eth1 in every container.
+NET_IB=$PREFIX-ib
 if [ "$PREFIX" = tfc ]; then RUN=${TFC_RUN_DIR:-$here/run}; else RUN=${TFC_RUN_DIR:-$here/run-$PREFIX}; fi
 PLUGIN_DIR=${TFC_PLUGIN_DIR:-$repo/target/release}
 DEB_DIR=${TFC_DEB_DIR:-$repo/target/deb}
@@ -300,8 +305,7 @@ start_container() {
     host=$(host_of "$name")
     local args=(
         -d --name "$name" --hostname "$host"
-        # host-ib: the node's name on the "fast network" (host-template={}-ib).
-        --network "$NET" --network-alias "$host" --network-alias "$host-ib"
+        --network "$NET" --network-alias "$host"
         --label tfc.testbed=1 --label "tfc.hash=$hash"
         -v "$RUN/etc:/etc/slurm:ro"
         -v "$RUN/munge.key:/tfc-run/munge.key:ro"
@@ -319,6 +323,9 @@ start_container() {
     mkdir -p "$RUN/log/$host" "$RUN/plugstack.d/$host" "$RUN/etc/plugstack.conf.d"
     docker run "${args[@]}" "$IMAGE" /opt/tfc-testbed/entrypoint.sh "$role" >/dev/null ||
         die "docker run $name failed"
+    # host-ib: the name on the fast network (host-template={}-ib), eth1.
+    docker network connect --alias "$host-ib" "$NET_IB" "$name" ||
+        die "docker network connect $NET_IB $name failed"
 }
 
 # Print diagnostics for a failed `up` (to stderr).
@@ -379,8 +386,11 @@ cmd_up() {
                 docker rm -f "$c" >/dev/null || die "cannot remove old container $c"
             fi
         done
-        docker network inspect "$NET" >/dev/null 2>&1 ||
-            docker network create "$NET" >/dev/null || die "cannot create docker network $NET"
+        local net
+        for net in "$NET" "$NET_IB"; do
+            docker network inspect "$net" >/dev/null 2>&1 ||
+                docker network create "$net" >/dev/null || die "cannot create docker network $net"
+        done
         # Nodes first, so slurmctld finds their names resolvable when it starts.
         for c in "${NODES[@]/#/$PREFIX-}" "$CTL"; do
             role=node; [ "$c" = "$CTL" ] && role=ctl
@@ -398,9 +408,12 @@ cmd_down() {
             docker rm -f "$c" >/dev/null || die "cannot remove container $c"
         fi
     done
-    if docker network inspect "$NET" >/dev/null 2>&1; then
-        docker network rm "$NET" >/dev/null || die "cannot remove docker network $NET"
-    fi
+    local net
+    for net in "$NET" "$NET_IB"; do
+        if docker network inspect "$net" >/dev/null 2>&1; then
+            docker network rm "$net" >/dev/null || die "cannot remove docker network $net"
+        fi
+    done
     rm -rf "${RUN:?}/home"
     note "down: containers, network and the shared /home removed"
 }

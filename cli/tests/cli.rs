@@ -161,3 +161,42 @@ fn torch_cluster_shows_torchruns_arguments() {
         "{text}"
     );
 }
+
+/// With a network named, `env` and `explain` show this node's interface on
+/// it in the frameworks' variables; a variable the user exported is kept.
+#[test]
+fn the_network_shows_in_env_and_explain() {
+    let mut env = BASIC.to_vec();
+    env.push(("SLURMD_NODENAME", "t02n13"));
+    let vars = json_of(&cli(
+        &["env", "--torch-cluster", "--tf-network=127.0.0.0/8"],
+        &env,
+    ));
+    assert_eq!(vars["NCCL_SOCKET_IFNAME"], "=lo");
+    assert_eq!(vars["GLOO_SOCKET_IFNAME"], "lo");
+    assert_eq!(vars["TP_SOCKET_IFNAME"], "lo");
+    let out = cli(&["explain", "--torch-cluster", "--tf-network=lo"], &env);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("network lo: this node's interface lo; set NCCL_SOCKET_IFNAME==lo GLOO_SOCKET_IFNAME=lo TP_SOCKET_IFNAME=lo"),
+        "{text}"
+    );
+    env.push(("GLOO_SOCKET_IFNAME", "eth1"));
+    let vars = json_of(&cli(&["env", "--torch-cluster", "--tf-network=lo"], &env));
+    assert!(vars.get("GLOO_SOCKET_IFNAME").is_none(), "{vars}");
+    assert_eq!(vars["NCCL_SOCKET_IFNAME"], "=lo");
+    // TensorFlow's gRPC follows TF_CONFIG; only NCCL's variable is its.
+    let vars = json_of(&cli(&["env", "--tf-network=lo"], &env));
+    assert_eq!(vars["NCCL_SOCKET_IFNAME"], "=lo");
+    assert!(vars.get("TP_SOCKET_IFNAME").is_none(), "{vars}");
+    // A node without the network: one line naming the node and the network.
+    let out = cli(
+        &["env", "--torch-cluster", "--tf-network=10.255.255.0/24"],
+        &env,
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "tf-cluster: t02n13 is not on --tf-network=10.255.255.0/24: no interface with an address in 10.255.255.0/24\n"
+    );
+}

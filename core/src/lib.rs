@@ -18,6 +18,7 @@ pub mod gpus;
 pub mod hostlist;
 pub mod layout;
 mod limits;
+pub mod network;
 pub mod node;
 mod number;
 pub mod os;

@@ -11,6 +11,7 @@
 use super::error::bail;
 use super::frameworks::{self, Framework, Gpus, Shared, Task, Vars};
 use super::layout::Layout;
+use super::network;
 use super::plan::{Plan, TaskBinding};
 use super::settings::Settings;
 use super::step::Step;
@@ -98,6 +99,9 @@ impl Node {
         for (i, f) in self.settings.frameworks.iter().enumerate() {
             (f.render)(&self.view(i, f, rank, placement, &gpus), &mut vars)?;
         }
+        if let Some(node) = &self.step.network {
+            vars.extend(network::vars(self.settings.frameworks, node));
+        }
         Ok(Injection { list: vars })
     }
 
@@ -166,7 +170,6 @@ impl Node {
             ports: self.plan.ports.of(i),
             gpus,
             shared: &self.shared[i],
-            network: self.plan.network.as_deref(),
         }
     }
 
@@ -194,6 +197,9 @@ impl Node {
             let visible = gpus.vars.into_iter().next().map(|(_, list)| list);
             row.push(visible.unwrap_or_else(|| "-".into()));
             rows.push(row);
+        }
+        if let Some(node) = &self.step.network {
+            summaries.push(frameworks::network_summary(&self.settings, node));
         }
         Ok(Explained { rows, summaries })
     }

@@ -1,11 +1,14 @@
 //! The one place the core touches the operating system, shared by the
 //! plugin and the CLI: the process's own environment (srun's, the CLI's),
-//! the node's GPU count, and a file a user names. Everything else in the
-//! core is computation on values.
+//! the node's GPU count and network interfaces, and a file a user names.
+//! Everything else in the core is computation on values.
 
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
+use std::net::IpAddr;
+
+use crate::network::Interface;
 use crate::{Error, Result, Source};
 
 /// This process's environment as a [`Source`]: srun reads its own variables
@@ -30,6 +33,19 @@ impl Source for ProcessEnv {
 
     fn read_file(&mut self, path: &str) -> Result<String> {
         read_user_file(path)
+    }
+
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        node_interfaces()
+    }
+
+    /// The CLI is the user's own process: the system's resolver, DNS too.
+    fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
+        use std::net::ToSocketAddrs;
+        let addrs = (host, 0)
+            .to_socket_addrs()
+            .map_err(|e| Error::new(format!("cannot resolve {host}: {e}")))?;
+        Ok(addrs.map(|a| a.ip()).collect())
     }
 }
 
@@ -80,6 +96,74 @@ fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
         }
     }
     gpus.min(crate::MAX_GPUS + 1)
+}
+
+/// Most interface entries read: far above any node's, a bound on a hostile
+/// namespace's.
+const MAX_INTERFACE_ENTRIES: usize = 4096;
+
+/// The node's network interfaces and their IP addresses, from getifaddrs(3):
+/// one netlink dump of the kernel's own tables, no DNS, no fork. An
+/// interface without an address is listed with none.
+pub fn node_interfaces() -> Result<Vec<Interface>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Error::new(format!(
+            "cannot list the network interfaces: {e}"
+        )));
+    }
+    let mut out: Vec<Interface> = Vec::new();
+    let mut entry = list;
+    let mut seen = 0;
+    while !entry.is_null() && seen < MAX_INTERFACE_ENTRIES {
+        seen += 1;
+        // SAFETY: a non-null entry of getifaddrs's list, alive until freeifaddrs.
+        let e = unsafe { &*entry };
+        entry = e.ifa_next;
+        if e.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated interface name.
+        let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }.to_string_lossy();
+        // SAFETY: ifa_addr, when set, points at a sockaddr of its family's size.
+        let addr: Option<IpAddr> = unsafe {
+            match e.ifa_addr.as_ref().map(|a| i32::from(a.sa_family)) {
+                Some(libc::AF_INET) => {
+                    let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
+                    Some(IpAddr::V4(u32::from_be(sin.sin_addr.s_addr).into()))
+                }
+                Some(libc::AF_INET6) => {
+                    let sin6 = &*(e.ifa_addr as *const libc::sockaddr_in6);
+                    Some(IpAddr::V6(sin6.sin6_addr.s6_addr.into()))
+                }
+                _ => None,
+            }
+        };
+        let i = match out.iter().position(|i| i.name == name) {
+            Some(i) => i,
+            None => {
+                out.push(Interface {
+                    name: name.into_owned(),
+                    addrs: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        out[i].addrs.extend(addr);
+    }
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(out)
+}
+
+/// The addresses /etc/hosts gives `host`: a bounded file read, never DNS.
+pub fn etc_hosts(host: &str) -> Result<Vec<IpAddr>> {
+    Ok(crate::network::etc_hosts_lookup(
+        &read_user_file("/etc/hosts")?,
+        host,
+    ))
 }
 
 /// A file the user named, as the calling process can read it: a regular
@@ -137,6 +221,13 @@ mod tests {
         assert_eq!(kfd_gpu_count(&dir), 2);
         assert_eq!(kfd_gpu_count(&dir.join("absent")), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_nodes_interfaces_include_loopback() {
+        let list = node_interfaces().unwrap();
+        let lo = list.iter().find(|i| i.name == "lo").expect("lo");
+        assert!(lo.addrs.contains(&IpAddr::from([127, 0, 0, 1])), "{lo:?}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The node's plan: what every task of one node shares, from what Slurm says
 //! of the step ([`Step`]), its [`Layout`] and the settings: the frameworks'
-//! ports, the GPUs of each local task and the node's fast-network interface.
+//! ports and the GPUs of each local task (the node's fast-network interface is
+//! the step's, [`crate::network::for_node`]).
 //! It knows no framework: what they need comes in as data ([`Needs`]), and
 //! each framework's variables are rendered from it (crate::frameworks).
 
@@ -78,9 +79,6 @@ pub struct Plan {
     probed: Option<u32>,
     local_tasks: u32,
     node_tasks: u32,
-    /// The fast network's interface on this node (issue 24: set from the
-    /// host's interfaces when that lands; None: the frameworks' defaults).
-    pub network: Option<String>,
 }
 
 impl Plan {
@@ -108,7 +106,6 @@ impl Plan {
             probed: step.node_gpus,
             local_tasks,
             node_tasks,
-            network: None,
         };
         plan.gpus = plan.gpu_plan(
             settings,

@@ -5,6 +5,7 @@
 
 use super::MAX_GPUS;
 use super::error::{Result, bail, shown};
+use super::network::Network;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
 
@@ -23,6 +24,9 @@ pub struct Settings {
     /// The name of each host on the fast network, `{}` standing for the
     /// node's name (`{}-ib`: node1 → node1-ib).
     pub host_template: Option<String>,
+    /// The fast network by interface name or subnet; without it, the host
+    /// template's names say which network it is.
+    pub network: Option<Network>,
 }
 
 impl Default for Settings {
@@ -38,6 +42,7 @@ impl Default for Settings {
             auto_set_gpu: true,
             rpc_layer: None,
             host_template: None,
+            network: None,
         }
     }
 }
@@ -70,7 +75,7 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 6] = [
+pub const SETTINGS: [Setting; 7] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -148,6 +153,15 @@ pub const SETTINGS: [Setting; 6] = [
                 ));
             }
             s.host_template = Some(v.to_string());
+            Ok(())
+        },
+    },
+    Setting {
+        key: "network",
+        arg: "IFNAME|CIDR",
+        help: "the fast network's interface, by name (ib0) or subnet (10.98.0.0/16), given to NCCL, gloo and TensorPipe (default: the host template's network, else theirs)",
+        set: |s, v| {
+            s.network = Some(Network::parse(v)?);
             Ok(())
         },
     },
@@ -235,7 +249,8 @@ mod tests {
                 "gpus-per-task",
                 "auto-set-gpu",
                 "rpc-layer",
-                "host-template"
+                "host-template",
+                "network"
             ]
         );
         for s in &SETTINGS {
@@ -258,8 +273,10 @@ mod tests {
             "auto-set-gpu=false",
             "rpc-layer=grpc+verbs",
             "host-template={}-ib",
+            "network=10.98.0.0/16",
         ])
         .unwrap();
+        assert_eq!(s.network, Some(Network::parse("10.98.0.0/16").unwrap()));
         assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
         assert_eq!(s.port_base, 9000);
         assert_eq!(s.gpus_per_node, Some(4));
@@ -319,6 +336,11 @@ mod tests {
             ("host-template={}..ib", "no empty label"),
             ("host-template={}_ib", "letters, digits and '-'"),
             ("host-template={}.-ib", "neither begins nor ends with '-'"),
+            (
+                "network=10.98.0.0/33",
+                "network=\"10.98.0.0/33\": not a subnet",
+            ),
+            ("network=ib0:1", "network=\"ib0:1\": not an interface name"),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
             assert!(e.starts_with("plugstack.conf argument"), "{arg}: {e}");

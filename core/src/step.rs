@@ -6,6 +6,7 @@ use super::distribution::Distribution;
 use super::error::{Error, Result, bail, shown};
 use super::gpus;
 use super::hostlist::HostList;
+use super::network::{self, NodeNetwork};
 use super::number::parse_u32;
 use super::settings::Settings;
 use super::task_map::{self, Found, TaskMap, Verdict};
@@ -41,6 +42,16 @@ pub trait Source {
     /// SLURM_TOPOLOGY_ADDR_PATTERN to refuse what it cannot rebuild.
     fn blocks_follow_topology(&self) -> bool {
         false
+    }
+    /// The node's network interfaces (read only when the step names a
+    /// network).
+    fn interfaces(&mut self) -> Result<Vec<network::Interface>> {
+        bail!("the node's network interfaces are not known here")
+    }
+    /// The addresses of `host`, for a node srun handed no network. By
+    /// default /etc/hosts only: a bounded read, where DNS could hang.
+    fn resolve(&mut self, host: &str) -> Result<Vec<std::net::IpAddr>> {
+        crate::os::etc_hosts(host)
     }
 }
 
@@ -128,6 +139,9 @@ pub struct Step {
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
     pub block_topology: Option<String>,
+    /// This node's interface on the step's network, if the step names one
+    /// ([`network::for_node`]).
+    pub network: Option<NodeNetwork>,
 }
 
 impl Step {
@@ -180,6 +194,7 @@ impl Step {
             job_step,
             from_srun,
             block_topology: None,
+            network: None,
         };
         // Without srun's map, the layout is rebuilt from variables a user
         // could also set: each is only a hint, checked against SLURM_GTIDS
@@ -209,6 +224,7 @@ impl Step {
         ) {
             step.node_gpus = Some(source.gpu_count()?);
         }
+        step.network = network::for_node(settings, source, job_step, step.nodename.as_deref())?;
         Ok(Gathered::Step(Box::new(step)))
     }
 }

@@ -13,10 +13,11 @@ use super::options::{self, inherited_var};
 use super::{fault, step_info_rpc, step_layout_rpc};
 use crate::core::frameworks::{self, FRAMEWORKS, Framework, Frameworks};
 use crate::core::gpus;
+use crate::core::network;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
 use crate::core::task_map::{self, MAX_LEN, Verdict};
-use crate::core::{self, Error, MAX_NODES, Result, Settings};
+use crate::core::{self, Error, MAX_NODES, Result, Settings, Source};
 
 /// srun's state, from its start to its `local_user_init`.
 pub struct Srun {
@@ -100,9 +101,12 @@ impl Srun {
         let step = spank.step_id()?;
         let mut word = options::Word::default();
         word.hand_to_tasks(job, step);
-        let e = match map_for(spank, settings, job, step, &mut word) {
-            Ok(value) => {
+        let e = match map_for(spank, settings, job, step, &mut word)
+            .and_then(|map| Ok((network_for(settings, &map, job, step)?, map)))
+        {
+            Ok((network, value)) => {
                 word.hand_to_tasks(job, step);
+                hand(network::VAR, &network)?;
                 return hand_to_tasks(&value);
             }
             Err(e) => e,
@@ -135,11 +139,14 @@ impl Srun {
         }
         // What the step asked of srun itself must fit on its own: if it does
         // not, that is the step's refusal (and nothing is said of the rest).
-        match map_for(spank, &rest, job, step, &mut word) {
-            Ok(value) => {
+        match map_for(spank, &rest, job, step, &mut word)
+            .and_then(|map| Ok((network_for(&rest, &map, job, step)?, map)))
+        {
+            Ok((network, value)) => {
                 warn();
                 word.left_out = left_out;
                 word.hand_to_tasks(job, step);
+                hand(network::VAR, &network)?;
                 hand_to_tasks(&value)
             }
             Err(e) => self.refuse(spank, e),
@@ -161,14 +168,54 @@ impl Srun {
 
 /// Sets the variable every task of the step inherits.
 fn hand_to_tasks(value: &str) -> Result<()> {
+    hand(task_map::VAR, value)
+}
+
+/// Sets `name`, which every task of the step inherits.
+fn hand(name: &str, value: &str) -> Result<()> {
     // SAFETY: srun's launch threads read its environment only after this
     // callback returns (the value reaches the tasks from there).
-    unsafe { std::env::set_var(task_map::VAR, value) };
+    unsafe { std::env::set_var(name, value) };
     Ok(())
 }
 
 /// What srun sets in its own environment once it allocated the job itself.
 const SUBMIT_DIR: &str = "SLURM_SUBMIT_DIR";
+
+/// The step's network for [`network::VAR`]: `--tf-network`, or the subnet
+/// of every node's template name, resolved here (srun is the user's own
+/// process: a slow DNS delays this srun, never a slurmstepd), and the
+/// interface variables the user set. The nodes are the map's, else the
+/// allocation's.
+fn network_for(settings: &Settings, map: &str, job: u32, step: u32) -> Result<String> {
+    let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
+    let hosts = match needs_hosts {
+        false => None,
+        true => Some(step_hosts(map, job, step).ok_or_else(|| {
+            Error::new(
+                "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
+            )
+        })?),
+    };
+    let handed = network::for_step(
+        settings,
+        hosts.iter().flat_map(|h| h.iter()),
+        |name| ProcessEnv.resolve(name),
+        |name| std::env::var_os(name).is_some(),
+    )?;
+    Ok(handed.encode(job, step))
+}
+
+/// The step's nodes: the map's, else the allocation's (a superset).
+fn step_hosts(map: &str, job: u32, step: u32) -> Option<core::hostlist::HostList> {
+    if let Ok(task_map::Found::Ours(map)) = task_map::TaskMap::decode(map, job, step) {
+        return Some(map.hosts);
+    }
+    ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .and_then(|list| core::hostlist::HostList::parse(&list, MAX_NODES as usize).ok())
+}
 
 /// The variable's value for a step that may run: the map, or `none` when
 /// Slurm gave none (the tasks then rebuild the layout).

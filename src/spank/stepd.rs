@@ -30,7 +30,8 @@ use super::hooks::guard;
 use super::options;
 use super::step_kill_rpc::end_refused_step;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::os::{node_gpu_count, read_user_file};
+use crate::core::network::Interface;
+use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::plan::TaskBinding;
 use crate::core::step::number;
 use crate::core::{self, Error, Gathered, Node, Result, Source, Step, task_map};
@@ -351,7 +352,15 @@ impl Source for OnHost<'_, '_> {
         read_user_file(path)
     }
 
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        node_interfaces()
+    }
+
     /// From Slurm itself, not from variables the user could set.
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        node_interfaces()
+    }
+
     fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
         Ok(Some((self.0.job_id()?, self.0.step_id()?)))
     }
@@ -379,6 +388,10 @@ impl Source for InTask<'_, '_> {
 
     fn read_file(&mut self, path: &str) -> Result<String> {
         read_user_file(path)
+    }
+
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        node_interfaces()
     }
 
     fn job_step(&mut self) -> Result<Option<(u32, u32)>> {

@@ -6,6 +6,7 @@
 //! What it needs of the layout: rank 0's host: O(1) after the layout.
 
 use super::{Framework, GpuRule, Launch, Task, Vars};
+use crate::network;
 use crate::settings::Settings;
 use crate::{MAX_TASKS, Result};
 
@@ -26,6 +27,9 @@ pub static FRAMEWORK: Framework = Framework {
     columns: &["COORDINATOR", "DEVICE_IDS"],
     row,
     summary: |_| None,
+    // NCCL on GPUs. JAX's CPU collectives (gloo) are built without an
+    // interface and read no variable (jax/_src/xla_bridge.py): nothing to set.
+    interface_vars: &[&network::NCCL],
 };
 
 fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {

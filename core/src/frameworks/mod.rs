@@ -12,6 +12,7 @@ pub mod tensorflow;
 use super::error::bail;
 use super::gpus::Rules;
 use super::layout::Layout;
+use super::network::{self, InterfaceVar};
 pub use super::plan::Gpus;
 use super::plan::Needs;
 use super::settings::Settings;
@@ -55,6 +56,9 @@ pub struct Framework {
     pub row: fn(&Task) -> Vec<String>,
     /// A line after the table, from rank 0's task (what every rank shares).
     pub summary: fn(&Task) -> Option<String>,
+    /// The variables its libraries read for the interface of their data
+    /// connections, set when the step names a network (crate::network).
+    pub interface_vars: &'static [&'static InterfaceVar],
 }
 
 /// The variables of one task, in order.
@@ -101,9 +105,6 @@ pub struct Task<'a> {
     pub gpus: &'a Gpus,
     /// What [`Framework::shared`] rendered once for the node ("" without).
     pub shared: &'a str,
-    /// The node's fast-network interface, from the node's plan (None: the
-    /// frameworks' defaults).
-    pub network: Option<&'a str>,
 }
 
 /// What a framework's part shared by a node's tasks is made from.
@@ -190,6 +191,28 @@ pub fn needs(settings: &Settings, layout: &Layout) -> Needs {
             .collect(),
         rules: gpu_rules(settings.frameworks),
     }
+}
+
+/// This node's interface and what its tasks get (each node finds its own).
+pub fn network_summary(settings: &Settings, node: &network::NodeNetwork) -> String {
+    let set: Vec<String> = network::vars(settings.frameworks, node)
+        .into_iter()
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    let mut line = format!(
+        "network {}: this node's interface {}; set {}",
+        node.network,
+        node.interface,
+        if set.is_empty() {
+            "nothing".into()
+        } else {
+            set.join(" ")
+        }
+    );
+    if !node.kept.is_empty() {
+        line.push_str(&format!("; kept the user's {}", node.kept.join(" ")));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! once, nothing per other rank, so no limit below the layout's own.
 
 use super::{Framework, GpuRule, Launch, Task, Vars};
+use crate::network;
 use crate::settings::Settings;
 use crate::{MAX_TASKS, Result};
 
@@ -27,6 +28,9 @@ pub static FRAMEWORK: Framework = Framework {
     render,
     columns: &["HOST", "LOCAL_RANK", "GROUP_RANK"],
     row,
+    // NCCL (GPUs), gloo (CPUs) and TensorPipe (torch.distributed.rpc)
+    // each pick their interface; MASTER_ADDR names only the rendezvous.
+    interface_vars: &[&network::NCCL, &network::GLOO, &network::TENSORPIPE],
     summary,
 };
 

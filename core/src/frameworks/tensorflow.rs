@@ -9,6 +9,7 @@ use crate::distribution::Placement;
 use crate::error::bail;
 use crate::hostlist::HostList;
 use crate::layout::Layout;
+use crate::network;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;
 use crate::{ENV_LIMIT, Result, number, tf_config};
@@ -41,6 +42,9 @@ pub static FRAMEWORK: Framework = Framework {
     columns: &["ROLE", "INDEX", "ADDRESS"],
     row,
     summary: |_| None,
+    // gRPC follows TF_CONFIG's addresses (the host template); NCCL, for
+    // MultiWorkerMirroredStrategy on GPUs, picks its own interface.
+    interface_vars: &[&network::NCCL],
 };
 
 /// The spec must cover the tasks, and TF_CONFIG must be able to fit.

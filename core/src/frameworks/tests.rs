@@ -24,6 +24,14 @@ impl crate::Source for Vars {
     fn read_file(&mut self, path: &str) -> Result<String> {
         bail!("no file {path} here")
     }
+    /// A node with Slurm's names on eth0 and the fast network on ib0.
+    fn interfaces(&mut self) -> Result<Vec<crate::network::Interface>> {
+        let iface = |name: &str, addr: &str| crate::network::Interface {
+            name: name.into(),
+            addrs: vec![addr.parse().unwrap()],
+        };
+        Ok(vec![iface("eth0", "172.18.0.2"), iface("ib0", "10.98.0.2")])
+    }
 }
 
 /// A task of `srun -n1 -w node3 : -N2 -n3 -w node1,node2`, as measured on
@@ -67,6 +75,14 @@ fn torch_and_jax_from_the_same_layout() {
         ("SLURM_GTIDS", "0,3"),
         ("SLURM_STEP_RESV_PORTS", "12000-12003"),
         ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+        ("SLURM_JOB_ID", "7"),
+        ("SLURM_STEP_ID", "0"),
+        // srun's word: the template's names are in 10.98.0.0/29, and the
+        // user exported TP_SOCKET_IFNAME (kept: not set again).
+        (
+            "SLURM_TF_CLUSTER_NET",
+            "1;7.0;10.98.0.0/29;TP_SOCKET_IFNAME",
+        ),
     ];
     let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
     let mut settings = Settings {
@@ -98,12 +114,18 @@ fn torch_and_jax_from_the_same_layout() {
             ("PET_MASTER_ADDR", "n1-ib"),
             ("PET_MASTER_PORT", "12000"),
             ("PET_RDZV_ENDPOINT", "n1-ib:12000"),
+            ("PET_RDZV_ID", "7.0"),
             ("PET_RDZV_BACKEND", "static"),
             ("JAX_COORDINATOR_ADDRESS", "n1-ib:12001"),
             // Two GPUs per task; JAX numbers the visible 4,5,6,7 from 0:
             // local rank 1 takes 1 (its PyTorch GPU) and 3, so no GPU is
             // both one task's PyTorch GPU and another's JAX device.
             ("JAX_LOCAL_DEVICE_IDS", "1,3"),
+            // The node's interface on the template's network, once though
+            // both PyTorch and JAX read NCCL's; the user's TP_SOCKET_IFNAME
+            // stays theirs.
+            ("NCCL_SOCKET_IFNAME", "=ib0"),
+            ("GLOO_SOCKET_IFNAME", "ib0"),
         ]
     );
     // With TF_CONFIG too, TF's tasks take ports 0 and 1 of each node:

@@ -1,0 +1,727 @@
+//! The fast network: which interface of this node carries the step's data
+//! connections, and the variables that tell the frameworks so.
+//!
+//! A step names its network in one of two ways: `--tf-network=ib0|CIDR`
+//! (a setting, [`Network`]), or the host template, whose names srun resolves
+//! before launch (it is the user's process: DNS may take its time there) and
+//! hands every task as the smallest subnet holding every node's address
+//! ([`covering`], in [`VAR`]). Each node then only lists its own interfaces
+//! (getifaddrs, no DNS, no fork: crate::os::node_interfaces) and picks the one
+//! carrying an address on that network ([`choose`]). Without srun's word (the
+//! components of a heterogeneous step srun's variable does not reach) a node
+//! looks its own template name up in /etc/hosts only: a bounded file read.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::error::{Error, Result, bail, shown};
+use crate::frameworks::Frameworks;
+use crate::settings::Settings;
+use crate::step::Source;
+
+/// The variable srun hands every task: `1;JOB.STEP;NETWORK;KEPT`, NETWORK
+/// being `-` (none) or a [`Network`], KEPT the interface variables the user
+/// set in srun's environment (comma-separated), which tasks leave alone.
+pub const VAR: &str = "SLURM_TF_CLUSTER_NET";
+
+/// Longest value of [`VAR`] a task reads: a network and a few names.
+const MAX_LEN: usize = 1024;
+
+/// A subnet, `10.98.0.0/16`, host bits cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    pub fn new(addr: IpAddr, prefix: u8) -> Cidr {
+        let bits = width(addr);
+        let prefix = prefix.min(bits);
+        let addr = match addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+        };
+        Cidr { addr, prefix }
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        width(ip) == width(self.addr) && Cidr::new(ip, self.prefix).addr == self.addr
+    }
+
+    fn parse(text: &str) -> Option<Cidr> {
+        let (addr, prefix) = text.split_once('/')?;
+        let addr: IpAddr = addr.parse().ok()?;
+        if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let prefix: u8 = prefix.parse().ok().filter(|p| *p <= width(addr))?;
+        Some(Cidr::new(addr, prefix))
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+fn width(ip: IpAddr) -> u8 {
+    if ip.is_ipv4() { 32 } else { 128 }
+}
+
+/// The smallest subnet of each address family holding every address: the
+/// network the step's names are on. Subnets nest, so it lies inside the
+/// fast network's own subnet and holds no other network's address.
+pub fn covering(addrs: &[IpAddr]) -> Vec<Cidr> {
+    let mut out = Vec::new();
+    for v4 in [true, false] {
+        let mut family = addrs.iter().copied().filter(|a| a.is_ipv4() == v4);
+        let Some(first) = family.next() else { continue };
+        let mut cidr = Cidr::new(first, width(first));
+        for a in family {
+            while !cidr.contains(a) {
+                cidr = Cidr::new(cidr.addr, cidr.prefix - 1);
+            }
+        }
+        out.push(cidr);
+    }
+    out
+}
+
+/// A step's network: an interface by name, or the interface with an address
+/// in one of these subnets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Network {
+    Interface(String),
+    Subnets(Vec<Cidr>),
+}
+
+impl Network {
+    /// `ib0`, `10.98.0.0/16`, `fd00::/64`, or several subnets separated by
+    /// commas (as srun hands them: one per address family).
+    pub fn parse(text: &str) -> std::result::Result<Network, String> {
+        if text.contains('/') {
+            let cidrs: Option<Vec<Cidr>> = text.split(',').take(8).map(Cidr::parse).collect();
+            return match cidrs {
+                Some(c) if text.split(',').count() <= 8 => Ok(Network::Subnets(c)),
+                _ => Err(format!(
+                    "{}: not a subnet such as 10.98.0.0/16",
+                    shown(text)
+                )),
+            };
+        }
+        // Linux's rule for interface names (dev_valid_name): 1-15 bytes, no
+        // '/', ':' or white space, not "." or "..".
+        let ok = !text.is_empty()
+            && text.len() < 16
+            && text != "."
+            && text != ".."
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b':' && b != b',');
+        if !ok {
+            return Err(format!(
+                "{}: not an interface name such as ib0 or a subnet such as 10.98.0.0/16",
+                shown(text)
+            ));
+        }
+        Ok(Network::Interface(text.to_string()))
+    }
+}
+
+impl fmt::Display for Network {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Network::Interface(name) => f.write_str(name),
+            Network::Subnets(cidrs) => {
+                let list: Vec<String> = cidrs.iter().map(Cidr::to_string).collect();
+                f.write_str(&list.join(","))
+            }
+        }
+    }
+}
+
+/// One interface of the node and its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    pub name: String,
+    pub addrs: Vec<IpAddr>,
+}
+
+/// The interface of `interfaces` on `network`: the named one, if it has an
+/// address, or the one address in the subnets. None carrying it, or two
+/// (the subnets span two networks), is an error: never a silent fall-back.
+pub fn choose<'a>(interfaces: &'a [Interface], network: &Network) -> Result<&'a str> {
+    match network {
+        Network::Interface(name) => match interfaces.iter().find(|i| &i.name == name) {
+            Some(i) if !i.addrs.is_empty() => Ok(&i.name),
+            Some(_) => bail!("interface {name} has no address"),
+            None => bail!("no interface {name}"),
+        },
+        Network::Subnets(cidrs) => {
+            let on = |i: &&Interface| i.addrs.iter().any(|a| cidrs.iter().any(|c| c.contains(*a)));
+            let mut found = interfaces.iter().filter(on);
+            match (found.next(), found.next()) {
+                (Some(i), None) => Ok(&i.name),
+                (None, _) => bail!("no interface with an address in {network}"),
+                (Some(a), Some(b)) => bail!(
+                    "both {} and {} have an address in {network}: name one with --tf-network=IFNAME",
+                    a.name,
+                    b.name
+                ),
+            }
+        }
+    }
+}
+
+/// A variable a framework reads to pick the interface of its data
+/// connections.
+pub struct InterfaceVar {
+    pub name: &'static str,
+    /// What the value is before the interface's name (NCCL's `=`: exactly
+    /// this interface, where a bare name is a prefix: `ib` matches `ib0`
+    /// and `ib1`).
+    pub prefix: &'static str,
+    /// Who reads it, for the docs and `explain`.
+    pub reader: &'static str,
+}
+
+impl InterfaceVar {
+    pub fn value(&self, interface: &str) -> String {
+        format!("{}{interface}", self.prefix)
+    }
+}
+
+pub static NCCL: InterfaceVar = InterfaceVar {
+    name: "NCCL_SOCKET_IFNAME",
+    prefix: "=",
+    reader: "NCCL (PyTorch, TensorFlow and JAX on GPUs): bootstrap and socket transport",
+};
+pub static GLOO: InterfaceVar = InterfaceVar {
+    name: "GLOO_SOCKET_IFNAME",
+    prefix: "",
+    reader: "PyTorch's gloo process groups",
+};
+pub static TENSORPIPE: InterfaceVar = InterfaceVar {
+    name: "TP_SOCKET_IFNAME",
+    prefix: "",
+    reader: "PyTorch's RPC (TensorPipe)",
+};
+
+/// Every interface variable, in the order they are set.
+pub static VARS: [&InterfaceVar; 3] = [&NCCL, &GLOO, &TENSORPIPE];
+
+/// What a node found: its interface on the step's network, and the
+/// variables the user set, which stay as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeNetwork {
+    pub network: Network,
+    pub interface: String,
+    pub kept: Vec<String>,
+}
+
+/// What srun decided for the step's network, as handed in [`VAR`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Handed {
+    pub network: Option<Network>,
+    /// The interface variables srun's environment already holds.
+    pub kept: Vec<String>,
+}
+
+impl Handed {
+    pub fn encode(&self, job: u32, step: u32) -> String {
+        let network = self
+            .network
+            .as_ref()
+            .map_or("-".to_string(), Network::to_string);
+        format!("1;{job}.{step};{network};{}", self.kept.join(","))
+    }
+
+    /// srun's word for this very step (`job`.`step` from Slurm), or None
+    /// when the value was made for another step (an outer srun's).
+    pub fn decode(text: &str, job: u32, step: u32) -> Result<Option<Handed>> {
+        let bad =
+            |why: &str| -> Result<Option<Handed>> { bail!("bad {VAR} {}: {why}", shown(text)) };
+        if text.len() > MAX_LEN {
+            return bad("too long");
+        }
+        let fields: Vec<&str> = text.split(';').collect();
+        let [version, id, network, kept] = fields[..] else {
+            return bad("not 4 fields");
+        };
+        if version != "1" {
+            return bad("unknown version");
+        }
+        if id != format!("{job}.{step}") {
+            return Ok(None);
+        }
+        let network = match network {
+            "-" => None,
+            text => match Network::parse(text) {
+                Ok(n) => Some(n),
+                Err(e) => return bad(&e),
+            },
+        };
+        let kept: Vec<String> = kept
+            .split(',')
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect();
+        if kept.iter().any(|n| !VARS.iter().any(|v| v.name == n)) {
+            return bad("names a variable that is not an interface variable");
+        }
+        Ok(Some(Handed { network, kept }))
+    }
+}
+
+/// The interface variables `present` says are set: the user's, kept.
+pub fn kept(mut present: impl FnMut(&str) -> bool) -> Vec<String> {
+    VARS.iter()
+        .filter(|v| present(v.name))
+        .map(|v| v.name.to_string())
+        .collect()
+}
+
+/// Where the step's network comes from, for messages.
+fn origin(settings: &Settings) -> String {
+    match (&settings.network, &settings.host_template) {
+        (Some(n), _) => format!("--tf-network={n}"),
+        (None, Some(t)) => format!("the network of --tf-host-template={t}"),
+        (None, None) => "no network".into(),
+    }
+}
+
+/// srun's decision for the step, before launch: the network (`--tf-network`
+/// as given, or the subnet covering every node's template name, resolved
+/// here with `resolve`), and which interface variables the user set in
+/// srun's environment (`present`), which every task inherits.
+pub fn for_step<'h>(
+    settings: &Settings,
+    hosts: impl IntoIterator<Item = &'h str>,
+    mut resolve: impl FnMut(&str) -> Result<Vec<IpAddr>>,
+    present: impl FnMut(&str) -> bool,
+) -> Result<Handed> {
+    let network = match (&settings.network, &settings.host_template) {
+        (Some(n), _) => Some(n.clone()),
+        (None, Some(template)) => {
+            let mut addrs = Vec::new();
+            for host in hosts {
+                let name = template.replace("{}", host);
+                let found = resolve(&name).map_err(|e| {
+                    Error::new(format!(
+                        "{e} ({}): name the network with --tf-network=IFNAME|CIDR",
+                        origin(settings)
+                    ))
+                })?;
+                if found.is_empty() {
+                    bail!("{name} has no address ({})", origin(settings));
+                }
+                addrs.extend(found);
+            }
+            let cidrs = covering(&addrs);
+            (!cidrs.is_empty()).then_some(Network::Subnets(cidrs))
+        }
+        (None, None) => None,
+    };
+    Ok(Handed {
+        network,
+        kept: kept(present),
+    })
+}
+
+/// This node's interface on the step's network, or None when the step names
+/// no network. `source` gives srun's word ([`VAR`]), the node's interfaces
+/// and, without srun's word, the node's own template name (slurmstepd: from
+/// /etc/hosts only). A node that has no interface on the network fails, in
+/// one line naming the node and the network.
+pub fn for_node(
+    settings: &Settings,
+    source: &mut impl Source,
+    job_step: Option<(u32, u32)>,
+    nodename: Option<&str>,
+) -> Result<Option<NodeNetwork>> {
+    if settings.network.is_none() && settings.host_template.is_none() {
+        return Ok(None);
+    }
+    let node = nodename.unwrap_or("this node");
+    let handed = match (source.var(VAR)?, job_step) {
+        (Some(text), Some((job, step))) => Handed::decode(&text, job, step)?,
+        _ => None,
+    };
+    let (network, kept) = match handed {
+        Some(h) => (h.network, h.kept),
+        None => {
+            let network = match (&settings.network, &settings.host_template) {
+                (Some(n), _) => Some(n.clone()),
+                (None, Some(template)) => {
+                    let Some(nodename) = nodename else {
+                        bail!(
+                            "SLURMD_NODENAME is not set: the node's name on the fast network is unknown"
+                        );
+                    };
+                    let name = template.replace("{}", nodename);
+                    let addrs = source.resolve(&name)?;
+                    if addrs.is_empty() {
+                        bail!(
+                            "{node}: srun handed no network and {name} is not in /etc/hosts ({})",
+                            origin(settings)
+                        );
+                    }
+                    Some(Network::Subnets(covering(&addrs)))
+                }
+                (None, None) => None,
+            };
+            // No word from srun: the variables this task inherited.
+            let mut kept = Vec::new();
+            for v in VARS {
+                if source.var(v.name)?.is_some() {
+                    kept.push(v.name.to_string());
+                }
+            }
+            (network, kept)
+        }
+    };
+    let Some(network) = network else {
+        return Ok(None);
+    };
+    let interfaces = source.interfaces()?;
+    let interface = choose(&interfaces, &network)
+        .map_err(|e| {
+            Error::new(format!(
+                "{node} is not on {}: {e}",
+                origin_of(settings, &network)
+            ))
+        })?
+        .to_string();
+    Ok(Some(NodeNetwork {
+        network,
+        interface,
+        kept,
+    }))
+}
+
+/// The network as the step named it, for the refusal's line.
+fn origin_of(settings: &Settings, network: &Network) -> String {
+    match &settings.network {
+        Some(_) => format!("--tf-network={network}"),
+        None => format!("{network}, {}", origin(settings)),
+    }
+}
+
+/// The interface variables of the step's frameworks for a node on
+/// `node`'s network, but the user's own.
+pub fn vars(frameworks: Frameworks, node: &NodeNetwork) -> Vec<(&'static str, String)> {
+    VARS.iter()
+        .filter(|v| {
+            frameworks
+                .iter()
+                .any(|f| f.interface_vars.iter().any(|w| std::ptr::eq(*w, **v)))
+        })
+        .filter(|v| !node.kept.iter().any(|k| k == v.name))
+        .map(|v| (v.name, v.value(&node.interface)))
+        .collect()
+}
+
+/// The addresses of `host` in the text of an /etc/hosts file.
+pub fn etc_hosts_lookup(text: &str, host: &str) -> Vec<IpAddr> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.split('#').next().unwrap_or_default();
+            let mut words = line.split_whitespace();
+            let addr: IpAddr = words.next()?.parse().ok()?;
+            words.any(|w| w.eq_ignore_ascii_case(host)).then_some(addr)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn iface(name: &str, addrs: &[&str]) -> Interface {
+        Interface {
+            name: name.into(),
+            addrs: addrs.iter().map(|a| ip(a)).collect(),
+        }
+    }
+
+    /// A two-network node as the testbed's: Slurm's names on eth0, the
+    /// `-ib` names on eth1.
+    fn node() -> Vec<Interface> {
+        vec![
+            iface("lo", &["127.0.0.1", "::1"]),
+            iface("eth0", &["172.18.0.3", "fe80::42:acff:fe12:3"]),
+            iface("eth1", &["10.98.0.3"]),
+            iface("docker0", &[]),
+        ]
+    }
+
+    #[test]
+    fn the_covering_subnet_holds_every_address_and_no_more() {
+        let addrs = [ip("10.98.0.2"), ip("10.98.0.3"), ip("10.98.0.4")];
+        let cidrs = covering(&addrs);
+        assert_eq!(cidrs.len(), 1);
+        assert_eq!(cidrs[0].to_string(), "10.98.0.0/29");
+        assert!(addrs.iter().all(|a| cidrs[0].contains(*a)));
+        assert!(!cidrs[0].contains(ip("10.98.0.8")));
+        assert_eq!(covering(&[ip("10.98.0.2")])[0].to_string(), "10.98.0.2/32");
+        let both = covering(&[ip("10.1.0.1"), ip("fd00::1"), ip("fd00::2")]);
+        assert_eq!(Network::Subnets(both).to_string(), "10.1.0.1/32,fd00::/126");
+        assert!(covering(&[]).is_empty());
+        // Far apart: the whole family.
+        assert_eq!(
+            covering(&[ip("1.0.0.1"), ip("200.0.0.1")])[0].to_string(),
+            "0.0.0.0/0"
+        );
+    }
+
+    #[test]
+    fn a_node_finds_its_interface_by_subnet_or_name() {
+        let n = node();
+        let net = Network::parse("10.98.0.0/16").unwrap();
+        assert_eq!(choose(&n, &net).unwrap(), "eth1");
+        let net = Network::Subnets(covering(&[ip("10.98.0.2"), ip("10.98.0.4")]));
+        assert_eq!(choose(&n, &net).unwrap(), "eth1");
+        assert_eq!(
+            choose(&n, &Network::parse("eth0").unwrap()).unwrap(),
+            "eth0"
+        );
+        // Host bits are cleared, as Flux's interface hint takes them.
+        assert_eq!(
+            choose(&n, &Network::parse("172.18.0.9/16").unwrap()).unwrap(),
+            "eth0"
+        );
+    }
+
+    #[test]
+    fn a_node_without_the_network_is_told_so_never_ethernet() {
+        let n = node();
+        let e = choose(&n, &Network::parse("10.99.0.0/16").unwrap()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no interface with an address in 10.99.0.0/16"
+        );
+        let e = choose(&n, &Network::parse("ib0").unwrap()).unwrap_err();
+        assert_eq!(e.to_string(), "no interface ib0");
+        let e = choose(&n, &Network::parse("docker0").unwrap()).unwrap_err();
+        assert_eq!(e.to_string(), "interface docker0 has no address");
+        // Subnets spanning two networks: ambiguous, refused.
+        let e = choose(&n, &Network::parse("0.0.0.0/0").unwrap()).unwrap_err();
+        assert!(e.to_string().contains("--tf-network=IFNAME"), "{e}");
+    }
+
+    #[test]
+    fn networks_parse_as_names_or_subnets() {
+        for good in [
+            "ib0",
+            "hsn0",
+            "enp65s0f1np1",
+            "10.98.0.0/16",
+            "fd00::/64",
+            "10.0.0.0/8,fd00::/8",
+        ] {
+            assert_eq!(Network::parse(good).unwrap().to_string(), good);
+        }
+        for bad in [
+            "",
+            ".",
+            "a very long name",
+            "ib0:1",
+            "eth 0",
+            "10.98.0.0/33",
+            "10.98.0.0/",
+            "10.98.0/16",
+            "10.98.0.0/+8",
+            "fd00::/129",
+            "ib0/16",
+        ] {
+            assert!(Network::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn srun_hands_the_network_and_the_users_variables() {
+        let handed = Handed {
+            network: Some(Network::parse("10.98.0.0/29").unwrap()),
+            kept: vec!["GLOO_SOCKET_IFNAME".into()],
+        };
+        let text = handed.encode(42, 3);
+        assert_eq!(text, "1;42.3;10.98.0.0/29;GLOO_SOCKET_IFNAME");
+        assert_eq!(Handed::decode(&text, 42, 3).unwrap(), Some(handed));
+        // Another step's word (an outer srun's) is not this step's.
+        assert_eq!(Handed::decode(&text, 42, 4).unwrap(), None);
+        let none = Handed::default().encode(1, 0);
+        assert_eq!(none, "1;1.0;-;");
+        assert_eq!(
+            Handed::decode(&none, 1, 0).unwrap(),
+            Some(Handed::default())
+        );
+        for bad in ["", "1;1.0;-", "2;1.0;-;", "1;1.0;a b;", "1;1.0;-;PATH"] {
+            assert!(Handed::decode(bad, 1, 0).is_err(), "{bad:?}");
+        }
+    }
+
+    /// A task as slurmstepd shows it: variables, the node's interfaces, and
+    /// its /etc/hosts.
+    struct Node {
+        vars: Vec<(&'static str, String)>,
+        interfaces: Vec<Interface>,
+        hosts: &'static str,
+    }
+
+    impl Source for Node {
+        fn var(&mut self, name: &str) -> Result<Option<String>> {
+            Ok(self
+                .vars
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone()))
+        }
+        fn gpu_count(&mut self) -> Result<u32> {
+            Ok(0)
+        }
+        fn read_file(&mut self, path: &str) -> Result<String> {
+            bail!("no file {path}")
+        }
+        fn interfaces(&mut self) -> Result<Vec<Interface>> {
+            Ok(self.interfaces.clone())
+        }
+        fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
+            Ok(etc_hosts_lookup(self.hosts, host))
+        }
+    }
+
+    fn template() -> Settings {
+        let mut s = Settings::default();
+        s.set("host-template", "{}-ib").unwrap();
+        s
+    }
+
+    #[test]
+    fn srun_resolves_every_nodes_name_and_notes_the_users_variables() {
+        let names = |name: &str| -> Result<Vec<IpAddr>> {
+            match name {
+                "node1-ib" => Ok(vec![ip("10.98.0.2")]),
+                "node2-ib" => Ok(vec![ip("10.98.0.3")]),
+                "node3-ib" => Ok(vec![ip("10.98.0.4")]),
+                _ => bail!("cannot resolve {name}: Name or service not known"),
+            }
+        };
+        let handed = for_step(&template(), ["node1", "node2", "node3"], names, |v| {
+            v == "GLOO_SOCKET_IFNAME"
+        })
+        .unwrap();
+        assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/29");
+        assert_eq!(handed.kept, ["GLOO_SOCKET_IFNAME"]);
+        let e = for_step(&template(), ["node1", "node4"], names, |_| false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot resolve node4-ib: Name or service not known (the network of --tf-host-template={}-ib): name the network with --tf-network=IFNAME|CIDR"
+        );
+        // --tf-network wins and needs no name resolved.
+        let mut s = template();
+        s.set("network", "ib0").unwrap();
+        let handed = for_step(&s, ["node4"], names, |_| false).unwrap();
+        assert_eq!(handed.network, Some(Network::Interface("ib0".into())));
+        // No network named: nothing resolved, nothing handed.
+        let handed = for_step(&Settings::default(), ["node4"], names, |_| false).unwrap();
+        assert_eq!(handed, Handed::default());
+    }
+
+    #[test]
+    fn each_node_finds_its_interface_or_refuses_in_one_line() {
+        let task = |net: &str, interfaces| Node {
+            vars: vec![
+                (VAR, format!("1;5.0;{net};")),
+                ("SLURMD_NODENAME", "node3".into()),
+            ],
+            interfaces,
+            hosts: "",
+        };
+        let found = for_node(
+            &template(),
+            &mut task("10.98.0.0/29", node()),
+            Some((5, 0)),
+            Some("node3"),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(found.interface, "eth1");
+        let without = vec![iface("lo", &["127.0.0.1"]), iface("eth0", &["172.18.0.4"])];
+        let e = for_node(
+            &template(),
+            &mut task("10.98.0.0/29", without),
+            Some((5, 0)),
+            Some("node3"),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "node3 is not on 10.98.0.0/29, the network of --tf-host-template={}-ib: no interface with an address in 10.98.0.0/29"
+        );
+        // srun said the step names no network: nothing is read.
+        assert_eq!(
+            for_node(
+                &template(),
+                &mut task("-", vec![]),
+                Some((5, 0)),
+                Some("node3")
+            )
+            .unwrap(),
+            None
+        );
+        // A step naming no network reads nothing at all.
+        assert_eq!(
+            for_node(
+                &Settings::default(),
+                &mut task("garbage", vec![]),
+                Some((5, 0)),
+                None
+            )
+            .unwrap(),
+            None
+        );
+    }
+
+    /// Where srun's word does not reach (another component of a
+    /// heterogeneous step): /etc/hosts only, and the task's own variables.
+    #[test]
+    fn without_srun_a_node_reads_etc_hosts_only() {
+        let mut n = Node {
+            vars: vec![("GLOO_SOCKET_IFNAME", "eth0".into())],
+            interfaces: node(),
+            hosts: "10.98.0.3 node2-ib\n",
+        };
+        let found = for_node(&template(), &mut n, Some((5, 0)), Some("node2"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.interface, "eth1");
+        assert_eq!(found.kept, ["GLOO_SOCKET_IFNAME"]);
+        let e = for_node(&template(), &mut n, Some((5, 0)), Some("node1")).unwrap_err();
+        assert!(
+            e.to_string().contains("node1-ib is not in /etc/hosts"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn etc_hosts_gives_a_names_addresses() {
+        let text = "127.0.0.1 localhost\n# 10.0.0.1 node1-ib\n10.98.0.2\tnode1-ib node1-ib.cluster # fast\nfd00::2 node1-ib\n10.98.0.3 node2-ib\n";
+        assert_eq!(
+            etc_hosts_lookup(text, "node1-ib"),
+            vec![ip("10.98.0.2"), ip("fd00::2")]
+        );
+        assert!(etc_hosts_lookup(text, "node3-ib").is_empty());
+    }
+}
