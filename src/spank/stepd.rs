@@ -357,10 +357,6 @@ impl Source for OnHost<'_, '_> {
     }
 
     /// From Slurm itself, not from variables the user could set.
-    fn interfaces(&mut self) -> Result<Vec<Interface>> {
-        node_interfaces()
-    }
-
     fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
         Ok(Some((self.0.job_id()?, self.0.step_id()?)))
     }
