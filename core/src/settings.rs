@@ -24,6 +24,9 @@ pub struct Settings {
     /// The name of each host on the fast network, `{}` standing for the
     /// node's name (`{}-ib`: node1 → node1-ib).
     pub host_template: Option<String>,
+    /// Also set every variable as `APPTAINERENV_<NAME>` and
+    /// `SINGULARITYENV_<NAME>` ([`crate::Injection`]).
+    pub apptainer_env: bool,
 }
 
 impl Default for Settings {
@@ -39,6 +42,7 @@ impl Default for Settings {
             auto_set_gpu: true,
             rpc_layer: None,
             host_template: None,
+            apptainer_env: false,
         }
     }
 }
@@ -56,7 +60,7 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 6] = [
+pub const SETTINGS: [Setting; 7] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -93,11 +97,7 @@ pub const SETTINGS: [Setting; 6] = [
         arg: "true|false",
         help: "set each task's CUDA_VISIBLE_DEVICES (default true)",
         set: |s, v| {
-            s.auto_set_gpu = match v {
-                "true" | "yes" | "1" => true,
-                "false" | "no" | "0" => false,
-                _ => return Err(format!("{}: use true or false", shown(v))),
-            };
+            s.auto_set_gpu = flag(v)?;
             Ok(())
         },
     },
@@ -133,7 +133,24 @@ pub const SETTINGS: [Setting; 6] = [
             Ok(())
         },
     },
+    Setting {
+        key: "apptainer-env",
+        arg: "true|false",
+        help: "also set each variable as APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, which win over an Apptainer image's and survive --cleanenv (default false)",
+        set: |s, v| {
+            s.apptainer_env = flag(v)?;
+            Ok(())
+        },
+    },
 ];
+
+fn flag(v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{}: use true or false", shown(v))),
+    }
+}
 
 fn gpu_count(v: &str) -> std::result::Result<u32, String> {
     match parse_u32(v) {
@@ -190,7 +207,8 @@ mod tests {
                 "gpus-per-task",
                 "auto-set-gpu",
                 "rpc-layer",
-                "host-template"
+                "host-template",
+                "apptainer-env"
             ]
         );
         for s in &SETTINGS {
@@ -213,8 +231,10 @@ mod tests {
             "auto-set-gpu=false",
             "rpc-layer=grpc+verbs",
             "host-template={}-ib",
+            "apptainer-env=yes",
         ])
         .unwrap();
+        assert!(s.apptainer_env);
         assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
         assert_eq!(s.port_base, 9000);
         assert_eq!(s.gpus_per_node, Some(4));
@@ -244,6 +264,10 @@ mod tests {
                 "auto-set-gpu=\"maybe\": use true or false",
             ),
             ("rpc-layer=", "rpc-layer=\"\": not an rpc layer"),
+            (
+                "apptainer-env=on",
+                "apptainer-env=\"on\": use true or false",
+            ),
             ("rpc-layer=a\"b", "not an rpc layer"),
             (
                 "colour=blue",

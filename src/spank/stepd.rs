@@ -50,7 +50,7 @@ impl Stepd {
             // By value: in a freshly forked task every new page faults, and a
             // TF_CONFIG of thousands of tasks is tens of pages.
             for (name, value) in injection.into_vars() {
-                spank.setenv(name, value)?;
+                spank.setenv(&name, value)?;
             }
             Ok(())
         })

@@ -286,7 +286,9 @@ pub fn render(settings: &Settings, step: &Step, layout: &Layout, rank: u32) -> R
         let task = plan.task(f, settings, step, layout, rank, &gpus)?;
         (f.render)(&task, &mut vars)?;
     }
-    Ok(Injection { list: vars })
+    Ok(Injection {
+        list: vars.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+    })
 }
 
 /// `tf-cluster explain`: a table of every rank, with each framework's
