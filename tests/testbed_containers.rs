@@ -1,0 +1,446 @@
+//! Steps behind real container runtimes on the testbed: NVIDIA pyxis (v0.24,
+//! built against each suite's Slurm) running enroot, as DGX-style clusters
+//! do (`srun --container-image=…`), and the Apptainer mirror.
+//!
+//! pyxis is enabled as its package does, `plugstack.conf.d/pyxis.conf`, beside
+//! the tf-cluster package's `tf-cluster.conf`: the include glob is sorted, so
+//! pyxis's task_init runs first (it imports the image's environment with
+//! overwrite and enters the container's namespaces) and the plugin's after it.
+//! The image (docker/node/Dockerfile) is busybox whose /etc/environment sets
+//! MASTER_ADDR, CUDA_VISIBLE_DEVICES, RANK, TF_CONFIG and NCCL_SOCKET_IFNAME.
+//!
+//! The outcome wanted (issue 23): every framework's task gets the values
+//! computed from the host, the same as the same step without a container,
+//! and they win over the image's. Expected values come from Slurm's facts as
+//! the tasks report them (host, rank, local id, reserved ports), or from the
+//! same step run without the container, never from the plugin's code.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{Exclusive, HOSTS, exclusive, exec_for, on, reserved_ports};
+use serde_json::Value;
+
+/// The squashfs image of docker/node/Dockerfile.
+const IMAGE: &str = "--container-image=/opt/tfc-images/busybox.sqsh";
+
+/// What each task prints (busybox sh in the image, dash on the host): where
+/// it runs (`busybox` inside the image), its Slurm facts, and every variable
+/// under test as `V RANK NAME=value`.
+const PROBE: &str = r#"where=$(cat /etc/tfc-image 2>/dev/null || echo host); echo "W $SLURM_PROCID $(hostname) $SLURM_LOCALID ${SLURM_STEP_RESV_PORTS-none} $where"; env | grep -E '^(CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TF_CONFIG|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|JAX_COORDINATOR_ADDRESS|JAX_LOCAL_DEVICE_IDS|NCCL_SOCKET_IFNAME|(APPTAINER|SINGULARITY)ENV_[A-Z_]+)=' | sed "s/^/V $SLURM_PROCID /""#;
+
+/// The image's own values (docker/node/Dockerfile).
+const IMAGE_MASTER_ADDR: &str = "image-master";
+const IMAGE_GPUS: &str = "7";
+
+#[derive(Debug, Default)]
+struct Seen {
+    host: String,
+    local: u32,
+    resv_ports: Option<String>,
+    /// `busybox` in the image, `host` outside.
+    place: String,
+    vars: BTreeMap<String, String>,
+}
+
+impl Seen {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// The address TensorFlow's task uses: the k-th reserved port.
+    fn address(&self) -> String {
+        let list = self
+            .resv_ports
+            .as_deref()
+            .expect("MpiParams reserves ports");
+        format!(
+            "{}:{}",
+            self.host,
+            reserved_ports(list)[self.local as usize]
+        )
+    }
+}
+
+struct Step {
+    code: Option<i32>,
+    stderr: String,
+    /// By rank.
+    tasks: BTreeMap<u32, Seen>,
+}
+
+impl Step {
+    fn assert_ran(&self, n: u32, place: &str) -> &Self {
+        assert_eq!(self.code, Some(0), "step failed:\n{}", self.stderr);
+        assert_eq!(
+            self.tasks.keys().copied().collect::<Vec<_>>(),
+            (0..n).collect::<Vec<_>>(),
+            "{}",
+            self.stderr
+        );
+        for (rank, t) in &self.tasks {
+            assert_eq!(t.place, place, "rank {rank} ran on the wrong root");
+        }
+        self
+    }
+
+    /// The variables every task got, by rank, restricted to `names`.
+    fn vars_of<'a>(
+        &'a self,
+        names: &[&'a str],
+    ) -> BTreeMap<u32, BTreeMap<&'a str, Option<&'a str>>> {
+        self.tasks
+            .iter()
+            .map(|(&r, t)| (r, names.iter().map(|&n| (n, t.var(n))).collect()))
+            .collect()
+    }
+}
+
+/// `env VARS srun ARGS sh -c PROBE` as alice.
+fn srun_env(vars: &[&str], args: &[&str]) -> Step {
+    let mut cmd = vec!["env"];
+    cmd.extend_from_slice(vars);
+    cmd.push("srun");
+    cmd.extend_from_slice(args);
+    cmd.extend_from_slice(&["sh", "-c", PROBE]);
+    let out = exec_for(300, &cmd);
+    let mut tasks: BTreeMap<u32, Seen> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.splitn(3, ' ').collect();
+        let Some(rank) = f.get(1).and_then(|r| r.parse::<u32>().ok()) else {
+            continue;
+        };
+        let task = tasks.entry(rank).or_default();
+        match (f[0], f.get(2)) {
+            ("W", Some(rest)) => {
+                let w: Vec<&str> = rest.split(' ').collect();
+                assert_eq!(w.len(), 4, "bad probe line {line:?}");
+                task.host = w[0].to_string();
+                task.local = w[1].parse().unwrap();
+                task.resv_ports = (w[2] != "none").then(|| w[2].to_string());
+                task.place = w[3].to_string();
+            }
+            ("V", Some(var)) => {
+                let (name, value) = var.split_once('=').unwrap();
+                task.vars.insert(name.to_string(), value.to_string());
+            }
+            _ => {}
+        }
+    }
+    Step {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        tasks,
+    }
+}
+
+fn srun(args: &[&str]) -> Step {
+    srun_env(&[], args)
+}
+
+/// `args` in the image, behind pyxis.
+fn in_image(args: &[&str]) -> Vec<String> {
+    let mut all = vec![IMAGE.to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    all
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+const PYXIS_SO: &str = "/usr/local/lib/slurm/spank_pyxis.so";
+const PYXIS_CONF: &str = "/etc/slurm/plugstack.conf.d/pyxis.conf";
+
+/// pyxis enabled on every host as its own package does (`make install`'s
+/// pyxis.conf: `required …/spank_pyxis.so`) in plugstack.conf.d, beside the
+/// tf-cluster package's snippet, while the guard lives; the testbed alone.
+struct Pyxis(#[allow(dead_code)] Exclusive);
+
+fn pyxis() -> Pyxis {
+    let bed = exclusive();
+    for host in HOSTS {
+        let out = on(
+            host,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "test -f {PYXIS_SO} || {{ echo 'no {PYXIS_SO} in the image (were the pyxis/enroot archives in TFC_THIRD_PARTY at build time?)' >&2; exit 1; }}; \
+                     echo 'required {PYXIS_SO}' >{PYXIS_CONF}.tmp && mv {PYXIS_CONF}.tmp {PYXIS_CONF}"
+                ),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Pyxis(bed)
+}
+
+impl Drop for Pyxis {
+    fn drop(&mut self) {
+        for host in HOSTS {
+            let ok = on(host, &["rm", "-f", PYXIS_CONF]).status.success();
+            if !ok && !std::thread::panicking() {
+                panic!("{host}: could not remove {PYXIS_CONF}");
+            }
+        }
+    }
+}
+
+/// The order Slurm loads them: the include glob is sorted, so pyxis.conf
+/// comes before the package's snippet on every host, and a step in the
+/// image sees the image's environment (pyxis and enroot are real).
+#[test]
+fn pyxis_runs_before_the_plugin_and_the_image_is_real() {
+    let _p = pyxis();
+    for host in HOSTS {
+        let out = on(host, &["sh", "-c", "ls /etc/slurm/plugstack.conf.d/*.conf"]);
+        let files = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            files.split_whitespace().collect::<Vec<_>>(),
+            [PYXIS_CONF, "/etc/slurm/plugstack.conf.d/tf-cluster.conf"],
+            "{host}"
+        );
+    }
+    let step = srun(&strs(&in_image(&["-N1", "-n1", "-w", "node1"])));
+    step.assert_ran(1, "busybox");
+    let t = &step.tasks[&0];
+    assert_eq!(t.var("MASTER_ADDR"), Some(IMAGE_MASTER_ADDR));
+    assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(IMAGE_GPUS));
+    assert_eq!(t.var("NCCL_SOCKET_IFNAME"), Some("image0"));
+}
+
+/// Every variable the frameworks of these tests set.
+const PLUGIN_VARS: [&str; 10] = [
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "TF_CONFIG",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_LOCAL_DEVICE_IDS",
+];
+
+/// The same step on the host and in the image: the tasks in the image got
+/// the very values the host's tasks got.
+fn same_as_on_the_host(args: &[&str], names: &[&str]) -> (Step, Step) {
+    let host = srun(args);
+    host.assert_ran(4, "host");
+    let image = srun(&strs(&in_image(args)));
+    image.assert_ran(4, "busybox");
+    assert_eq!(
+        image.vars_of(names),
+        host.vars_of(names),
+        "in the image (left) against on the host (right)\n{}",
+        image.stderr
+    );
+    (host, image)
+}
+
+const TWO_BY_TWO: [&str; 4] = ["-N2", "--ntasks-per-node=2", "-w", "node[1-2]"];
+
+/// `--tf-cluster` with four GPUs per node behind pyxis: TF_CONFIG from
+/// Slurm's placement and each local task's half of Slurm's GPUs (0,1 and
+/// 2,3), not the image's TF_CONFIG and CUDA_VISIBLE_DEVICES=7.
+#[test]
+fn tensorflow_in_pyxis_gets_the_hosts_values() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--tf-cluster"]);
+    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let workers: Vec<String> = image.tasks.values().map(Seen::address).collect();
+    for (&rank, t) in &image.tasks {
+        let want = serde_json::json!({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}});
+        let got: Value = serde_json::from_str(t.var("TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(got, want, "rank {rank}");
+        let half = ["0,1", "2,3"][t.local as usize];
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(half), "rank {rank}");
+    }
+}
+
+/// `--torch-cluster`: MASTER_ADDR is rank 0's host, RANK and LOCAL_RANK
+/// Slurm's, and each task sees the node's four GPUs as Slurm gave them,
+/// not the image's MASTER_ADDR, RANK=77 and CUDA_VISIBLE_DEVICES=7.
+#[test]
+fn pytorch_in_pyxis_gets_the_hosts_values() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--torch-cluster"]);
+    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let master = image.tasks[&0].host.clone();
+    for (&rank, t) in &image.tasks {
+        assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
+        assert_eq!(t.var("RANK"), Some(rank.to_string().as_str()));
+        assert_eq!(t.var("LOCAL_RANK"), Some(t.local.to_string().as_str()));
+        assert_eq!(t.var("WORLD_SIZE"), Some("4"));
+        assert_eq!(
+            t.var("CUDA_VISIBLE_DEVICES"),
+            Some("0,1,2,3"),
+            "rank {rank}"
+        );
+    }
+}
+
+/// `--jax-cluster`: the coordinator is on rank 0's host, each local task
+/// gets its half of Slurm's GPUs, numbered 0,1 as JAX sees them
+/// (docs/layouts-and-gpus.md), not the image's CUDA_VISIBLE_DEVICES=7.
+#[test]
+fn jax_in_pyxis_gets_the_hosts_values() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--jax-cluster"]);
+    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let master = format!("{}:", image.tasks[&0].host);
+    for (&rank, t) in &image.tasks {
+        let coordinator = t.var("JAX_COORDINATOR_ADDRESS").unwrap_or_default();
+        assert!(
+            coordinator.starts_with(&master),
+            "rank {rank}: {coordinator}"
+        );
+        let half = ["0,1", "2,3"][t.local as usize];
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(half), "rank {rank}");
+        assert_eq!(t.var("JAX_LOCAL_DEVICE_IDS"), Some("0,1"), "rank {rank}");
+    }
+}
+
+/// `--tf-apptainer-env=true`: each of the plugin's variables once more as
+/// APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, on the host and behind
+/// pyxis; without it none.
+#[test]
+fn apptainer_mirror_reaches_the_tasks() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--tf-cluster", "--torch-cluster"]);
+    let plain = srun(&args);
+    plain.assert_ran(4, "host");
+    assert!(
+        plain
+            .tasks
+            .values()
+            .all(|t| t.vars.keys().all(|n| !n.contains("ENV_"))),
+        "mirrored without being asked"
+    );
+    args.push("--tf-apptainer-env=true");
+    for (step, place) in [
+        (srun(&args), "host"),
+        (srun(&strs(&in_image(&args))), "busybox"),
+    ] {
+        step.assert_ran(4, place);
+        let master = step.tasks[&0].host.clone();
+        for (&rank, t) in &step.tasks {
+            for prefix in ["APPTAINERENV_", "SINGULARITYENV_"] {
+                for name in ["TF_CONFIG", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "RANK"] {
+                    let mirror = format!("{prefix}{name}");
+                    assert_eq!(t.var(&mirror), t.var(name), "{place} rank {rank}: {mirror}");
+                }
+                assert_eq!(
+                    t.var(&format!("{prefix}MASTER_ADDR")),
+                    Some(master.as_str())
+                );
+                assert_eq!(
+                    t.var(&format!("{prefix}RANK")),
+                    Some(rank.to_string().as_str())
+                );
+            }
+            // Every mirror is of a name the plugin set: not the image's own.
+            assert_eq!(t.var("APPTAINERENV_NCCL_SOCKET_IFNAME"), None);
+        }
+    }
+}
+
+/// Host facts are the host's: without srun's map (withheld by a fault of
+/// the test build) the tasks read the user's SLURM_HOSTFILE, which the
+/// container covers with another file; and a container that shows a GPU
+/// driver the node lacks (eight AMD GPUs in a /sys/class of its own, the
+/// probe the plugin falls back on without Slurm's GPU variables) must not
+/// make the plugin hand out GPUs. (The NVIDIA driver's /proc/driver/nvidia
+/// cannot be faked here: the testbed's /proc has no /proc/driver to mount
+/// over.)
+#[test]
+fn host_files_are_read_on_the_host() {
+    let bed = exclusive();
+    bed.plugstack(&format!(
+        "required {PYXIS_SO}\nrequired /opt/tf-cluster/libtf_cluster_fault.so\n"
+    ));
+    let mut script = String::from(
+        "set -e; cd /home/alice; printf 'node2\\nnode1\\nnode2\\nnode1\\n' >hosts; \
+         printf 'node1\\nnode1\\nnode2\\nnode2\\n' >decoy-hosts; rm -rf fake-sys-class; ",
+    );
+    for n in 1..=8 {
+        script.push_str(&format!(
+            "mkdir -p fake-sys-class/kfd/kfd/topology/nodes/{n}; echo 'simd_count 104' >fake-sys-class/kfd/kfd/topology/nodes/{n}/properties; "
+        ));
+    }
+    let out = exec_for(60, &["sh", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // -m arbitrary: ranks 0..3 on node2, node1, node2, node1.
+    let arbitrary = [
+        "-n4",
+        "-m",
+        "arbitrary",
+        "-w",
+        "node[1-2]",
+        "--tf-cluster",
+        "--container-mounts=/home/alice/decoy-hosts:/home/alice/hosts",
+    ];
+    let no_map = [
+        "TF_CLUSTER_FAULT=layout_rpc",
+        "SLURM_HOSTFILE=/home/alice/hosts",
+    ];
+    let step = srun_env(&no_map, &strs(&in_image(&arbitrary)));
+    step.assert_ran(4, "busybox");
+    let hosts: Vec<&str> = step.tasks.values().map(|t| t.host.as_str()).collect();
+    assert_eq!(
+        hosts,
+        ["node2", "node1", "node2", "node1"],
+        "Slurm's placement"
+    );
+    let workers: Vec<String> = step.tasks.values().map(Seen::address).collect();
+    for (&rank, t) in &step.tasks {
+        let want = serde_json::json!({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}});
+        let got: Option<Value> = t.var("TF_CONFIG").map(|j| serde_json::from_str(j).unwrap());
+        assert_eq!(got, Some(want), "rank {rank}\n{}", step.stderr);
+    }
+
+    // No --gres: no GPU variable from Slurm, and the node has no driver.
+    let args = [
+        "-N1",
+        "-n2",
+        "-w",
+        "node3",
+        "--tf-cluster",
+        "--container-mounts=/home/alice/fake-sys-class:/sys/class",
+    ];
+    let host = srun(&args[..5]);
+    host.assert_ran(2, "host");
+    assert!(
+        host.tasks
+            .values()
+            .all(|t| t.var("CUDA_VISIBLE_DEVICES").is_none()),
+        "the node has no GPUs"
+    );
+    let image = srun(&strs(&in_image(&args)));
+    image.assert_ran(2, "busybox");
+    for (rank, t) in &image.tasks {
+        // Untouched by the plugin: the image's own value stays.
+        assert_eq!(
+            t.var("CUDA_VISIBLE_DEVICES"),
+            Some(IMAGE_GPUS),
+            "rank {rank}"
+        );
+        assert_eq!(t.var("ROCR_VISIBLE_DEVICES"), None, "rank {rank}");
+    }
+}
