@@ -313,12 +313,14 @@ fn jax_in_pyxis_gets_the_hosts_values() {
 
 /// `--tf-apptainer-env=true`: each of the plugin's variables once more as
 /// APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, on the host and behind
-/// pyxis; without it none.
+/// pyxis; without it none. `--tf-auto-set-gpu=false`: the plugin leaves
+/// CUDA_VISIBLE_DEVICES alone, so it has no mirror (the GPU variables'
+/// mirror: the core's tests; the GPUs behind pyxis: the tests above).
 #[test]
 fn apptainer_mirror_reaches_the_tasks() {
     let _p = pyxis();
     let mut args = TWO_BY_TWO.to_vec();
-    args.extend(["--gres=gpu:4", "--tf-cluster", "--torch-cluster"]);
+    args.extend(["--tf-cluster", "--torch-cluster", "--tf-auto-set-gpu=false"]);
     let plain = srun(&args);
     plain.assert_ran(4, "host");
     assert!(
@@ -337,7 +339,7 @@ fn apptainer_mirror_reaches_the_tasks() {
         let master = step.tasks[&0].host.clone();
         for (&rank, t) in &step.tasks {
             for prefix in ["APPTAINERENV_", "SINGULARITYENV_"] {
-                for name in ["TF_CONFIG", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "RANK"] {
+                for name in ["TF_CONFIG", "MASTER_ADDR", "RANK"] {
                     let mirror = format!("{prefix}{name}");
                     assert_eq!(t.var(&mirror), t.var(name), "{place} rank {rank}: {mirror}");
                 }
@@ -350,8 +352,10 @@ fn apptainer_mirror_reaches_the_tasks() {
                     Some(rank.to_string().as_str())
                 );
             }
-            // Every mirror is of a name the plugin set: not the image's own.
-            assert_eq!(t.var("APPTAINERENV_NCCL_SOCKET_IFNAME"), None);
+            // Only names the plugin set are mirrored, not the image's own.
+            for name in ["CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME"] {
+                assert_eq!(t.var(&format!("APPTAINERENV_{name}")), None, "{place}");
+            }
         }
     }
 }
@@ -391,8 +395,6 @@ fn host_files_are_read_on_the_host() {
         "-n4",
         "-m",
         "arbitrary",
-        "-w",
-        "node[1-2]",
         "--tf-cluster",
         "--container-mounts=/home/alice/decoy-hosts:/home/alice/hosts",
     ];
