@@ -446,3 +446,155 @@ fn host_files_are_read_on_the_host() {
         assert_eq!(t.var("ROCR_VISIBLE_DEVICES"), None, "rank {rank}");
     }
 }
+
+/// The testbed's run dir, as docker/testbed.sh names it: its etc/ is every
+/// container's /etc/slurm.
+fn run_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("TFC_RUN_DIR") {
+        return dir.into();
+    }
+    match std::env::var("TFC_PREFIX").as_deref() {
+        Ok("tfc") | Err(_) => common::repo().join("docker/run"),
+        Ok(prefix) => common::repo().join(format!("docker/run-{prefix}")),
+    }
+}
+
+/// oci.conf for Debian's runc, rootless (slurmstepd runs the runtime as the
+/// job's user; the unprivileged nodes cannot mount for root), in place while
+/// the guard lives.
+struct OciConf(std::path::PathBuf);
+
+impl OciConf {
+    fn install() -> OciConf {
+        let path = run_dir().join("etc/oci.conf");
+        let runc = "runc --rootless=true --root=/tmp/runc-%u";
+        let text = format!(
+            "RunTimeQuery=\"{runc} state %n.%u.%j.%s.%t\"\n\
+             RunTimeKill=\"{runc} kill -a %n.%u.%j.%s.%t\"\n\
+             RunTimeDelete=\"{runc} delete --force %n.%u.%j.%s.%t\"\n\
+             RunTimeRun=\"{runc} run %n.%u.%j.%s.%t -b %b\"\n"
+        );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        OciConf(path)
+    }
+}
+
+impl Drop for OciConf {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An OCI bundle of the busybox image on the shared /home: `runc spec
+/// --rootless`, with the host's /proc bound (the nodes' /proc cannot be
+/// mounted afresh in a user namespace), the node's host name (no UTS
+/// namespace), and an environment of its own that sets RANK and
+/// MASTER_ADDR.
+const BUNDLE: &str = "/home/alice/oci-bundle";
+const MAKE_BUNDLE: &str = r#"set -e; rm -rf /home/alice/oci-bundle; mkdir -p /home/alice/oci-bundle; cd /home/alice/oci-bundle
+unsquashfs -q -d rootfs /opt/tfc-images/busybox.sqsh >/dev/null; runc spec --rootless
+python3 - <<'PY'
+import json
+c = json.load(open("config.json"))
+c["process"]["terminal"] = False
+c["process"]["env"] = ["PATH=/bin", "RANK=bundle", "MASTER_ADDR=bundle-master"]
+c.pop("hostname", None)
+for m in c["mounts"]:
+    if m["destination"] == "/proc":
+        m.update(type="bind", source="/proc", options=["rbind", "nosuid", "noexec", "nodev"])
+c["mounts"] = [m for m in c["mounts"] if m["destination"] != "/dev/mqueue"]
+c["linux"]["namespaces"] = [n for n in c["linux"]["namespaces"] if n["type"] not in ("pid", "uts")]
+json.dump(c, open("config.json", "w"), indent=1)
+PY"#;
+
+/// Slurm's major and minor version, from srun.
+fn slurm_version() -> (u32, u32) {
+    let out = common::exec(&["srun", "--version"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.split_whitespace().last().expect("srun --version");
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// Slurm's own `srun --container=BUNDLE` with runc (Debian's, rootless):
+/// 22.05 writes the bundle's config.json once per step before the tasks, so
+/// none of the plugin's variables (nor SLURM_PROCID) reach the container
+/// and one task per node is the most; from 23.02 on each task's final
+/// environment, the plugin's variables included, replaces config.json's
+/// names (docs/containers.md).
+#[test]
+fn slurm_oci_container_with_runc() {
+    let _bed = exclusive();
+    let _oci = OciConf::install();
+    let made = exec_for(120, &["sh", "-c", MAKE_BUNDLE]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let container = format!("--container={BUNDLE}");
+    if slurm_version() < (23, 2) {
+        let out = exec_for(
+            120,
+            &[
+                "srun",
+                "-N1",
+                "-n1",
+                "-w",
+                "node1",
+                &container,
+                "--torch-cluster",
+                "sh",
+                "-c",
+                "echo PLACE=$(cat /etc/tfc-image); env",
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"PLACE=busybox"), "{text}\n{stderr}");
+        // Slurm 22.05 drops the task's environment: the bundle's values stay.
+        assert!(lines.contains(&"RANK=bundle"), "{text}");
+        assert!(lines.contains(&"MASTER_ADDR=bundle-master"), "{text}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("SLURM_PROCID=")),
+            "{text}"
+        );
+        let two = exec_for(
+            120,
+            &[
+                "srun",
+                "-N1",
+                "-n2",
+                "-w",
+                "node1",
+                &container,
+                "--torch-cluster",
+                "true",
+            ],
+        );
+        assert_ne!(
+            two.status.code(),
+            Some(0),
+            "two tasks on a node ran on 22.05"
+        );
+        return;
+    }
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend([container.as_str(), "--torch-cluster"]);
+    let step = srun(&args);
+    step.assert_ran(4, "busybox");
+    let master = step.tasks[&0].host.clone();
+    for (&rank, t) in &step.tasks {
+        assert_eq!(
+            t.var("RANK"),
+            Some(rank.to_string().as_str()),
+            "rank {rank}"
+        );
+        assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
+        assert_eq!(t.var("WORLD_SIZE"), Some("4"));
+    }
+}
