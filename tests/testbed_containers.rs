@@ -581,6 +581,7 @@ fn slurm_oci_container_with_runc() {
             Some(0),
             "two tasks on a node ran on 22.05"
         );
+        common::assert_no_node_drained();
         return;
     }
     let mut args = TWO_BY_TWO.to_vec();
@@ -597,4 +598,5 @@ fn slurm_oci_container_with_runc() {
         assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
         assert_eq!(t.var("WORLD_SIZE"), Some("4"));
     }
+    common::assert_no_node_drained();
 }
