@@ -600,3 +600,102 @@ fn slurm_oci_container_with_runc() {
     }
     common::assert_no_node_drained();
 }
+
+/// Apptainer itself (its image has it only on forky: Debian packages it in
+/// sid alone, docker/node/Dockerfile): a sandbox built by Apptainer from the
+/// busybox image, whose %environment sets RANK and MASTER_ADDR, run with
+/// `--cleanenv`. Without
+/// the mirror the program sees the image's values; with
+/// `--tf-apptainer-env=true` the plugin's. On the suites without Apptainer
+/// the test checks only that the image has none (nothing else to run).
+#[test]
+fn apptainer_cleanenv_gets_the_mirror() {
+    let _t = common::testbed();
+    let has = on("node3", &["sh", "-c", "command -v apptainer"])
+        .status
+        .success();
+    let suite = std::env::var("TFC_SUITE").unwrap_or_else(|_| "bookworm".into());
+    assert_eq!(has, suite == "forky", "apptainer in the {suite} image");
+    if !has {
+        return;
+    }
+    let sandbox = "/home/alice/apptainer-sandbox";
+    let made = exec_for(
+        120,
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "set -e; rm -rf {sandbox} {sandbox}.root; unsquashfs -q -d {sandbox}.root /opt/tfc-images/busybox.sqsh >/dev/null; \
+                 apptainer -s build --sandbox {sandbox} {sandbox}.root; rm -rf {sandbox}.root; \
+                 printf 'export RANK=77\\nexport MASTER_ADDR=image-master\\n' >>{sandbox}/.singularity.d/env/90-environment.sh"
+            ),
+        ],
+    );
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let probe = "echo where=$(cat /etc/tfc-image); env | grep -E '^(RANK|MASTER_ADDR)='";
+    let run = |mirror: bool| {
+        let mut cmd = vec![
+            "srun",
+            "-l",
+            "-N1",
+            "-n2",
+            "-w",
+            "node3",
+            "--torch-cluster",
+            "--tf-auto-set-gpu=false",
+        ];
+        if mirror {
+            cmd.push("--tf-apptainer-env=true");
+        }
+        cmd.extend([
+            "apptainer",
+            "-s",
+            "exec",
+            "--cleanenv",
+            sandbox,
+            "sh",
+            "-c",
+            probe,
+        ]);
+        let out = exec_for(180, &cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let mut seen: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((rank, text)) = line.split_once(": ") {
+                seen.entry(rank.trim().parse().unwrap())
+                    .or_default()
+                    .push(text.to_string());
+            }
+        }
+        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), [0, 1], "{stderr}");
+        seen
+    };
+    for (rank, lines) in run(false) {
+        assert!(lines.contains(&"where=busybox".to_string()), "{lines:?}");
+        assert!(
+            lines.contains(&"RANK=77".to_string()),
+            "rank {rank}: {lines:?}"
+        );
+        assert!(
+            lines.contains(&"MASTER_ADDR=image-master".to_string()),
+            "{lines:?}"
+        );
+    }
+    for (rank, lines) in run(true) {
+        assert!(lines.contains(&"where=busybox".to_string()), "{lines:?}");
+        assert!(
+            lines.contains(&format!("RANK={rank}")),
+            "rank {rank}: {lines:?}"
+        );
+        assert!(
+            lines.contains(&"MASTER_ADDR=node3".to_string()),
+            "{lines:?}"
+        );
+    }
+}
