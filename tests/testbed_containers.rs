@@ -364,8 +364,8 @@ fn apptainer_mirror_reaches_the_tasks() {
 /// the test build) the tasks read the user's SLURM_HOSTFILE, which the
 /// container covers with another file; and a container that shows a GPU
 /// driver the node lacks (eight AMD GPUs in a /sys/class of its own, the
-/// probe the plugin falls back on without Slurm's GPU variables) must not
-/// make the plugin hand out GPUs. (The NVIDIA driver's /proc/driver/nvidia
+/// probe the plugin falls back on without Slurm's GPU variables, in an
+/// image that sets none either) must not make the plugin hand out GPUs. (The NVIDIA driver's /proc/driver/nvidia
 /// cannot be faked here: the testbed's /proc has no /proc/driver to mount
 /// over.)
 #[test]
@@ -434,15 +434,14 @@ fn host_files_are_read_on_the_host() {
             .all(|t| t.var("CUDA_VISIBLE_DEVICES").is_none()),
         "the node has no GPUs"
     );
-    let image = srun(&strs(&in_image(&args)));
+    // The image without a CUDA_VISIBLE_DEVICES of its own, so that the
+    // plugin would fall back on the probe.
+    let mut no_gpus = vec!["--container-image=/opt/tfc-images/busybox-no-gpus.sqsh"];
+    no_gpus.extend(args);
+    let image = srun(&no_gpus);
     image.assert_ran(2, "busybox");
     for (rank, t) in &image.tasks {
-        // Untouched by the plugin: the image's own value stays.
-        assert_eq!(
-            t.var("CUDA_VISIBLE_DEVICES"),
-            Some(IMAGE_GPUS),
-            "rank {rank}"
-        );
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), None, "rank {rank}");
         assert_eq!(t.var("ROCR_VISIBLE_DEVICES"), None, "rank {rank}");
     }
 }
