@@ -102,7 +102,13 @@ impl Node {
         if let Some(node) = &self.step.network {
             vars.extend(network::vars(self.settings.frameworks, node));
         }
-        Ok(Injection { list: vars })
+        let injection = Injection {
+            list: vars.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+        };
+        if self.settings.apptainer_env {
+            return injection.with_apptainer_mirror();
+        }
+        Ok(injection)
     }
 
     /// Every task of this node rendered ahead, in local order, as

@@ -27,6 +27,9 @@ pub struct Settings {
     /// The fast network by interface name or subnet; without it, the host
     /// template's names say which network it is.
     pub network: Option<Network>,
+    /// Also set every variable as `APPTAINERENV_<NAME>` and
+    /// `SINGULARITYENV_<NAME>` ([`crate::Injection`]).
+    pub apptainer_env: bool,
 }
 
 impl Default for Settings {
@@ -43,6 +46,7 @@ impl Default for Settings {
             rpc_layer: None,
             host_template: None,
             network: None,
+            apptainer_env: false,
         }
     }
 }
@@ -75,7 +79,7 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 7] = [
+pub const SETTINGS: [Setting; 8] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -112,11 +116,7 @@ pub const SETTINGS: [Setting; 7] = [
         arg: "true|false",
         help: "set each task's CUDA_VISIBLE_DEVICES (default true)",
         set: |s, v| {
-            s.auto_set_gpu = match v {
-                "true" | "yes" | "1" => true,
-                "false" | "no" | "0" => false,
-                _ => return Err(format!("{}: use true or false", shown(v))),
-            };
+            s.auto_set_gpu = flag(v)?;
             Ok(())
         },
     },
@@ -165,6 +165,15 @@ pub const SETTINGS: [Setting; 7] = [
             Ok(())
         },
     },
+    Setting {
+        key: "apptainer-env",
+        arg: "true|false",
+        help: "also set each variable as APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, which win over an Apptainer image's and survive --cleanenv (default false)",
+        set: |s, v| {
+            s.apptainer_env = flag(v)?;
+            Ok(())
+        },
+    },
 ];
 
 /// The RFC 1123 rule `name` breaks as a host name, if any: dot-separated
@@ -192,6 +201,14 @@ fn host_name_rule(name: &str) -> Option<&'static str> {
         }
     }
     None
+}
+
+fn flag(v: &str) -> std::result::Result<bool, String> {
+    match v {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{}: use true or false", shown(v))),
+    }
 }
 
 fn gpu_count(v: &str) -> std::result::Result<u32, String> {
@@ -250,7 +267,8 @@ mod tests {
                 "auto-set-gpu",
                 "rpc-layer",
                 "host-template",
-                "network"
+                "network",
+                "apptainer-env"
             ]
         );
         for s in &SETTINGS {
@@ -274,9 +292,11 @@ mod tests {
             "rpc-layer=grpc+verbs",
             "host-template={}-ib",
             "network=10.98.0.0/16",
+            "apptainer-env=yes",
         ])
         .unwrap();
         assert_eq!(s.network, Some(Network::parse("10.98.0.0/16").unwrap()));
+        assert!(s.apptainer_env);
         assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
         assert_eq!(s.port_base, 9000);
         assert_eq!(s.gpus_per_node, Some(4));
@@ -317,6 +337,10 @@ mod tests {
                 "auto-set-gpu=\"maybe\": use true or false",
             ),
             ("rpc-layer=", "rpc-layer=\"\": not an rpc layer"),
+            (
+                "apptainer-env=on",
+                "apptainer-env=\"on\": use true or false",
+            ),
             ("rpc-layer=a\"b", "not an rpc layer"),
             (
                 "colour=blue",

@@ -215,7 +215,7 @@ fn apply(spank: &Spank, ready: &Ready) -> Result<()> {
             for (name, value) in vars {
                 let name = name.to_str().unwrap_or_default();
                 if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
-                    replaced.push(name);
+                    replaced.push(name.to_string());
                 }
             }
             for (name, value) in vars {
@@ -239,7 +239,7 @@ fn apply(spank: &Spank, ready: &Ready) -> Result<()> {
     let mut replaced = Vec::new();
     for (name, value) in injection.vars() {
         if was_replaced(&env, &ready.host_env, name, value.as_bytes())? {
-            replaced.push(name);
+            replaced.push(name.to_string());
         }
     }
     apply_injection(spank, injection, &replaced)
@@ -266,7 +266,7 @@ fn c_strings(injection: core::Injection) -> Result<CVars> {
         .map(|(name, value)| {
             let bad = || Error::new(format!("{name}: value with NUL"));
             Ok((
-                CString::new(name).map_err(|_| bad())?,
+                CString::new(name.as_bytes()).map_err(|_| bad())?,
                 CString::new(value).map_err(|_| bad())?,
             ))
         })
@@ -278,18 +278,18 @@ fn required(procid: Option<u32>) -> Result<u32> {
 }
 
 /// Sets the variables; then says which earlier values they replaced.
-fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[&str]) -> Result<()> {
+fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[String]) -> Result<()> {
     // By value: in a freshly forked task every new page faults, and a
     // TF_CONFIG of thousands of tasks is tens of pages.
     for (name, value) in injection.into_vars() {
-        spank.setenv(name, value)?;
+        spank.setenv(&name, value)?;
     }
     say_replaced(replaced);
     Ok(())
 }
 
 /// One line on the user's terminal naming the replaced variables.
-fn say_replaced(replaced: &[&str]) {
+fn say_replaced(replaced: &[String]) {
     if !replaced.is_empty() {
         let text = format!(
             "replaced {} set before this plugin ran (by a plugin listed earlier in plugstack.conf, such as a container's environment) with the values computed on the host",

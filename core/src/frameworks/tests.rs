@@ -56,7 +56,7 @@ fn het_task(procid: &str, node_id: &str, gtids: &str, dist: &str) -> Step {
         .unwrap()
 }
 
-fn vars_of(injection: &Injection) -> Vec<(&'static str, &str)> {
+fn vars_of(injection: &Injection) -> Vec<(&str, &str)> {
     injection.vars().collect()
 }
 

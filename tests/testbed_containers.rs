@@ -1,0 +1,700 @@
+//! Steps behind real container runtimes on the testbed: NVIDIA pyxis (v0.24,
+//! built against each suite's Slurm) running enroot, as DGX-style clusters
+//! do (`srun --container-image=…`), and the Apptainer mirror.
+//!
+//! pyxis is enabled as its package does, `plugstack.conf.d/pyxis.conf`, beside
+//! the tf-cluster package's `tf-cluster.conf`: the include glob is sorted, so
+//! pyxis's task_init runs first (it imports the image's environment with
+//! overwrite and enters the container's namespaces) and the plugin's after it.
+//! The image (docker/node/Dockerfile) is busybox whose /etc/environment sets
+//! MASTER_ADDR, CUDA_VISIBLE_DEVICES, RANK, TF_CONFIG and NCCL_SOCKET_IFNAME.
+//!
+//! The outcome wanted (issue 23): every framework's task gets the values
+//! computed from the host, the same as the same step without a container,
+//! and they win over the image's. Expected values come from Slurm's facts as
+//! the tasks report them (host, rank, local id, reserved ports), or from the
+//! same step run without the container, never from the plugin's code.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{Exclusive, HOSTS, exclusive, exec_for, on, reserved_ports};
+use serde_json::Value;
+
+/// The squashfs image of docker/node/Dockerfile.
+const IMAGE: &str = "--container-image=/opt/tfc-images/busybox.sqsh";
+
+/// What each task prints (busybox sh in the image, dash on the host): where
+/// it runs (`busybox` inside the image), its Slurm facts, and every variable
+/// under test as `V RANK NAME=value`.
+const PROBE: &str = r#"where=$(cat /etc/tfc-image 2>/dev/null || echo host); echo "W $SLURM_PROCID $(hostname) $SLURM_LOCALID ${SLURM_STEP_RESV_PORTS-none} $where"; env | grep -E '^(CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TF_CONFIG|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|JAX_COORDINATOR_ADDRESS|JAX_LOCAL_DEVICE_IDS|NCCL_SOCKET_IFNAME|(APPTAINER|SINGULARITY)ENV_[A-Z_]+)=' | sed "s/^/V $SLURM_PROCID /""#;
+
+/// The image's own values (docker/node/Dockerfile).
+const IMAGE_MASTER_ADDR: &str = "image-master";
+const IMAGE_GPUS: &str = "7";
+
+#[derive(Debug, Default)]
+struct Seen {
+    host: String,
+    local: u32,
+    resv_ports: Option<String>,
+    /// `busybox` in the image, `host` outside.
+    place: String,
+    vars: BTreeMap<String, String>,
+}
+
+impl Seen {
+    fn var(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str)
+    }
+
+    /// The address TensorFlow's task uses: the k-th reserved port.
+    fn address(&self) -> String {
+        let list = self
+            .resv_ports
+            .as_deref()
+            .expect("MpiParams reserves ports");
+        format!(
+            "{}:{}",
+            self.host,
+            reserved_ports(list)[self.local as usize]
+        )
+    }
+}
+
+struct Step {
+    code: Option<i32>,
+    stderr: String,
+    /// By rank.
+    tasks: BTreeMap<u32, Seen>,
+}
+
+impl Step {
+    fn assert_ran(&self, n: u32, place: &str) -> &Self {
+        assert_eq!(self.code, Some(0), "step failed:\n{}", self.stderr);
+        assert_eq!(
+            self.tasks.keys().copied().collect::<Vec<_>>(),
+            (0..n).collect::<Vec<_>>(),
+            "{}",
+            self.stderr
+        );
+        for (rank, t) in &self.tasks {
+            assert_eq!(t.place, place, "rank {rank} ran on the wrong root");
+        }
+        self
+    }
+
+    /// The variables every task got, by rank, restricted to `names`.
+    fn vars_of<'a>(
+        &'a self,
+        names: &[&'a str],
+    ) -> BTreeMap<u32, BTreeMap<&'a str, Option<&'a str>>> {
+        self.tasks
+            .iter()
+            .map(|(&r, t)| (r, names.iter().map(|&n| (n, t.var(n))).collect()))
+            .collect()
+    }
+}
+
+/// `env VARS srun ARGS sh -c PROBE` as alice.
+fn srun_env(vars: &[&str], args: &[&str]) -> Step {
+    let mut cmd = vec!["env"];
+    cmd.extend_from_slice(vars);
+    cmd.push("srun");
+    cmd.extend_from_slice(args);
+    cmd.extend_from_slice(&["sh", "-c", PROBE]);
+    let out = exec_for(300, &cmd);
+    let mut tasks: BTreeMap<u32, Seen> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.splitn(3, ' ').collect();
+        let Some(rank) = f.get(1).and_then(|r| r.parse::<u32>().ok()) else {
+            continue;
+        };
+        let task = tasks.entry(rank).or_default();
+        match (f[0], f.get(2)) {
+            ("W", Some(rest)) => {
+                let w: Vec<&str> = rest.split(' ').collect();
+                assert_eq!(w.len(), 4, "bad probe line {line:?}");
+                task.host = w[0].to_string();
+                task.local = w[1].parse().unwrap();
+                task.resv_ports = (w[2] != "none").then(|| w[2].to_string());
+                task.place = w[3].to_string();
+            }
+            ("V", Some(var)) => {
+                let (name, value) = var.split_once('=').unwrap();
+                task.vars.insert(name.to_string(), value.to_string());
+            }
+            _ => {}
+        }
+    }
+    Step {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        tasks,
+    }
+}
+
+fn srun(args: &[&str]) -> Step {
+    srun_env(&[], args)
+}
+
+/// `args` in the image, behind pyxis.
+fn in_image(args: &[&str]) -> Vec<String> {
+    let mut all = vec![IMAGE.to_string()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    all
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+const PYXIS_SO: &str = "/usr/local/lib/slurm/spank_pyxis.so";
+const PYXIS_CONF: &str = "/etc/slurm/plugstack.conf.d/pyxis.conf";
+
+/// pyxis enabled on every host as its own package does (`make install`'s
+/// pyxis.conf: `required …/spank_pyxis.so`) in plugstack.conf.d, beside the
+/// tf-cluster package's snippet, while the guard lives; the testbed alone.
+struct Pyxis(#[allow(dead_code)] Exclusive);
+
+fn pyxis() -> Pyxis {
+    let bed = exclusive();
+    for host in HOSTS {
+        let out = on(
+            host,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "test -f {PYXIS_SO} || {{ echo 'no {PYXIS_SO} in the image (were the pyxis/enroot archives in TFC_THIRD_PARTY at build time?)' >&2; exit 1; }}; \
+                     echo 'required {PYXIS_SO}' >{PYXIS_CONF}.tmp && mv {PYXIS_CONF}.tmp {PYXIS_CONF}"
+                ),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Pyxis(bed)
+}
+
+impl Drop for Pyxis {
+    fn drop(&mut self) {
+        for host in HOSTS {
+            let ok = on(host, &["rm", "-f", PYXIS_CONF]).status.success();
+            if !ok && !std::thread::panicking() {
+                panic!("{host}: could not remove {PYXIS_CONF}");
+            }
+        }
+    }
+}
+
+/// The order Slurm loads them: the include glob is sorted, so pyxis.conf
+/// comes before the package's snippet on every host, and a step in the
+/// image sees the image's environment (pyxis and enroot are real).
+#[test]
+fn pyxis_runs_before_the_plugin_and_the_image_is_real() {
+    let _p = pyxis();
+    for host in HOSTS {
+        let out = on(host, &["sh", "-c", "ls /etc/slurm/plugstack.conf.d/*.conf"]);
+        let files = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            files.split_whitespace().collect::<Vec<_>>(),
+            [PYXIS_CONF, "/etc/slurm/plugstack.conf.d/tf-cluster.conf"],
+            "{host}"
+        );
+    }
+    let step = srun(&strs(&in_image(&["-N1", "-n1", "-w", "node1"])));
+    step.assert_ran(1, "busybox");
+    let t = &step.tasks[&0];
+    assert_eq!(t.var("MASTER_ADDR"), Some(IMAGE_MASTER_ADDR));
+    assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(IMAGE_GPUS));
+    assert_eq!(t.var("NCCL_SOCKET_IFNAME"), Some("image0"));
+}
+
+/// Every variable the frameworks of these tests set.
+const PLUGIN_VARS: [&str; 10] = [
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "TF_CONFIG",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_LOCAL_DEVICE_IDS",
+];
+
+/// The same step on the host and in the image: the tasks in the image got
+/// the very values the host's tasks got.
+fn same_as_on_the_host(args: &[&str], names: &[&str]) -> (Step, Step) {
+    let host = srun(args);
+    host.assert_ran(4, "host");
+    let image = srun(&strs(&in_image(args)));
+    image.assert_ran(4, "busybox");
+    assert_eq!(
+        image.vars_of(names),
+        host.vars_of(names),
+        "in the image (left) against on the host (right)\n{}",
+        image.stderr
+    );
+    (host, image)
+}
+
+const TWO_BY_TWO: [&str; 4] = ["-N2", "--ntasks-per-node=2", "-w", "node[1-2]"];
+
+/// `--tf-cluster` with four GPUs per node behind pyxis: TF_CONFIG from
+/// Slurm's placement and each local task's half of Slurm's GPUs (0,1 and
+/// 2,3), not the image's TF_CONFIG and CUDA_VISIBLE_DEVICES=7.
+#[test]
+fn tensorflow_in_pyxis_gets_the_hosts_values() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--tf-cluster"]);
+    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let workers: Vec<String> = image.tasks.values().map(Seen::address).collect();
+    for (&rank, t) in &image.tasks {
+        let want = serde_json::json!({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}});
+        let got: Value = serde_json::from_str(t.var("TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(got, want, "rank {rank}");
+        let half = ["0,1", "2,3"][t.local as usize];
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(half), "rank {rank}");
+    }
+}
+
+/// `--torch-cluster`: MASTER_ADDR is rank 0's host, RANK and LOCAL_RANK
+/// Slurm's, and each task sees the node's four GPUs as Slurm gave them,
+/// not the image's MASTER_ADDR, RANK=77 and CUDA_VISIBLE_DEVICES=7.
+#[test]
+fn pytorch_in_pyxis_gets_the_hosts_values() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--torch-cluster"]);
+    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let master = image.tasks[&0].host.clone();
+    for (&rank, t) in &image.tasks {
+        assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
+        assert_eq!(t.var("RANK"), Some(rank.to_string().as_str()));
+        assert_eq!(t.var("LOCAL_RANK"), Some(t.local.to_string().as_str()));
+        assert_eq!(t.var("WORLD_SIZE"), Some("4"));
+        assert_eq!(
+            t.var("CUDA_VISIBLE_DEVICES"),
+            Some("0,1,2,3"),
+            "rank {rank}"
+        );
+    }
+}
+
+/// `--jax-cluster`: the coordinator is on rank 0's host, each local task
+/// gets its half of Slurm's GPUs, numbered 0,1 as JAX sees them
+/// (docs/layouts-and-gpus.md), not the image's CUDA_VISIBLE_DEVICES=7.
+#[test]
+fn jax_in_pyxis_gets_the_hosts_values() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--gres=gpu:4", "--jax-cluster"]);
+    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let master = format!("{}:", image.tasks[&0].host);
+    for (&rank, t) in &image.tasks {
+        let coordinator = t.var("JAX_COORDINATOR_ADDRESS").unwrap_or_default();
+        assert!(
+            coordinator.starts_with(&master),
+            "rank {rank}: {coordinator}"
+        );
+        let half = ["0,1", "2,3"][t.local as usize];
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(half), "rank {rank}");
+        assert_eq!(t.var("JAX_LOCAL_DEVICE_IDS"), Some("0,1"), "rank {rank}");
+    }
+}
+
+/// `--tf-apptainer-env=true`: each of the plugin's variables once more as
+/// APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, on the host and behind
+/// pyxis; without it none. `--tf-auto-set-gpu=false`: the plugin leaves
+/// CUDA_VISIBLE_DEVICES alone, so it has no mirror (the GPU variables'
+/// mirror: the core's tests; the GPUs behind pyxis: the tests above).
+#[test]
+fn apptainer_mirror_reaches_the_tasks() {
+    let _p = pyxis();
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend(["--tf-cluster", "--torch-cluster", "--tf-auto-set-gpu=false"]);
+    let plain = srun(&args);
+    plain.assert_ran(4, "host");
+    assert!(
+        plain
+            .tasks
+            .values()
+            .all(|t| t.vars.keys().all(|n| !n.contains("ENV_"))),
+        "mirrored without being asked"
+    );
+    args.push("--tf-apptainer-env=true");
+    for (step, place) in [
+        (srun(&args), "host"),
+        (srun(&strs(&in_image(&args))), "busybox"),
+    ] {
+        step.assert_ran(4, place);
+        let master = step.tasks[&0].host.clone();
+        for (&rank, t) in &step.tasks {
+            for prefix in ["APPTAINERENV_", "SINGULARITYENV_"] {
+                for name in ["TF_CONFIG", "MASTER_ADDR", "RANK"] {
+                    let mirror = format!("{prefix}{name}");
+                    assert_eq!(t.var(&mirror), t.var(name), "{place} rank {rank}: {mirror}");
+                }
+                assert_eq!(
+                    t.var(&format!("{prefix}MASTER_ADDR")),
+                    Some(master.as_str())
+                );
+                assert_eq!(
+                    t.var(&format!("{prefix}RANK")),
+                    Some(rank.to_string().as_str())
+                );
+            }
+            // Only names the plugin set are mirrored, not the image's own.
+            for name in ["CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME"] {
+                assert_eq!(t.var(&format!("APPTAINERENV_{name}")), None, "{place}");
+            }
+        }
+    }
+}
+
+/// Host facts are the host's: without srun's map (withheld by a fault of
+/// the test build) the tasks read the user's SLURM_HOSTFILE, which the
+/// container covers with another file; and a container that shows a GPU
+/// driver the node lacks (eight AMD GPUs in a /sys/class of its own, the
+/// probe the plugin falls back on without Slurm's GPU variables, in an
+/// image that sets none either) must not make the plugin hand out GPUs. (The NVIDIA driver's /proc/driver/nvidia
+/// cannot be faked here: the testbed's /proc has no /proc/driver to mount
+/// over.)
+#[test]
+fn host_files_are_read_on_the_host() {
+    let bed = exclusive();
+    bed.plugstack(&format!(
+        "required {PYXIS_SO}\nrequired /opt/tf-cluster/libtf_cluster_fault.so\n"
+    ));
+    let mut script = String::from(
+        "set -e; cd /home/alice; printf 'node2\\nnode1\\nnode2\\nnode1\\n' >hosts; \
+         printf 'node1\\nnode1\\nnode2\\nnode2\\n' >decoy-hosts; rm -rf fake-sys-class; ",
+    );
+    for n in 1..=8 {
+        script.push_str(&format!(
+            "mkdir -p fake-sys-class/kfd/kfd/topology/nodes/{n}; echo 'simd_count 104' >fake-sys-class/kfd/kfd/topology/nodes/{n}/properties; "
+        ));
+    }
+    let out = exec_for(60, &["sh", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // -m arbitrary: ranks 0..3 on node2, node1, node2, node1.
+    let arbitrary = [
+        "-n4",
+        "-m",
+        "arbitrary",
+        "--tf-cluster",
+        "--container-mounts=/home/alice/decoy-hosts:/home/alice/hosts",
+    ];
+    let no_map = [
+        "TF_CLUSTER_FAULT=layout_rpc",
+        "SLURM_HOSTFILE=/home/alice/hosts",
+    ];
+    let step = srun_env(&no_map, &strs(&in_image(&arbitrary)));
+    step.assert_ran(4, "busybox");
+    let hosts: Vec<&str> = step.tasks.values().map(|t| t.host.as_str()).collect();
+    assert_eq!(
+        hosts,
+        ["node2", "node1", "node2", "node1"],
+        "Slurm's placement"
+    );
+    let workers: Vec<String> = step.tasks.values().map(Seen::address).collect();
+    for (&rank, t) in &step.tasks {
+        let want = serde_json::json!({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}});
+        let got: Option<Value> = t.var("TF_CONFIG").map(|j| serde_json::from_str(j).unwrap());
+        assert_eq!(got, Some(want), "rank {rank}\n{}", step.stderr);
+    }
+
+    // No --gres: no GPU variable from Slurm, and the node has no driver.
+    let args = [
+        "-N1",
+        "-n2",
+        "-w",
+        "node3",
+        "--tf-cluster",
+        "--container-mounts=/home/alice/fake-sys-class:/sys/class",
+    ];
+    let host = srun(&args[..5]);
+    host.assert_ran(2, "host");
+    assert!(
+        host.tasks
+            .values()
+            .all(|t| t.var("CUDA_VISIBLE_DEVICES").is_none()),
+        "the node has no GPUs"
+    );
+    // The image without a CUDA_VISIBLE_DEVICES of its own, so that the
+    // plugin would fall back on the probe.
+    let mut no_gpus = vec!["--container-image=/opt/tfc-images/busybox-no-gpus.sqsh"];
+    no_gpus.extend(args);
+    let image = srun(&no_gpus);
+    image.assert_ran(2, "busybox");
+    for (rank, t) in &image.tasks {
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), None, "rank {rank}");
+        assert_eq!(t.var("ROCR_VISIBLE_DEVICES"), None, "rank {rank}");
+    }
+}
+
+/// The testbed's run dir, as docker/testbed.sh names it: its etc/ is every
+/// container's /etc/slurm.
+fn run_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("TFC_RUN_DIR") {
+        return dir.into();
+    }
+    match std::env::var("TFC_PREFIX").as_deref() {
+        Ok("tfc") | Err(_) => common::repo().join("docker/run"),
+        Ok(prefix) => common::repo().join(format!("docker/run-{prefix}")),
+    }
+}
+
+/// oci.conf for Debian's runc, rootless (slurmstepd runs the runtime as the
+/// job's user; the unprivileged nodes cannot mount for root), in place while
+/// the guard lives.
+struct OciConf(std::path::PathBuf);
+
+impl OciConf {
+    fn install() -> OciConf {
+        let path = run_dir().join("etc/oci.conf");
+        let runc = "runc --rootless=true --root=/tmp/runc-%u";
+        let text = format!(
+            "RunTimeQuery=\"{runc} state %n.%u.%j.%s.%t\"\n\
+             RunTimeKill=\"{runc} kill -a %n.%u.%j.%s.%t\"\n\
+             RunTimeDelete=\"{runc} delete --force %n.%u.%j.%s.%t\"\n\
+             RunTimeRun=\"{runc} run %n.%u.%j.%s.%t -b %b\"\n"
+        );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        OciConf(path)
+    }
+}
+
+impl Drop for OciConf {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// An OCI bundle of the busybox image on the shared /home: `runc spec
+/// --rootless`, with the host's /proc bound (the nodes' /proc cannot be
+/// mounted afresh in a user namespace), the node's host name (no UTS
+/// namespace), and an environment of its own that sets RANK and
+/// MASTER_ADDR.
+const BUNDLE: &str = "/home/alice/oci-bundle";
+const MAKE_BUNDLE: &str = r#"set -e; rm -rf /home/alice/oci-bundle; mkdir -p /home/alice/oci-bundle; cd /home/alice/oci-bundle
+unsquashfs -q -d rootfs /opt/tfc-images/busybox.sqsh >/dev/null; runc spec --rootless
+python3 - <<'PY'
+import json
+c = json.load(open("config.json"))
+c["process"]["terminal"] = False
+c["process"]["env"] = ["PATH=/bin", "RANK=bundle", "MASTER_ADDR=bundle-master"]
+c.pop("hostname", None)
+for m in c["mounts"]:
+    if m["destination"] == "/proc":
+        m.update(type="bind", source="/proc", options=["rbind", "nosuid", "noexec", "nodev"])
+c["mounts"] = [m for m in c["mounts"] if m["destination"] != "/dev/mqueue"]
+c["linux"]["namespaces"] = [n for n in c["linux"]["namespaces"] if n["type"] not in ("pid", "uts")]
+json.dump(c, open("config.json", "w"), indent=1)
+PY"#;
+
+/// Slurm's major and minor version, from srun.
+fn slurm_version() -> (u32, u32) {
+    let out = common::exec(&["srun", "--version"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = text.split_whitespace().last().expect("srun --version");
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap());
+    (parts.next().unwrap(), parts.next().unwrap())
+}
+
+/// Slurm's own `srun --container=BUNDLE` with runc (Debian's, rootless):
+/// 22.05 writes the bundle's config.json once per step before the tasks, so
+/// none of the plugin's variables (nor SLURM_PROCID) reach the container
+/// and one task per node is the most; from 23.02 on each task's final
+/// environment, the plugin's variables included, replaces config.json's
+/// names (docs/containers.md).
+#[test]
+fn slurm_oci_container_with_runc() {
+    let _bed = exclusive();
+    let _oci = OciConf::install();
+    let made = exec_for(120, &["sh", "-c", MAKE_BUNDLE]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let container = format!("--container={BUNDLE}");
+    if slurm_version() < (23, 2) {
+        let out = exec_for(
+            120,
+            &[
+                "srun",
+                "-N1",
+                "-n1",
+                "-w",
+                "node1",
+                &container,
+                "--torch-cluster",
+                "sh",
+                "-c",
+                "echo PLACE=$(cat /etc/tfc-image); env",
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines.contains(&"PLACE=busybox"), "{text}\n{stderr}");
+        // Slurm 22.05 drops the task's environment: the bundle's values stay.
+        assert!(lines.contains(&"RANK=bundle"), "{text}");
+        assert!(lines.contains(&"MASTER_ADDR=bundle-master"), "{text}");
+        assert!(
+            !lines.iter().any(|l| l.starts_with("SLURM_PROCID=")),
+            "{text}"
+        );
+        let two = exec_for(
+            120,
+            &[
+                "srun",
+                "-N1",
+                "-n2",
+                "-w",
+                "node1",
+                &container,
+                "--torch-cluster",
+                "true",
+            ],
+        );
+        assert_ne!(
+            two.status.code(),
+            Some(0),
+            "two tasks on a node ran on 22.05"
+        );
+        common::assert_no_node_drained();
+        return;
+    }
+    let mut args = TWO_BY_TWO.to_vec();
+    args.extend([container.as_str(), "--torch-cluster"]);
+    let step = srun(&args);
+    step.assert_ran(4, "busybox");
+    let master = step.tasks[&0].host.clone();
+    for (&rank, t) in &step.tasks {
+        assert_eq!(
+            t.var("RANK"),
+            Some(rank.to_string().as_str()),
+            "rank {rank}"
+        );
+        assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
+        assert_eq!(t.var("WORLD_SIZE"), Some("4"));
+    }
+    common::assert_no_node_drained();
+}
+
+/// Apptainer itself (its image has it only on forky: Debian packages it in
+/// sid alone, docker/node/Dockerfile): a sandbox built by Apptainer from the
+/// busybox image, whose %environment sets RANK and MASTER_ADDR, run with
+/// `--cleanenv`. Without
+/// the mirror the program sees the image's values; with
+/// `--tf-apptainer-env=true` the plugin's. On the suites without Apptainer
+/// the test checks only that the image has none (nothing else to run).
+#[test]
+fn apptainer_cleanenv_gets_the_mirror() {
+    let _t = common::testbed();
+    let has = on("node3", &["sh", "-c", "command -v apptainer"])
+        .status
+        .success();
+    let suite = std::env::var("TFC_SUITE").unwrap_or_else(|_| "bookworm".into());
+    assert_eq!(has, suite == "forky", "apptainer in the {suite} image");
+    if !has {
+        return;
+    }
+    let sandbox = "/home/alice/apptainer-sandbox";
+    let made = exec_for(
+        120,
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "set -e; rm -rf {sandbox} {sandbox}.root; unsquashfs -q -d {sandbox}.root /opt/tfc-images/busybox.sqsh >/dev/null; \
+                 apptainer -s build --sandbox {sandbox} {sandbox}.root; rm -rf {sandbox}.root; \
+                 printf 'export RANK=77\\nexport MASTER_ADDR=image-master\\n' >>{sandbox}/.singularity.d/env/90-environment.sh"
+            ),
+        ],
+    );
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let probe = "echo where=$(cat /etc/tfc-image); env | grep -E '^(RANK|MASTER_ADDR)='";
+    let run = |mirror: bool| {
+        let mut cmd = vec![
+            "srun",
+            "-l",
+            "-N1",
+            "-n2",
+            "-w",
+            "node3",
+            "--torch-cluster",
+            "--tf-auto-set-gpu=false",
+        ];
+        if mirror {
+            cmd.push("--tf-apptainer-env=true");
+        }
+        cmd.extend([
+            "apptainer",
+            "-s",
+            "exec",
+            "--cleanenv",
+            sandbox,
+            "sh",
+            "-c",
+            probe,
+        ]);
+        let out = exec_for(180, &cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let mut seen: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((rank, text)) = line.split_once(": ") {
+                seen.entry(rank.trim().parse().unwrap())
+                    .or_default()
+                    .push(text.to_string());
+            }
+        }
+        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), [0, 1], "{stderr}");
+        seen
+    };
+    for (rank, lines) in run(false) {
+        assert!(lines.contains(&"where=busybox".to_string()), "{lines:?}");
+        assert!(
+            lines.contains(&"RANK=77".to_string()),
+            "rank {rank}: {lines:?}"
+        );
+        assert!(
+            lines.contains(&"MASTER_ADDR=image-master".to_string()),
+            "{lines:?}"
+        );
+    }
+    for (rank, lines) in run(true) {
+        assert!(lines.contains(&"where=busybox".to_string()), "{lines:?}");
+        assert!(
+            lines.contains(&format!("RANK={rank}")),
+            "rank {rank}: {lines:?}"
+        );
+        assert!(
+            lines.contains(&"MASTER_ADDR=node3".to_string()),
+            "{lines:?}"
+        );
+    }
+}
