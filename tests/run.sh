@@ -57,6 +57,11 @@ for f in tests/*.rs; do
 done
 step "host: core and CLI tests" cargo test --release -p tf-cluster-core -p tf-cluster-cli --all-targets
 step "host: plugin tests" cargo test --release -p tf-cluster --lib "${host_tests[@]}"
+# The testbed binaries (docker/matrix.sh runs them; the same command, so
+# there it finds them built): built now, while the images still build.
+testbed_tests=()
+for f in tests/testbed*.rs; do testbed_tests+=(--test "$(basename "$f" .rs)"); done
+step "host: build the testbed binaries" cargo test --release --no-run "${testbed_tests[@]}"
 step "host: memcheck" bash tests/memcheck.sh
 # The parsers' property tests again with overflow checks on (a wrap-around
 # that release builds would hide panics here), and a short run of every

@@ -144,7 +144,10 @@ fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl Fn() -> G
     );
     let is_up = || {
         *CHECKED.lock().unwrap_or_else(|e| e.into_inner())
-            && std::fs::read_to_string(run_dir().join(UP_FILE)).ok().as_ref() == Some(&wanted)
+            && std::fs::read_to_string(run_dir().join(UP_FILE))
+                .ok()
+                .as_ref()
+                == Some(&wanted)
     };
     loop {
         let held = lock();
