@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The Slurm version matrix: for each Debian suite (so each Slurm), build the plugin
 # against that Slurm's own headers and run every testbed test binary
-# (tests/testbed*.rs) on a testbed of that suite.
+# (tests/testbed*.rs) on testbeds of that suite. The suites run side by side.
 #
-#   docker/matrix.sh [SUITE..]     default: $SUITES, else "bookworm trixie forky"
+#   docker/matrix.sh [SUITE..]          default: $SUITES, else "bookworm trixie forky"
+#   docker/matrix.sh --images [SUITE..] only the images (and their Slurm headers)
 #
-# Per suite S (bookworm: Slurm 22.05, trixie: 24.11, forky: 26.05):
+# Per suite S (bookworm: Slurm 22.05, trixie: 24.11, forky: 26.05), all suites at
+# once (each waits mostly on Slurm, the network and its containers):
 #   1. docker/testbed.sh headers target/slurm-S/include
 #        base image debian:S (debootstrap when absent), node image tfc-node:S, and
-#        the /usr/include/slurm of the image's libslurm-dev copied out
+#        the /usr/include/slurm of the image's libslurm-dev copied out; the
+#        suites' images build side by side
 #   2. SLURM_INCLUDE_DIR=target/slurm-S/include CARGO_TARGET_DIR=target/slurm-S \
 #        cargo build --release --lib --features fault-injection, then
 #        packaging/deb.sh target/slurm-S/deb
@@ -16,54 +19,120 @@
 #        target/slurm-S/release/libtf_cluster_fault.so), and the Debian package
 #        of the plugin and CLI for that Slurm, which every container of the
 #        testbed installs (built with this host's Rust: its glibc is older than
-#        any suite's, so the .so loads in each)
-#   3. TFC_SUITE=S TFC_PREFIX=tfc-ID-S TFC_PLUGIN_DIR=target/slurm-S/release \
-#      TFC_DEB_DIR=target/slurm-S/deb cargo test --release --test testbed --test testbed_… …
-#        the test binaries are the host build's (they only drive srun through
-#        docker/testbed.sh); the testbed comes up on the first test and is
-#        removed afterwards (TFC_KEEP=1 keeps it)
+#        any suite's, so the .so loads in each). CPU-bound: one suite's build
+#        at a time, the others' tests meanwhile.
+#   3. the test binaries, each run directly (built once, before the suites, by
+#      `cargo test --release --no-run`; they only drive srun through
+#      docker/testbed.sh) with TFC_SUITE=S TFC_PREFIX=tfc-ID-S
+#      TFC_PLUGIN_DIR=target/slurm-S/release TFC_DEB_DIR=target/slurm-S/deb,
+#      in two lanes side by side, each on its own testbed:
+#        the binaries that bring the testbed up in another configuration
+#        (tests that call testbed_with_topology, testbed_with_gres, any
+#        testbed_with_*) one after another on testbed tfc-ID-S-alt;
+#        every other one on testbed tfc-ID-S, TFC_MATRIX_BINARIES (default 1)
+#        at a time (tests/common/mod.rs's lock keeps a test that swaps
+#        plugstack.conf alone on its testbed, across binaries)
+#      each testbed comes up on its first test and is removed afterwards
+#      (TFC_KEEP=1 keeps them).
 # ID is a hash of this checkout's path (TFC_MATRIX_PREFIX=P gives P-S instead), so
 # runs from two checkouts on one Docker host never share a testbed; the default
 # testbed (prefix tfc, docker/run) is never touched. The prefixes are printed.
 #
-# Any failure (a suite that cannot be built, started or tested) fails the run after
-# the remaining suites have run; nothing is skipped. Times per suite are printed at
-# the end. TFC_CARGO_TEST_ARGS adds arguments after `--` (e.g. --test-threads=2).
+# Logs: target/matrix/S/NAME.log per test binary (and build.log, image.log), so
+# suites running side by side never interleave. Any failure (a suite that cannot
+# be built, started or tested) fails the run after the remaining suites have run;
+# nothing is skipped; the failing suite and test binary are named and the tail of
+# its log printed. The time per suite, build and test binary is printed at the end
+# (tests/stages.sh: wall, CPU, containers' CPU). TFC_CARGO_TEST_ARGS adds
+# arguments to every test binary (e.g. --test-threads=2); TFC_MATRIX_SUITES=1 runs
+# the suites one after another.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-
+images_only=0
+if [ "${1:-}" = --images ]; then images_only=1; shift; fi
 suites=("$@")
 [ ${#suites[@]} -gt 0 ] || read -ra suites <<<"${SUITES:-bookworm trixie forky}"
 [ ${#suites[@]} -gt 0 ] || { echo "matrix: no suites" >&2; exit 1; }
 
-# Every testbed test binary, so one added later runs on every version too.
-tests=()
-for f in tests/testbed*.rs; do
-    tests+=(--test "$(basename "$f" .rs)")
-done
-
 log() { echo "matrix[$1]: ${*:2}" >&2; }
 
 prefix=${TFC_MATRIX_PREFIX:-tfc-$(printf %s "$repo" | sha256sum | cut -c1-6)}
+logs=target/matrix
+mkdir -p "$logs"
+# Called by tests/run.sh, the times go to its file (its report shows them);
+# alone, to one of our own, reported at the end.
+report=0
+if [ -z "${STAGES_FILE:-}" ]; then
+    export STAGES_FILE=$repo/$logs/stages.tsv
+    : >"$STAGES_FILE"
+    report=1
+fi
+# shellcheck source=tests/stages.sh
+source tests/stages.sh
+
+# Builds the image of suite $1 and copies its Slurm headers out.
+image() {
+    local suite=$1
+    mkdir -p "$logs/$suite"
+    if ! TFC_SUITE=$suite TFC_PREFIX=$prefix-$suite \
+        docker/testbed.sh headers "target/slurm-$suite/include" >"$logs/$suite/image.log" 2>&1; then
+        log "$suite" "image build FAILED; the end of $logs/$suite/image.log:"
+        tail -n 30 "$logs/$suite/image.log" >&2
+        return 1
+    fi
+}
+
+if [ $images_only = 1 ]; then
+    # Side by side: the builds (debootstrap, apt, pip) mostly wait on the
+    # network and the disk.
+    log all "building the images of ${suites[*]} side by side (logs: $logs/SUITE/image.log)"
+    pids=()
+    for suite in "${suites[@]}"; do
+        stage "image $suite" image "$suite" &
+        pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    [ $report = 0 ] || stage_report "matrix: the images"
+    exit $rc
+fi
+
 # One run at a time per checkout: they would share testbeds and target dirs.
-mkdir -p target
 exec 9>target/.matrix.lock
 flock -n 9 || { echo "matrix: another docker/matrix.sh is running in $repo" >&2; exit 1; }
 
-# Runs one suite; returns non-zero on the first failing stage.
-run_suite() {
-    local suite=$1 dir=target/slurm-$1 t0=$SECONDS
-    local -a env=(TFC_SUITE="$suite" TFC_PREFIX="$prefix-$suite" TFC_PLUGIN_DIR="$dir/release"
-        TFC_DEB_DIR="$dir/deb")
-    log "$suite" "image and Slurm headers (testbed $prefix-$suite)"
-    env "${env[@]}" docker/testbed.sh headers "$dir/include" || return 1
-    local v
+# Every testbed test binary, so one added later runs on every version too; those
+# that bring the testbed up in another configuration get a testbed of their own.
+shared=() alone=()
+for f in tests/testbed*.rs; do
+    if grep -q 'testbed_with_' "$f"; then alone+=("$(basename "$f" .rs)"); else shared+=("$(basename "$f" .rs)"); fi
+done
+
+# The test binaries, built once (the host's build: they only drive docker):
+# name and path of each in $logs/binaries.tsv.
+build_tests() {
+    local -a args=()
+    local name
+    for name in "${shared[@]}" "${alone[@]}"; do args+=(--test "$name"); done
+    cargo test --release --no-run --message-format=json "${args[@]}" |
+        jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
+            | [.target.name, .executable] | @tsv' >"$logs/binaries.tsv"
+}
+stage "matrix: build the test binaries" build_tests || { echo "matrix: the test binaries did not build" >&2; exit 1; }
+declare -A exe
+while IFS=$'\t' read -r name path; do exe[$name]=$path; done <"$logs/binaries.tsv"
+for name in "${shared[@]}" "${alone[@]}"; do
+    [ -x "${exe[$name]:-}" ] || { echo "matrix: no executable for tests/$name.rs" >&2; exit 1; }
+done
+
+# The plugin for suite $1: the fault-injection build first, then the package
+# (plugin and CLI): both in one target dir (the dependencies are built once),
+# each .so copied out of cargo's way.
+build_plugin() {
+    local suite=$1 dir=target/slurm-$1 v
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
     log "$suite" "plugin for Slurm $((v >> 16)).$(printf %02d $(((v >> 8) & 255))).$((v & 255))"
-    # The fault-injection build first, then the package (plugin and CLI): both in
-    # one target dir (the dependencies are built once), each .so copied out of
-    # cargo's way.
     SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" \
         cargo build --release --lib --features fault-injection || return 1
     install -m 755 "$dir/release/libtf_cluster.so" "$dir/release/.fault.so.tmp"
@@ -73,45 +142,88 @@ run_suite() {
         log "$suite" "error: cargo left the fault-injection build in place of the plugin"
         return 1
     fi
-    TIMES+=("$suite build $((SECONDS - t0))s")
-    local t1=$SECONDS rc=0
-    log "$suite" "testbed tests: ${tests[*]}"
-    env "${env[@]}" cargo test --release --no-fail-fast "${tests[@]}" -- ${TFC_CARGO_TEST_ARGS-} || rc=1
-    TIMES+=("$suite tests $((SECONDS - t1))s")
+}
+
+# Runs test binary $2 of suite $1 on testbed $3, output to its log; a failure
+# is recorded in $logs/failed.
+run_binary() {
+    local suite=$1 name=$2 bed=$3 dir=target/slurm-$1
+    local out=$logs/$suite/$name.log
+    # shellcheck disable=SC2086 # TFC_CARGO_TEST_ARGS: words
+    if ! TFC_SUITE=$suite TFC_PREFIX=$bed TFC_PLUGIN_DIR=$dir/release TFC_DEB_DIR=$dir/deb \
+        stage "$suite $name" "${exe[$name]}" ${TFC_CARGO_TEST_ARGS-} >"$out" 2>&1; then
+        echo "$suite $name" >>"$logs/failed"
+        log "$suite" "$name FAILED (log: $out)"
+        return 1
+    fi
+}
+
+# Runs the binaries $4.. of suite $1 on testbed $2: one at a time ($3 = one) or
+# up to $TFC_MATRIX_BINARIES at a time ($3 = many); then removes the testbed.
+run_lane() {
+    local suite=$1 bed=$2 at_once=1 rc=0 name
+    shift 2
+    if [ "$1" = many ]; then at_once=${TFC_MATRIX_BINARIES:-1}; fi
+    shift
+    for name in "$@"; do
+        while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n || rc=1; done
+        run_binary "$suite" "$name" "$bed" &
+    done
+    while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || rc=1; done
     if [ "${TFC_KEEP:-0}" != 1 ]; then
-        env "${env[@]}" docker/testbed.sh down || rc=1
+        TFC_SUITE=$suite TFC_PREFIX=$bed docker/testbed.sh down >>"$logs/$suite/testbed.log" 2>&1 || rc=1
     fi
     return $rc
 }
 
-# The images first, all at once: their builds (debootstrap, apt, pip) mostly
-# wait on the network and the disk, so together they take little longer than
-# the slowest alone. A failure here shows again, with its output, in that
-# suite's own run below.
-if [ ${#suites[@]} -gt 1 ]; then
-    log all "building the images of ${suites[*]} side by side (logs: target/.image-SUITE.log)"
-    for suite in "${suites[@]}"; do
-        TFC_SUITE=$suite TFC_PREFIX=$prefix-$suite \
-            docker/testbed.sh headers "target/slurm-$suite/include" >"target/.image-$suite.log" 2>&1 &
-    done
-    wait
-fi
+# Runs one suite; returns non-zero when anything failed.
+run_suite() {
+    local suite=$1 rc=0
+    mkdir -p "$logs/$suite"
+    log "$suite" "testbeds $prefix-$suite (${shared[*]}) and $prefix-$suite-alt (${alone[*]})"
+    stage "$suite image" image "$suite" || { echo "$suite image" >>"$logs/failed"; return 1; }
+    # One plugin build at a time: CPU-bound, while the other suites' tests wait.
+    if ! (flock 8 && stage "$suite plugin build" build_plugin "$suite") 8>target/.matrix-build.lock \
+        >"$logs/$suite/build.log" 2>&1; then
+        echo "$suite build" >>"$logs/failed"
+        log "$suite" "plugin build FAILED; the end of $logs/$suite/build.log:"
+        tail -n 30 "$logs/$suite/build.log" >&2
+        return 1
+    fi
+    log "$suite" "testing (logs: $logs/$suite/)"
+    run_lane "$suite" "$prefix-$suite" many "${shared[@]}" &
+    local p1=$!
+    run_lane "$suite" "$prefix-$suite-alt" one "${alone[@]}" &
+    local p2=$!
+    wait $p1 || rc=1
+    wait $p2 || rc=1
+    return $rc
+}
 
-TIMES=()
-failed=()
+rm -f "$logs/failed"
+# A suite that failed without naming a part (it should not happen) is named whole.
+suite() { stage "$1 total" run_suite "$1" || grep -q "^$1 " "$logs/failed" 2>/dev/null || echo "$1 suite" >>"$logs/failed"; }
+pids=()
 for suite in "${suites[@]}"; do
-    t0=$SECONDS
-    if run_suite "$suite"; then
-        TIMES+=("$suite total $((SECONDS - t0))s: passed")
+    if [ "${TFC_MATRIX_SUITES:-0}" = 1 ]; then
+        suite "$suite"
     else
-        TIMES+=("$suite total $((SECONDS - t0))s: FAILED")
-        failed+=("$suite")
-        log "$suite" "FAILED (testbed logs: docker/run-$prefix-$suite/log)"
+        suite "$suite" &
+        pids+=($!)
     fi
 done
-printf 'matrix: %s\n' "${TIMES[@]}" >&2
-if [ ${#failed[@]} -gt 0 ]; then
-    echo "matrix: FAILED on ${failed[*]}" >&2
+for p in "${pids[@]}"; do wait "$p"; done
+
+[ $report = 0 ] || stage_report "matrix: time per suite, build and test binary"
+if [ -s "$logs/failed" ]; then
+    while read -r suite name; do
+        echo "==== FAILED: suite $suite, $name: the end of $logs/$suite/$name.log" >&2
+        if [ -f "$logs/$suite/$name.log" ]; then
+            grep -E '^test .* FAILED$|^failures:$|^    [a-z_0-9]+$' "$logs/$suite/$name.log" >&2 || true
+            tail -n 60 "$logs/$suite/$name.log" >&2
+        fi
+    done <"$logs/failed"
+    echo "matrix: FAILED: $(tr '\n' ',' <"$logs/failed" | sed 's/,$//; s/,/, /g') (testbed logs: docker/run-$prefix-SUITE*/log)" >&2
     exit 1
 fi
 echo "matrix: passed on ${suites[*]}" >&2

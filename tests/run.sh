@@ -3,15 +3,49 @@
 # plugin inside real srun/slurmstepd on the dockerized Slurm testbed, once per
 # Slurm version (docker/matrix.sh: Debian bookworm 22.05, trixie 24.11, forky
 # 26.05; SUITES="trixie" runs fewer).
+#
+# What waits runs beside what computes: the suites' images (network and disk)
+# build in the background from the start while the host's tests use the CPU;
+# then the suites run side by side. Every stage runs whatever failed before it;
+# the run fails at the end, naming each failed stage (and docker/matrix.sh each
+# failed suite and test binary). The time per stage is printed at the end
+# (tests/stages.sh; docs/testing.md says where the time goes).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
+mkdir -p target/matrix
+# .ci/run passes its own (its lint stages first).
+if [ -z "${STAGES_FILE:-}" ]; then
+    export STAGES_FILE=$repo/target/stages.tsv
+    : >"$STAGES_FILE"
+fi
+# shellcheck source=tests/stages.sh
+source tests/stages.sh
+failed=()
+t0=$SECONDS
+finish() {
+    stage_report "tests/run.sh: time per stage ($((SECONDS - t0)) s in all)"
+    if [ ${#failed[@]} -gt 0 ]; then
+        echo "run: FAILED: ${failed[*]}" >&2
+        exit 1
+    fi
+    echo "run: passed in $((SECONDS - t0)) s" >&2
+}
+# Runs stage $1 (CMD $2..); a failure is recorded and the run goes on.
+step() { stage "$@" || failed+=("$1"); }
 
-bash docker/prerequisites.sh
-cargo build --release
+stage prerequisites bash docker/prerequisites.sh || { failed+=(prerequisites); finish; }
+
+# The images of the suites, side by side, in the background (log:
+# target/matrix/images.log; a suite whose image failed fails in the matrix
+# below, with the build's output).
+read -ra suites <<<"${SUITES:-bookworm trixie forky}"
+bash docker/matrix.sh --images "${suites[@]}" >target/matrix/images.log 2>&1 &
+images=$!
+
+step "host: build" cargo build --release
 # The packages for this host's Slurm, which tests/packages.rs inspects.
-bash packaging/deb.sh >/dev/null
-bash packaging/rpm.sh >/dev/null
+step "host: deb and rpm packages" bash -c 'bash packaging/deb.sh >/dev/null && bash packaging/rpm.sh >/dev/null'
 # What needs no Slurm: the core and the CLI (every target), and the plugin's
 # own tests but the testbed binaries (tests/testbed*.rs).
 host_tests=()
@@ -21,19 +55,30 @@ for f in tests/*.rs; do
     *) host_tests+=(--test "$(basename "$f" .rs)") ;;
     esac
 done
-cargo test --release -p tf-cluster-core -p tf-cluster-cli --all-targets
-cargo test --release -p tf-cluster --lib "${host_tests[@]}"
-bash tests/memcheck.sh
+step "host: core and CLI tests" cargo test --release -p tf-cluster-core -p tf-cluster-cli --all-targets
+step "host: plugin tests" cargo test --release -p tf-cluster --lib "${host_tests[@]}"
+# The testbed binaries (docker/matrix.sh runs them; the same command, so
+# there it finds them built): built now, while the images still build.
+testbed_tests=()
+for f in tests/testbed*.rs; do testbed_tests+=(--test "$(basename "$f" .rs)"); done
+step "host: build the testbed binaries" cargo test --release --no-run "${testbed_tests[@]}"
+step "host: memcheck" bash tests/memcheck.sh
 # The parsers' property tests again with overflow checks on (a wrap-around
 # that release builds would hide panics here), and a short run of every
 # fuzz target (a crash, leak, timeout or OOM fails).
-CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
+step "host: overflow-checked properties" env CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
     cargo test --release -p tf-cluster-core --lib --test properties
-bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
+step "host: fuzz" bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
 # A real launch at scale: 24 real slurmd nodes (one per network, UTS and
 # PID namespace) on this machine, every task of tf and torch steps, block
 # and cyclic, checked against Slurm's placement (docker/scale-bench.sh has
 # the benchmark).
-bash tests/scale-smoke.sh
-# The testbed binaries, against each Slurm with the plugin built for it.
-bash docker/matrix.sh
+step "host: scale smoke" bash tests/scale-smoke.sh
+
+t1=$SECONDS
+wait $images || failed+=("images (target/matrix/images.log)")
+echo "run: waited $((SECONDS - t1)) s for the images after the host stage" >&2
+# The testbed binaries, against each Slurm with the plugin built for it, the
+# suites side by side.
+step "matrix" bash docker/matrix.sh "${suites[@]}"
+finish

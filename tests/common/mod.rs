@@ -8,15 +8,13 @@
 //! from the plugin's code.
 
 use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Mutex;
 
 use serde_json::Value;
-
-/// Steps read plugstack.conf when they start: tests that swap it hold the
-/// write side, every other test the read side.
-static PLUGSTACK: RwLock<()> = RwLock::new(());
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -59,28 +57,112 @@ pub fn deb() -> PathBuf {
     debs.into_iter().next().unwrap()
 }
 
-/// The network topology and gres.conf variant this test binary brought the
-/// testbed up with: None before the first bring-up (`(None, None)`: the
-/// defaults).
-static UP: Mutex<Option<(Option<String>, Option<String>)>> = Mutex::new(None);
+/// The testbed's run dir, as docker/testbed.sh picks it: TFC_RUN_DIR, else
+/// docker/run for the prefix `tfc`, docker/run-PREFIX for any other.
+fn run_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("TFC_RUN_DIR") {
+        return repo().join(dir);
+    }
+    match std::env::var("TFC_PREFIX") {
+        Ok(prefix) if prefix != "tfc" => repo().join(format!("docker/run-{prefix}")),
+        _ => repo().join("docker/run"),
+    }
+}
+
+/// Access to the testbed, shared or exclusive, held until dropped: an
+/// flock(2) on a file of the run dir, so the test threads of one binary and
+/// the test binaries that docker/matrix.sh runs side by side on one testbed
+/// all take turns. Steps read plugstack.conf when they start: tests that swap
+/// it (or reinstall the package, or bring the testbed up with another
+/// topology) hold it exclusively, every other test shared.
+pub struct Held(#[allow(dead_code)] File);
+
+fn lock_file(name: &str) -> File {
+    let dir = run_dir();
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let path = dir.join(name);
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn flock(file: &File, op: libc::c_int) {
+    // SAFETY: flock on a descriptor this File owns.
+    while unsafe { libc::flock(file.as_raw_fd(), op) } != 0 {
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "flock: {e}");
+    }
+}
+
+/// Shared or exclusive access. A writer first takes the turnstile and holds
+/// it until it has the lock, and every reader passes the turnstile first: a
+/// waiting writer is not starved by readers that keep coming (flock alone
+/// would let them in).
+fn hold(exclusive: bool) -> Held {
+    let turnstile = lock_file(".lock-turnstile");
+    let lock = lock_file(".lock");
+    flock(&turnstile, libc::LOCK_EX);
+    if exclusive {
+        flock(&lock, libc::LOCK_EX);
+        drop(turnstile);
+    } else {
+        drop(turnstile);
+        flock(&lock, libc::LOCK_SH);
+    }
+    Held(lock)
+}
+
+/// The network topology and gres.conf variant the testbed was last brought
+/// up with, by any test binary: a file of the run dir, written under the
+/// exclusive lock.
+const UP_FILE: &str = ".up-config";
+
+/// Whether this test binary brought the testbed up (or found it up) once:
+/// the first test of each binary runs `docker/testbed.sh up`, which keeps
+/// running containers whose configuration is unchanged.
+static CHECKED: Mutex<bool> = Mutex::new(false);
 
 /// Makes sure the testbed is up with the network topology `topology`
 /// (docker/testbed.sh TFC_TOPOLOGY) or none and the gres.conf variant `gres`
-/// (TFC_GRES) or the default, then takes the access `lock`
-/// gives. The first call brings it up; a call asking another topology than
-/// the one up waits until no test uses the testbed (the write side of
-/// [`PLUGSTACK`]) and brings it up again with it. The lock is taken before
-/// another test can switch the topology, so a test keeps the one it asked
-/// for while it holds its guard (and must not ask for another meanwhile).
-/// A testbed that cannot start fails the tests, it never skips them.
-fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl FnOnce() -> G) -> G {
-    let mut up = UP.lock().unwrap_or_else(|e| e.into_inner());
-    let wanted = (topology.map(str::to_string), gres.map(str::to_string));
-    if up.as_ref() != Some(&wanted) {
-        let _alone = PLUGSTACK.write().unwrap_or_else(|e| e.into_inner());
+/// (TFC_GRES) or the default, then takes the access `lock` gives. The first
+/// call of a binary brings it up; a call asking another configuration than
+/// the one up (brought up by this or another binary) waits until no test
+/// uses the testbed (the exclusive lock) and brings it up again with it. The
+/// lock is taken before the configuration is checked, so a test keeps the
+/// one it asked for while it holds its guard (and must not ask for another
+/// meanwhile). A testbed that cannot start fails the tests, it never skips
+/// them.
+fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl Fn() -> G) -> G {
+    let wanted = format!(
+        "topology={} gres={}",
+        topology.unwrap_or(""),
+        gres.unwrap_or("")
+    );
+    let is_up = || {
+        *CHECKED.lock().unwrap_or_else(|e| e.into_inner())
+            && std::fs::read_to_string(run_dir().join(UP_FILE))
+                .ok()
+                .as_ref()
+                == Some(&wanted)
+    };
+    loop {
+        let held = lock();
+        if is_up() {
+            return held;
+        }
+        drop(held);
+        let _alone = hold(true);
+        if is_up() {
+            continue;
+        }
         // The testbed installs this package in every container: the tests
         // run the packaged plugin, never a bare .so.
         deb();
+        let _ = std::fs::remove_file(run_dir().join(UP_FILE));
         let mut cmd = Command::new(repo().join("docker/testbed.sh"));
         cmd.arg("up");
         match topology {
@@ -98,39 +180,37 @@ fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl FnOnce() 
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        *up = Some(wanted);
+        std::fs::write(run_dir().join(UP_FILE), &wanted).unwrap();
+        *CHECKED.lock().unwrap_or_else(|e| e.into_inner()) = true;
     }
-    lock()
 }
 
-fn read_plugstack() -> RwLockReadGuard<'static, ()> {
-    PLUGSTACK.read().unwrap_or_else(|e| e.into_inner())
+fn read_plugstack() -> Held {
+    hold(false)
 }
 
 /// Shared access to the testbed (the plugstack.conf in force is the default).
-pub fn testbed() -> RwLockReadGuard<'static, ()> {
+pub fn testbed() -> Held {
     ensure_up(None, None, read_plugstack)
 }
 
 /// [`testbed`] under the network topology `topology` (the testbed is brought
-/// up again when a test of the same binary asks for another).
-pub fn testbed_with_topology(topology: &str) -> RwLockReadGuard<'static, ()> {
+/// up again when a test asks for another).
+pub fn testbed_with_topology(topology: &str) -> Held {
     ensure_up(Some(topology), None, read_plugstack)
 }
 
 /// [`testbed`] with the gres.conf variant `gres` (docker/config/gres/).
-pub fn testbed_with_gres(gres: &str) -> RwLockReadGuard<'static, ()> {
+pub fn testbed_with_gres(gres: &str) -> Held {
     ensure_up(None, Some(gres), read_plugstack)
 }
 
 /// Exclusive access, for tests that swap plugstack.conf. The default is back
 /// in place when the guard drops.
-pub struct Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+pub struct Exclusive(#[allow(dead_code)] Held);
 
 pub fn exclusive() -> Exclusive {
-    ensure_up(None, None, || {
-        Exclusive(PLUGSTACK.write().unwrap_or_else(|e| e.into_inner()))
-    })
+    ensure_up(None, None, || Exclusive(hold(true)))
 }
 
 impl Exclusive {
