@@ -605,19 +605,17 @@ fn slurm_oci_container_with_runc() {
 /// busybox image, whose %environment sets RANK and MASTER_ADDR, run with
 /// `--cleanenv`. Without
 /// the mirror the program sees the image's values; with
-/// `--tf-apptainer-env=true` the plugin's. On the suites without Apptainer
-/// the test checks only that the image has none (nothing else to run).
+/// `--tf-apptainer-env=true` the plugin's. Ignored by default: the suites
+/// without Apptainer report it as ignored, not passed; docker/matrix.sh runs
+/// it on forky (`--include-ignored`).
 #[test]
+#[ignore = "Apptainer installs only in the forky image; docker/matrix.sh runs it there"]
 fn apptainer_cleanenv_gets_the_mirror() {
     let _t = common::testbed();
     let has = on("node3", &["sh", "-c", "command -v apptainer"])
         .status
         .success();
-    let suite = std::env::var("TFC_SUITE").unwrap_or_else(|_| "bookworm".into());
-    assert_eq!(has, suite == "forky", "apptainer in the {suite} image");
-    if !has {
-        return;
-    }
+    assert!(has, "apptainer is not in this image");
     let sandbox = "/home/alice/apptainer-sandbox";
     let made = exec_for(
         120,
