@@ -94,7 +94,8 @@
 # TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120), TFC_THIRD_PARTY
-# (/work/shared/third_party: the pyxis and enroot source archives the image builds).
+# (../shared/third_party beside the checkout, else /work/shared/third_party: the pyxis and
+# enroot source archives the image builds).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -111,7 +112,9 @@ if [ "$PREFIX" = tfc ]; then RUN=${TFC_RUN_DIR:-$here/run}; else RUN=${TFC_RUN_D
 PLUGIN_DIR=${TFC_PLUGIN_DIR:-$repo/target/release}
 DEB_DIR=${TFC_DEB_DIR:-$repo/target/deb}
 UP_TIMEOUT=${TFC_UP_TIMEOUT:-120}
-THIRD_PARTY=${TFC_THIRD_PARTY:-/work/shared/third_party}
+# shared/ beside the checkout (as CI clones it), else the workplace's.
+THIRD_PARTY=${TFC_THIRD_PARTY:-$repo/../shared/third_party}
+[ -d "$THIRD_PARTY" ] || THIRD_PARTY=/work/shared/third_party
 NODES=(node1 node2 node3)
 CTL=$PREFIX-ctl
 PLUGIN_SO=/opt/tf-cluster/libtf_cluster.so
