@@ -215,33 +215,76 @@ fn pyxis_runs_before_the_plugin_and_the_image_is_real() {
     assert_eq!(t.var("NCCL_SOCKET_IFNAME"), Some("image0"));
 }
 
-/// Every variable the frameworks of these tests set.
-const PLUGIN_VARS: [&str; 10] = [
-    "CUDA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "TF_CONFIG",
+/// The variables each framework of these tests sets (with the GPU lists
+/// Slurm set): the plugin replaces exactly these; a name it does not set
+/// (the image's MASTER_ADDR under --tf-cluster) stays the image's.
+const GPU_VARS: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"];
+const TF_VARS: [&str; 1] = ["TF_CONFIG"];
+const TORCH_VARS: [&str; 5] = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
-    "JAX_COORDINATOR_ADDRESS",
-    "JAX_LOCAL_DEVICE_IDS",
 ];
+const JAX_VARS: [&str; 2] = ["JAX_COORDINATOR_ADDRESS", "JAX_LOCAL_DEVICE_IDS"];
+
+/// Every digit run after a ':' or in MASTER_PORT as `PORT`: two steps get
+/// different reserved ports, the rest must be equal.
+fn without_ports(name: &str, value: &str) -> String {
+    if name == "MASTER_PORT" {
+        return "PORT".into();
+    }
+    let mut out = String::with_capacity(value.len());
+    let mut after_colon = false;
+    for c in value.chars() {
+        if after_colon && c.is_ascii_digit() {
+            continue;
+        }
+        if after_colon {
+            after_colon = false;
+        }
+        out.push(c);
+        if c == ':' {
+            after_colon = true;
+            out.push_str("PORT");
+        }
+    }
+    out
+}
 
 /// The same step on the host and in the image: the tasks in the image got
-/// the very values the host's tasks got.
+/// the very values the host's tasks got (ports aside: each step has its
+/// own), for the GPU lists and the framework's `names`.
 fn same_as_on_the_host(args: &[&str], names: &[&str]) -> (Step, Step) {
     let host = srun(args);
     host.assert_ran(4, "host");
     let image = srun(&strs(&in_image(args)));
     image.assert_ran(4, "busybox");
+    let all: Vec<&str> = GPU_VARS.iter().chain(names).copied().collect();
+    let seen = |step: &Step| -> BTreeMap<u32, BTreeMap<String, Option<String>>> {
+        step.vars_of(&all)
+            .into_iter()
+            .map(|(rank, vars)| {
+                let vars = vars
+                    .into_iter()
+                    .map(|(n, v)| (n.to_string(), v.map(|v| without_ports(n, v))))
+                    .collect();
+                (rank, vars)
+            })
+            .collect()
+    };
     assert_eq!(
-        image.vars_of(names),
-        host.vars_of(names),
+        seen(&image),
+        seen(&host),
         "in the image (left) against on the host (right)\n{}",
         image.stderr
     );
+    for t in image.tasks.values() {
+        for name in &all {
+            assert!(t.var(name).is_some(), "{name} not set in the image");
+        }
+    }
     (host, image)
 }
 
@@ -255,7 +298,7 @@ fn tensorflow_in_pyxis_gets_the_hosts_values() {
     let _p = pyxis();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--tf-cluster"]);
-    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let (_, image) = same_as_on_the_host(&args, &TF_VARS);
     let workers: Vec<String> = image.tasks.values().map(Seen::address).collect();
     for (&rank, t) in &image.tasks {
         let want = serde_json::json!({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}});
@@ -274,7 +317,7 @@ fn pytorch_in_pyxis_gets_the_hosts_values() {
     let _p = pyxis();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--torch-cluster"]);
-    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let (_, image) = same_as_on_the_host(&args, &TORCH_VARS);
     let master = image.tasks[&0].host.clone();
     for (&rank, t) in &image.tasks {
         assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
@@ -297,7 +340,7 @@ fn jax_in_pyxis_gets_the_hosts_values() {
     let _p = pyxis();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--jax-cluster"]);
-    let (_, image) = same_as_on_the_host(&args, &PLUGIN_VARS);
+    let (_, image) = same_as_on_the_host(&args, &JAX_VARS);
     let master = format!("{}:", image.tasks[&0].host);
     for (&rank, t) in &image.tasks {
         let coordinator = t.var("JAX_COORDINATOR_ADDRESS").unwrap_or_default();
