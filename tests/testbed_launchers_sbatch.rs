@@ -181,15 +181,15 @@ fn submitit_without_the_option_gets_nothing() {
     }
 }
 
-/// A flag's value is not read (spank.c stores no argument for a flag
-/// option): any value, even `0` or `off`, turns `--torch-cluster` on; only an
-/// unset variable leaves it off.
+/// A framework option's value in the variable, as on the command line: empty
+/// turns `--torch-cluster` on, `off` turns it off (the step runs without
+/// its variables), any other value is refused in one line before launch.
 #[test]
-fn any_value_turns_a_flag_on() {
+fn a_flags_value_is_checked_as_on_the_command_line() {
     let _t = testbed();
-    for value in ["", "0", "off"] {
+    let run = |value: &str| {
         let var = format!("SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster={value}");
-        let out = exec(&[
+        exec(&[
             "env",
             &var,
             "srun",
@@ -198,23 +198,31 @@ fn any_value_turns_a_flag_on() {
             "bash",
             "-c",
             "echo \"rank=$RANK addr=$MASTER_ADDR\"",
-        ]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{value:?}: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut lines: Vec<&str> = stdout.lines().collect();
+        ])
+    };
+    let lines = |out: &std::process::Output| {
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
         lines.sort();
-        assert_eq!(lines.len(), 2, "{value:?}: {stdout}");
-        assert!(
-            lines[0].starts_with("rank=0 addr=node"),
-            "{value:?}: {stdout}"
-        );
-        assert!(
-            lines[1].starts_with("rank=1 addr=node"),
-            "{value:?}: {stdout}"
-        );
-    }
+        lines
+    };
+    let on = run("");
+    assert!(on.status.success(), "{:?}", on);
+    let seen = lines(&on);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].starts_with("rank=0 addr=node"), "{seen:?}");
+    assert!(seen[1].starts_with("rank=1 addr=node"), "{seen:?}");
+    let off = run("off");
+    assert!(off.status.success(), "{:?}", off);
+    assert_eq!(lines(&off), ["rank= addr=", "rank= addr="]);
+    let bad = run("0");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{stderr}");
+    assert!(lines(&bad).is_empty(), "{:?}", lines(&bad));
+    assert!(
+        stderr.contains("tf-cluster: --torch-cluster takes no value but off"),
+        "{stderr}"
+    );
 }

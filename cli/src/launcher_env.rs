@@ -190,7 +190,7 @@ pub fn render(options: &Options, plugin: &str, found: Option<&SitePlugin>) -> Re
     );
     let _ = writeln!(
         out,
-        "# Export them before `torchx run -s slurm` (any value turns a flag on; unset to turn it off)."
+        "# Export them before `torchx run -s slurm` (an empty value turns a flag on, `off` turns it off)."
     );
     let _ = writeln!(out, "# submitit: slurm_additional_parameters={{{python}}}");
     let _ = writeln!(
