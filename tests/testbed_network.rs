@@ -238,7 +238,8 @@ const JAX: &str = "/opt/jax/bin/python";
 /// same job with the plugin's variables moves its bytes over eth1.
 #[test]
 fn pytorch_gloo_follows_the_host_template() {
-    let _t = testbed();
+    // The bytes are the node's (its network namespace): no other step meanwhile.
+    let _t = common::exclusive();
     let args = ["--torch-cluster", "--tf-host-template={}-ib"];
     let drop = "env -u NCCL_SOCKET_IFNAME -u GLOO_SOCKET_IFNAME -u TP_SOCKET_IFNAME";
     let before = job(&[], &args, &format!("{drop} {TORCH}"), "torch");
@@ -260,7 +261,8 @@ fn pytorch_gloo_follows_the_host_template() {
 /// still goes over the fast network.
 #[test]
 fn pytorch_gloo_follows_the_subnet() {
-    let _t = testbed();
+    // The bytes are the node's (its network namespace): no other step meanwhile.
+    let _t = common::exclusive();
     let network = format!("--tf-network={}", fast_subnet());
     let after = job(&[], &["--torch-cluster", &network], TORCH, "torch");
     after.assert_share(3, "fast", 0.9, &format!("after ({network})"));
@@ -269,7 +271,8 @@ fn pytorch_gloo_follows_the_subnet() {
 /// A variable the user exported is kept on every node, the others are set.
 #[test]
 fn the_users_own_interface_is_kept() {
-    let _t = testbed();
+    // The bytes are the node's (its network namespace): no other step meanwhile.
+    let _t = common::exclusive();
     let args = ["--torch-cluster", "--tf-host-template={}-ib"];
     let kept = job(&["GLOO_SOCKET_IFNAME=eth0"], &args, TORCH, "torch");
     kept.assert_share(3, "slow", 0.9, "user's GLOO_SOCKET_IFNAME=eth0 kept");
@@ -287,7 +290,8 @@ fn the_users_own_interface_is_kept() {
 /// the template moves them. Before: without it, over Slurm's names.
 #[test]
 fn tensorflow_mwms_follows_the_host_template() {
-    let _t = testbed();
+    // The bytes are the node's (its network namespace): no other step meanwhile.
+    let _t = common::exclusive();
     let before = job(&[], &["--tf-cluster"], TF, "tf");
     before.assert_share(3, "slow", 0.9, "TF before (no template)");
     let after = job(&[], &["--tf-cluster", "--tf-host-template={}-ib"], TF, "tf");
@@ -310,7 +314,8 @@ fn tensorflow_mwms_follows_the_host_template() {
 /// (NCCL) read NCCL_SOCKET_IFNAME, which the task gets.
 #[test]
 fn jax_cpu_collectives_stay_on_the_hosts_own_name() {
-    let _t = testbed();
+    // The bytes are the node's (its network namespace): no other step meanwhile.
+    let _t = common::exclusive();
     let run = job(
         &[],
         &["--jax-cluster", "--tf-host-template={}-ib"],
