@@ -18,8 +18,8 @@
 #                                 DIR/slurm: SLURM_INCLUDE_DIR=DIR builds the plugin for
 #                                 exactly the Slurm of TFC_SUITE (docker/matrix.sh does)
 #
-# Containers: tfc-ctl (hostname ctl: munged + slurmctld; the submit host, tests run
-# srun/sbatch there) and tfc-node1..3 (hostnames node1..3: munged + slurmd -D,
+# Containers: tfc-ctl (hostname ctl: munged + slurmctld, and MariaDB + slurmdbd
+# for real accounting; the submit host, tests run srun/sbatch there) and tfc-node1..3 (hostnames node1..3: munged + slurmd -D,
 # /dev/nvidia0..3 fake GPUs). Every name (ctl, node1..3) resolves in
 # every container through the user-defined network `tfc` (eth0). A second network,
 # `tfc-ib` (eth1 in every container: Docker names the interfaces), is the "fast
@@ -385,6 +385,21 @@ wait_idle() {
     done
 }
 
+# Accounting answers: slurmctld registered the cluster with slurmdbd (it
+# does so itself when it connects), so sacct and TorchX's status work.
+wait_accounting() {
+    local deadline=$((SECONDS + UP_TIMEOUT)) out
+    while :; do
+        out=$(docker exec "$CTL" sacctmgr -n -P list cluster format=cluster 2>&1 || true)
+        grep -qx tfc <<<"$out" && return 0
+        if [ $SECONDS -ge $deadline ]; then
+            diagnose
+            die "timed out after ${UP_TIMEOUT}s waiting for slurmdbd to list the cluster; sacctmgr said: $out"
+        fi
+        sleep 0.5
+    done
+}
+
 cmd_up() {
     local t0=$SECONDS
     build_image
@@ -421,6 +436,7 @@ cmd_up() {
         done
     fi
     wait_idle
+    wait_accounting
     note "up: node[1-3] idle ($((SECONDS - t0))s$([ $reuse = 0 ] || echo ', containers reused'))"
 }
 

@@ -24,55 +24,19 @@ const DIR: &str = "/home/alice/launchers-sbatch";
 const VENV: &str = "/home/alice/launchers-sbatch/venv";
 const SUBMITIT: &str = "submitit==1.5.4";
 
-/// CA certificates the host added to its trust store (a TLS-inspecting
-/// proxy's), for pip in the testbed, as the node image's build does.
-fn extra_ca() -> String {
-    let mut pem = String::new();
-    let mut dirs = vec![std::path::PathBuf::from("/usr/local/share/ca-certificates")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "crt") {
-                pem.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
-                pem.push('\n');
-            }
-        }
-    }
-    pem
-}
-
 fn install() {
     static DONE: OnceLock<()> = OnceLock::new();
     DONE.get_or_init(|| {
-        let ca = extra_ca();
         common::install(
             DIR,
-            &[
-                (
-                    "submitit_ddp.py",
-                    include_str!("../examples/pytorch/submitit_ddp.py"),
-                ),
-                ("extra-ca.pem", &ca),
-            ],
+            &[(
+                "submitit_ddp.py",
+                include_str!("../examples/pytorch/submitit_ddp.py"),
+            )],
             "printf 'node3\\nnode1\\nnode2\\n' > hostfile-3\n\
-             echo \"export SLURM_DISTRIBUTION=arbitrary SLURM_HOSTFILE=$PWD/hostfile-3\" > node3-first.sh\n\
-             cat /etc/ssl/certs/ca-certificates.crt extra-ca.pem > pip-ca.pem\n",
+             echo \"export SLURM_DISTRIBUTION=arbitrary SLURM_HOSTFILE=$PWD/hostfile-3\" > node3-first.sh\n",
         );
-        let setup = format!(
-            "set -e; [ -x {VENV}/bin/python ] || python3 -m venv --system-site-packages {VENV}\n\
-             {VENV}/bin/python -c 'import submitit' 2>/dev/null ||\
-             {VENV}/bin/pip install -q --disable-pip-version-check --cert {DIR}/pip-ca.pem {SUBMITIT}\n\
-             {VENV}/bin/python -c 'import submitit, torch; print(submitit.__version__, torch.__version__)'"
-        );
-        let out = exec_for(600, &["bash", "-c", &setup]);
-        assert!(
-            out.status.success(),
-            "installing {SUBMITIT}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::pip_venv(VENV, SUBMITIT, "import submitit, torch; print(submitit.__version__, torch.__version__)");
     });
 }
 

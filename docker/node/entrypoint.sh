@@ -1,7 +1,8 @@
 #!/bin/bash
 # Start-up script of a testbed container (bind-mounted at /opt/tfc-testbed by
 # docker/testbed.sh; run under tini as PID 1's child).
-#   entrypoint.sh ctl    munged + slurmctld -D   (controller and submit host)
+#   entrypoint.sh ctl    munged + MariaDB + slurmdbd + slurmctld -D   (controller
+#                        and submit host; the database only when slurm.conf asks)
 #   entrypoint.sh node   fake GPUs + munged + slurmd -D
 # Slurm config comes from /etc/slurm (a directory bind mount of docker/run/etc;
 # /etc/slurm/plugstack.conf.d is this container's own, docker/run/plugstack.d/<host>),
@@ -35,9 +36,49 @@ if [ -f "${debs[0]}" ]; then
     fi
 fi
 
+# Accounting, on ctl: MariaDB (socket only, no TCP) and slurmdbd, up before
+# slurmctld so that it registers the cluster at once (sacct, and TorchX's
+# status through it, read from there). slurmdbd.conf holds the database's
+# password, so slurmdbd wants it owned by SlurmUser and private: it is
+# written here, in a ctl-local directory (SLURM_CONF's directory is where
+# slurmdbd looks), not in the shared, read-only /etc/slurm.
+start_accounting() {
+    local pass dir=/run/slurmdbd
+    pass=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+    install -d -o mysql -g mysql -m 0755 /run/mysqld
+    install -d -o slurm -g slurm -m 0700 "$dir"
+    ( umask 077
+      printf '%s\n' "CREATE DATABASE IF NOT EXISTS slurm_acct_db;" \
+          "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$pass';" \
+          "ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$pass';" \
+          "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';" >/run/mysqld/init.sql )
+    chown mysql /run/mysqld/init.sql
+    install -o mysql -g mysql -m 0644 /dev/null /var/log/slurm/mariadb.log
+    log "starting mariadbd"
+    # A small buffer pool: six testbeds may run on one machine.
+    runuser -u mysql -- /usr/sbin/mariadbd --skip-networking --innodb-buffer-pool-size=32M \
+        --init-file=/run/mysqld/init.sql --log-error=/var/log/slurm/mariadb.log &
+    for _ in $(seq 300); do [ -S /run/mysqld/mysqld.sock ] && break; sleep 0.1; done
+    [ -S /run/mysqld/mysqld.sock ] || { log "mariadbd did not start (/var/log/slurm/mariadb.log)"; exit 1; }
+    ln -sf /etc/slurm/slurm.conf "$dir/slurm.conf"
+    ( umask 077
+      printf '%s\n' AuthType=auth/munge DbdHost=ctl SlurmUser=slurm \
+          StorageType=accounting_storage/mysql StorageHost=localhost StorageUser=slurm \
+          "StoragePass=$pass" StorageLoc=slurm_acct_db LogFile=/var/log/slurm/slurmdbd.log \
+          PidFile=/run/slurmdbd/slurmdbd.pid >"$dir/slurmdbd.conf" )
+    chown slurm:slurm "$dir/slurmdbd.conf"
+    log "starting slurmdbd"
+    SLURM_CONF=$dir/slurm.conf /usr/sbin/slurmdbd -D &
+    for _ in $(seq 300); do ss -Hltn 'sport = :6819' | grep -q . && break; sleep 0.1; done
+    ss -Hltn 'sport = :6819' | grep -q . || { log "slurmdbd did not listen (/var/log/slurm/slurmdbd.log)"; exit 1; }
+}
+
 case "$role" in
 ctl)
     install -d -o slurm -g slurm -m 0755 /var/spool/slurmctld
+    if grep -q '^AccountingStorageType=accounting_storage/slurmdbd' /etc/slurm/slurm.conf; then
+        start_accounting
+    fi
     log "starting slurmctld"
     exec /usr/sbin/slurmctld -D
     ;;

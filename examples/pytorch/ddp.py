@@ -71,6 +71,13 @@ def main():
         "group_world_size": env("GROUP_WORLD_SIZE"),
         "master_addr": env("MASTER_ADDR"),
         "master_port": env("MASTER_PORT"),
+        # What the plugin gave the launcher (torchrun's agent passes it on), and
+        # the ports Slurm reserved for this step: which of them the rendezvous used.
+        "pet_master_addr": env("PET_MASTER_ADDR"),
+        "pet_master_port": env("PET_MASTER_PORT"),
+        "pet_rdzv_id": env("PET_RDZV_ID"),
+        "resv_ports": env("SLURM_STEP_RESV_PORTS"),
+        "job_id": env("SLURM_JOB_ID"),
         "torch": torch.__version__,
         "first_loss": losses[0],
         "last_loss": losses[-1],
