@@ -45,7 +45,8 @@
 # its log printed. The time per suite, build and test binary is printed at the end
 # (tests/stages.sh: wall, CPU, containers' CPU). TFC_CARGO_TEST_ARGS adds
 # arguments to every test binary (e.g. --test-threads=2); TFC_MATRIX_SUITES=1 runs
-# the suites one after another.
+# the suites one after another; TFC_MATRIX_ONLY="testbed_a testbed_b" runs only
+# those binaries.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
@@ -106,6 +107,8 @@ flock -n 9 || { echo "matrix: another docker/matrix.sh is running in $repo" >&2;
 # that bring the testbed up in another configuration get a testbed of their own.
 shared=() alone=()
 for f in tests/testbed*.rs; do
+    # TFC_MATRIX_ONLY="a b": only these binaries (while working on them; CI runs all).
+    if [ -n "${TFC_MATRIX_ONLY:-}" ] && ! [[ " $TFC_MATRIX_ONLY " == *" $(basename "$f" .rs) "* ]]; then continue; fi
     if grep -q 'testbed_with_' "$f"; then alone+=("$(basename "$f" .rs)"); else shared+=("$(basename "$f" .rs)"); fi
 done
 

@@ -36,7 +36,7 @@ fn install() {
             "printf 'node3\\nnode1\\nnode2\\n' > hostfile-3\n\
              echo \"export SLURM_DISTRIBUTION=arbitrary SLURM_HOSTFILE=$PWD/hostfile-3\" > node3-first.sh\n",
         );
-        common::pip_venv(VENV, SUBMITIT, "import submitit, torch; print(submitit.__version__, torch.__version__)");
+        common::pip_venv(VENV, "python3", SUBMITIT, "import submitit, torch; print(submitit.__version__, torch.__version__)");
     });
 }
 

@@ -21,9 +21,15 @@ use common::{exec, exec_for, on, reserved_ports};
 use serde_json::Value;
 
 const DIR: &str = "/home/alice/launchers-torchx";
-/// The venv with TorchX; `--system-site-packages` for the image's torch.
+/// The venv with TorchX (see TORCHX_PYTHON).
 const VENV: &str = "/home/alice/launchers-torchx/venv";
 const TORCHX: &str = "torchx==0.7.0";
+/// The Python TorchX runs on: TorchX 0.7.0 (the newest on PyPI) reads its
+/// components with `ast.Str`, which Python 3.14 (forky's python3) removed,
+/// so the newest of 3.13-3.10 the image has. TorchX needs no torch: the
+/// jobs it writes run the image's own `torchrun`.
+const TORCHX_PYTHON: &str =
+    "$(for v in 3.13 3.12 3.11 3.10; do command -v python$v && break; done)";
 /// How long a job may take to reach a state (a loaded 2-core machine starts
 /// torch slowly).
 const PATIENCE: Duration = Duration::from_secs(300);
@@ -37,7 +43,12 @@ fn setup() -> &'static Setup {
             &[("ddp.py", include_str!("../examples/pytorch/ddp.py"))],
             "",
         );
-        common::pip_venv(VENV, TORCHX, "import torchx; print(torchx.__version__)");
+        common::pip_venv(
+            VENV,
+            TORCHX_PYTHON,
+            TORCHX,
+            "import torchx; print(torchx.__version__)",
+        );
         let torch = exec(&["python3", "-c", "import torch; print(torch.__version__)"]);
         let old_torch = String::from_utf8_lossy(&torch.stdout).starts_with("1.");
         let setup = Setup {
@@ -409,8 +420,10 @@ fn two_dist_ddp_jobs_share_29500_and_the_second_dies_with_the_first() {
     assert_trained(&b, &found_b, 2);
     let node = a.first_node();
     assert_eq!(node, b.first_node(), "the first components on one node");
-    // One socket listens on 29500 there: job A's agent's.
-    let ss = on(&node, &["ss", "-Hltnp", "sport = :29500"]);
+    // One socket listens on 29500 there: job A's agent's. As alice: the
+    // unprivileged node's root may not look into her processes' fds.
+    let as_alice = |cmd: &[&str]| on(&node, &[&["runuser", "-u", "alice", "--"], cmd].concat());
+    let ss = as_alice(&["ss", "-Hltnp", "sport = :29500"]);
     let ss = String::from_utf8_lossy(&ss.stdout).into_owned();
     let pids: Vec<&str> = ss
         .split("pid=")
@@ -418,7 +431,7 @@ fn two_dist_ddp_jobs_share_29500_and_the_second_dies_with_the_first() {
         .map(|r| r.split(',').next().unwrap())
         .collect();
     assert_eq!(pids.len(), 1, "{ss}");
-    let environ = on(&node, &["cat", &format!("/proc/{}/environ", pids[0])]);
+    let environ = as_alice(&["cat", &format!("/proc/{}/environ", pids[0])]);
     let environ = String::from_utf8_lossy(&environ.stdout).into_owned();
     assert!(
         environ

@@ -610,17 +610,19 @@ fn extra_ca() -> String {
     pem
 }
 
-/// A venv at `venv` on the shared /home (`--system-site-packages`, for the
-/// image's torch) with `requirement` from PyPI, as alice; then `check`
-/// (Python) must run. Kept when `check` already runs.
-pub fn pip_venv(venv: &str, requirement: &str, check: &str) {
+/// A venv at `venv` on the shared /home, made by `python` (a shell word:
+/// `python3`, the image's, or another of its Pythons) with
+/// `--system-site-packages` (for the image's torch), with `requirement` from
+/// PyPI, as alice; then `check` (Python) must run. Kept when `check` already
+/// runs.
+pub fn pip_venv(venv: &str, python: &str, requirement: &str, check: &str) {
     install(
         venv,
         &[("extra-ca.pem", &extra_ca())],
         "cat /etc/ssl/certs/ca-certificates.crt extra-ca.pem > pip-ca.pem\n",
     );
     let setup = format!(
-        "set -e; [ -x {venv}/bin/python ] || python3 -m venv --system-site-packages {venv}\n\
+        "set -e; [ -x {venv}/bin/python ] || {python} -m venv --system-site-packages {venv}\n\
          {venv}/bin/python -c '{check}' 2>/dev/null && exit 0\n\
          {venv}/bin/pip install -q --disable-pip-version-check --cert {venv}/pip-ca.pem '{requirement}'\n\
          {venv}/bin/python -c '{check}'"
