@@ -266,9 +266,10 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
     let mut view = TaskEnv(&env);
     let rank = required(number(&mut view, "SLURM_PROCID")?)?;
     let local = spank.task_id()?;
-    let bind = match ready.node.settings().auto_set_gpu {
-        true => env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse),
-        false => None,
+    let bind = if ready.node.settings().auto_set_gpu {
+        env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse)
+    } else {
+        None
     };
     // Made ahead for this rank as this local task: only set them here.
     if let (None, Some((ahead_rank, vars))) = (
