@@ -48,6 +48,7 @@ fn exports_only_the_plugin_symbols_and_used_hooks() {
         "slurm_spank_init",
         "slurm_spank_local_user_init",
         "slurm_spank_task_init",
+        "slurm_spank_task_init_privileged",
         "slurm_spank_user_init",
         "tf_cluster_build_id",
     ]

@@ -354,6 +354,81 @@ fn jax_in_pyxis_gets_the_hosts_values() {
     }
 }
 
+/// The plugin's refusal of a task Slurm binds to GPUs of its own behind a
+/// container plugin (core::gpus::plan::bound_behind_container).
+const BOUND_BEHIND_PYXIS: &str = "Slurm's GPU binding (--gpus-per-task=1) sets each task's GPU list only in the task, and a container plugin listed earlier (pyxis) entered its namespaces first, so the list may be the image's: use --gpus-per-node=N (or --gres=gpu:N) without --gpu-bind, or --tf-auto-set-gpu=false";
+
+/// A binding of GPUs to each task behind pyxis: Slurm writes each task's
+/// list only in the task, just before the SPANK `task_init` hooks, and
+/// pyxis's `task_init` (before the plugin's) has by then entered the
+/// container and imported the image's `CUDA_VISIBLE_DEVICES=7`. So a step
+/// the plugin sets GPUs for is refused in every task, on both nodes, with
+/// one line; no task runs, no node drains, the next step in the image runs.
+/// With `--tf-auto-set-gpu=false` the plugin reads no GPU list and the step
+/// runs, showing what the tasks would have read. The same requests without
+/// the container run with Slurm's own per-task lists:
+/// tests/testbed_gpus.rs (`gpus_per_task_forms`, every binding form).
+#[test]
+fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
+    let _p = pyxis();
+    let bound = [
+        "-N2",
+        "--ntasks-per-node=2",
+        "-w",
+        "node[1-2]",
+        "--gpus-per-task=1",
+    ];
+    for fw in [&["--tf-cluster=worker:4"][..], &["--jax-cluster"]] {
+        let mut cmd = vec!["srun", "-l", IMAGE];
+        cmd.extend(bound);
+        cmd.extend(fw);
+        cmd.extend(["sh", "-c", "echo ran"]);
+        let out = exec_for(300, &cmd);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let ctx = format!("{fw:?}:\n{stdout}{stderr}");
+        assert_ne!(out.status.code(), Some(0), "{ctx}");
+        assert!(!stdout.contains("ran"), "a task ran: {ctx}");
+        let mut msgs = common::messages(&stderr);
+        assert!(!msgs.is_empty(), "no message: {ctx}");
+        msgs.dedup();
+        assert_eq!(msgs, [BOUND_BEHIND_PYXIS], "{ctx}");
+        // Each node's tasks decide alike: the line came from both nodes'
+        // tasks (`-l`: ranks 0-1 on node1, 2-3 on node2), before the step
+        // was ended everywhere.
+        let ranks: std::collections::BTreeSet<u32> = stderr
+            .lines()
+            .filter(|l| l.contains(BOUND_BEHIND_PYXIS))
+            .filter_map(|l| l.split_once(':')?.0.trim().parse().ok())
+            .collect();
+        assert!(
+            ranks.iter().any(|&r| r < 2) && ranks.iter().any(|&r| r >= 2),
+            "refused on one node only ({ranks:?}): {ctx}"
+        );
+        common::assert_no_node_drained();
+        srun(&strs(&in_image(&[
+            "-N1",
+            "-n1",
+            "-w",
+            "node2",
+            "--tf-cluster",
+        ])))
+        .assert_ran(1, "busybox");
+    }
+    let mut off = bound.to_vec();
+    off.extend(["--tf-cluster=worker:4", "--tf-auto-set-gpu=false"]);
+    let step = srun(&strs(&in_image(&off)));
+    step.assert_ran(4, "busybox");
+    for (rank, t) in &step.tasks {
+        eprintln!(
+            "--tf-auto-set-gpu=false behind pyxis, rank {rank}: CUDA_VISIBLE_DEVICES={:?}",
+            t.var("CUDA_VISIBLE_DEVICES")
+        );
+        assert!(t.var("TF_CONFIG").is_some_and(|c| c.contains("worker")));
+    }
+    common::assert_no_node_drained();
+}
+
 /// `--tf-apptainer-env=true`: each of the plugin's variables once more as
 /// APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, on the host and behind
 /// pyxis; without it none. `--tf-auto-set-gpu=false`: the plugin leaves

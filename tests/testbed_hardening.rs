@@ -624,3 +624,33 @@ fn without_the_map_hostile_hints_fail_closed() {
     );
     assert_healthy("no map", "node2");
 }
+
+/// slurmstepd did not run `user_init` (a fault of the test build: the hook
+/// returns at once, the node's share unmade): a step that asked for the
+/// plugin fails in every task with one line, rather than each task making
+/// the share alone from inside a container; no TF_CONFIG reaches a program,
+/// no node drains. A step that did not ask runs as usual under the same
+/// fault, and the next step runs.
+#[test]
+fn without_user_init_a_step_that_asked_fails_closed() {
+    let bed = exclusive();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
+    let fault = "TF_CLUSTER_FAULT=no_user_init";
+    let line = "slurmstepd did not run user_init for this step, so the node's share was not made: failing rather than guessing";
+    for fw in ["--tf-cluster", "--torch-cluster"] {
+        let run = srun_env(&[fault], &["-N2", "-n4", "-w", "node[1-2]", fw]);
+        if let Some(fault) = refusal_fault(&run, line) {
+            panic!("{fw}: {fault}\n{}", run.stderr);
+        }
+        assert_healthy(fw, "node1");
+    }
+    let plain = srun_env(&[fault], &["-N2", "-n4", "-w", "node[1-2]"]);
+    plain.assert_ran(4);
+    assert!(
+        plain.tasks.iter().all(|t| t.tf_config.is_none()),
+        "{:?}",
+        plain.tasks
+    );
+    assert!(plain.messages().is_empty(), "{}", plain.stderr);
+    assert_healthy("a step that did not ask", "node2");
+}

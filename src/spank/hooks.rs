@@ -2,8 +2,9 @@
 //! inside [`guard`] (or, for `user_init`, its own catch), so no panic
 //! crosses into Slurm, and hands it to the side of the process it runs in,
 //! decided once at `slurm_spank_init`: srun's ([`super::srun`]) or
-//! slurmstepd's ([`super::stepd`]: `user_init` once per node, `task_init`
-//! per task). sbatch and salloc only register and check the options.
+//! slurmstepd's ([`super::stepd`]: `user_init` once per node,
+//! `task_init_privileged` and `task_init` per task). sbatch and salloc only
+//! register and check the options.
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -127,6 +128,21 @@ pub extern "C" fn slurm_spank_user_init(
 ) -> c_int {
     callback(sp, ac, av, |spank| match SIDE.get() {
         Some(Side::Stepd(stepd)) => stepd.user_init(spank),
+        _ => 0,
+    })
+}
+
+/// slurmstepd, in each task before any plugin's `task_init`, as root: the
+/// task notes the mount namespace Slurm put it in (see super::stepd). It
+/// always succeeds.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_task_init_privileged(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    callback(sp, ac, av, |_| match SIDE.get() {
+        Some(Side::Stepd(stepd)) => stepd.task_init_privileged(),
         _ => 0,
     })
 }

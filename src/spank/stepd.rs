@@ -12,23 +12,43 @@
 //! `task_init` (pyxis_slurmstepd.c: `enroot_start_once` then `setns` there;
 //! its `user_init` only prepares the container). A failure in `user_init`
 //! would drain the node of a batch job, so nothing fails here: an error
-//! becomes the step's, carried to each task.
+//! becomes the step's, carried to each task. Real slurmstepd always runs
+//! `user_init` before the tasks; a task that finds no share (it did not
+//! run) fails if its step asked for the plugin, rather than make the share
+//! alone from inside a container, and is left alone otherwise.
 //!
 //! `task_init`, in each task just before exec and as the user: take the
 //! task's own part (its rank and local id) and set its variables. A failure
 //! here ends this task with exit code 1 and leaves the node in service, so
 //! every refusal slurmstepd makes is made here (fail closed).
+//!
+//! One fact is the task's alone: when Slurm binds GPUs to each task
+//! (`SLURMD_TRES_BIND`: `--gpus-per-task`, `--gpu-bind=…`), it writes the
+//! task's own list only in the task, just before the SPANK `task_init` hooks
+//! (task.c `exec_task`), so the task reads it there. Behind a container
+//! plugin listed earlier in plugstack.conf (pyxis), that plugin's
+//! `task_init` has by then entered the container's namespaces and imported
+//! the image's environment over the task's (an image's
+//! `CUDA_VISIBLE_DEVICES`), and no hook on the host can see the task's list
+//! earlier. So `task_init_privileged` (as root, in the task, after Slurm put
+//! it in the job's container if any, before any plugin's `task_init`;
+//! pyxis has none) notes the task's mount namespace, and a task bound per
+//! task whose namespace has changed by `task_init`, or that cannot tell, is
+//! refused rather than read the image's list. Tasks not bound per task take
+//! the node's plan and read nothing.
 
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, PoisonError};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::fault;
 use super::handle::{Env, Spank};
 use super::hooks::guard;
 use super::options;
 use super::step_kill_rpc::end_refused_step;
+use crate::core::gpus::plan::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
 use crate::core::network::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
@@ -45,8 +65,11 @@ pub struct Stepd {
     /// a step asked for the plugin: the steps srun marked fail.
     registration_failed: bool,
     /// The node's share of the step, made by `user_init` (None: it did not
-    /// run, and each task makes it alone).
+    /// run, and a task of a step that asked for the plugin fails).
     node: Mutex<Option<Prepared>>,
+    /// In a task: the mount namespace Slurm put it in, read in
+    /// `task_init_privileged` (None: not read, or unreadable).
+    placed_in: OnceLock<Option<PathBuf>>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -85,11 +108,16 @@ impl Stepd {
         Stepd {
             registration_failed,
             node: Mutex::new(None),
+            placed_in: OnceLock::new(),
         }
     }
 
     /// Once per node, before the tasks: never fails (see the module).
     pub fn user_init(&self, spank: &Spank) -> i32 {
+        // A test build's fault: as if slurmstepd had not run the hook.
+        if fault::active("no_user_init", Some(spank)) {
+            return 0;
+        }
         let prepared = match catch_unwind(AssertUnwindSafe(|| {
             fault::inject("user_init", Some(spank));
             self.prepare(spank)
@@ -151,14 +179,33 @@ impl Stepd {
         })))
     }
 
+    /// In each task, as root, before any plugin's `task_init`: notes the
+    /// task's mount namespace, for a task that will read its own GPU list
+    /// (see the module). Only for a step whose GPUs the plugin sets; never
+    /// fails.
+    pub fn task_init_privileged(&self) -> i32 {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(Prepared::Ready(ready)) = &*prepared {
+                if ready.node.settings().auto_set_gpu {
+                    let _ = self.placed_in.set(mount_namespace());
+                }
+            }
+        }));
+        0
+    }
+
     pub fn task_init(&self, spank: &Spank) -> i32 {
         let rc = guard("task_init", Some(spank), || {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             match &*prepared {
-                None => self.task_alone(spank),
+                None => self.without_user_init(spank),
                 Some(Prepared::Nothing) => Ok(()),
                 Some(Prepared::Failed(e)) => Err(e.clone()),
-                Some(Prepared::Ready(ready)) => apply(spank, ready),
+                Some(Prepared::Ready(ready)) => apply(spank, ready, || {
+                    let placed = self.placed_in.get().and_then(Option::as_deref);
+                    entered_namespaces(placed, mount_namespace().as_deref())
+                }),
             }
         });
         if rc != 0 {
@@ -171,39 +218,59 @@ impl Stepd {
         rc
     }
 
-    /// Without `user_init`'s share (it did not run): the task makes it
-    /// alone, from its own view.
-    fn task_alone(&self, spank: &Spank) -> Result<()> {
+    /// Without `user_init`'s share (it did not run): a step that asked for
+    /// the plugin fails, any other is left alone. Whether it asked is read
+    /// as `user_init` reads it (its options, srun's word, the step id).
+    fn without_user_init(&self, spank: &Spank) -> Result<()> {
         if self.registration_failed {
             return fail_closed(spank);
         }
-        let Some((settings, word)) = options::task_settings(spank)? else {
+        if options::task_settings(spank)?.is_none() {
             return Ok(());
-        };
+        }
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(());
         }
-        let step = match Step::gather(&settings, &mut InTask(spank, word))? {
-            Gathered::Step(step) => *step,
-            Gathered::Skip => return Ok(()),
-            Gathered::Refused => return Err(Error::new("")),
-        };
-        let rank = required(step.procid)?;
-        let node = Node::prepare(settings, step)?;
-        apply_injection(spank, node.task(rank, Some(spank.task_id()?), None)?, &[])
+        Err(Error::new(NO_USER_INIT))
     }
+}
+
+/// A task of a step that asked for the plugin, without the node's share.
+const NO_USER_INIT: &str = "slurmstepd did not run user_init for this step, so the node's share was not made: failing rather than guessing";
+
+/// The mount namespace of the calling process (`mnt:[4026531841]`): always
+/// readable by the process itself, as the user too; None when /proc cannot
+/// say (a container's /proc).
+fn mount_namespace() -> Option<PathBuf> {
+    std::fs::read_link("/proc/self/ns/mnt").ok()
+}
+
+/// Whether a plugin before this one moved the task into other namespaces
+/// between `task_init_privileged` (`placed`: where Slurm put it) and its
+/// `task_init` (`now`). Either unknown counts as moved: the task's GPU list
+/// is then not read (fail closed).
+fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
+    !matches!((placed, now), (Some(a), Some(b)) if a == b)
 }
 
 /// The task's own part: its rank (SLURM_PROCID, set by slurmstepd after the
 /// fork) and local id (S_TASK_ID) pick its variables from the node's share.
 /// A binding of GPUs to each task is known only here (SLURMD_TRES_BIND, the
-/// task's own list); the node's GPU plan serves every other case.
-fn apply(spank: &Spank, ready: &Ready) -> Result<()> {
+/// task's own list); the node's GPU plan serves every other case. Before
+/// reading the task's own list, `entered_namespaces` says whether a plugin
+/// before this one entered a container's namespaces (the list may then be
+/// the image's: refused); it is asked only then. With the plugin's GPU
+/// handling off the binding is not read at all.
+fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool) -> Result<()> {
     let env = spank.env()?;
     let mut view = TaskEnv(&env);
     let rank = required(number(&mut view, "SLURM_PROCID")?)?;
     let local = spank.task_id()?;
-    let bind = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
+    let bind = if ready.node.settings().auto_set_gpu {
+        env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse)
+    } else {
+        None
+    };
     // Made ahead for this rank as this local task: only set them here.
     if let (None, Some((ahead_rank, vars))) = (
         &bind,
@@ -227,6 +294,9 @@ fn apply(spank: &Spank, ready: &Ready) -> Result<()> {
     }
     let node = &ready.node;
     let bound = match bind {
+        Some(bind) if entered_namespaces() => {
+            return Err(Error::new(bound_behind_container(&bind)));
+        }
         Some(bind) => Some(TaskBinding {
             visible: Visible::read(|name| env.get(name).map(|v| v.map(str::to_string)))?,
             bind,
@@ -366,39 +436,6 @@ impl Source for OnHost<'_, '_> {
     }
 }
 
-/// The task as slurmstepd shows it in `task_init` (when `user_init` did not
-/// run).
-struct InTask<'s, 'a>(&'s Spank<'a>, options::Word);
-
-impl Source for InTask<'_, '_> {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        if name == "SLURM_STEP_RESV_PORTS" && self.1.no_resv_ports {
-            return Ok(None);
-        }
-        self.0.getenv(name)
-    }
-
-    fn gpu_count(&mut self) -> Result<u32> {
-        node_gpu_count()
-    }
-
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        read_user_file(path)
-    }
-
-    fn interfaces(&mut self) -> Result<Vec<Interface>> {
-        node_interfaces()
-    }
-
-    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
-        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
-    }
-
-    fn blocks_follow_topology(&self) -> bool {
-        cfg!(slurm_blocks_follow_topology)
-    }
-}
-
 /// The task's environment read in place, for the core's parsers.
 struct TaskEnv<'e, 'a>(&'e Env<'a>);
 
@@ -413,5 +450,42 @@ impl Source for TaskEnv<'_, '_> {
 
     fn read_file(&mut self, path: &str) -> Result<String> {
         Err(Error::new(format!("the task reads no file ({path})")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task bound per task reads its own GPU list only when it is still in
+    /// the mount namespace Slurm put it in; unknown either side is refused.
+    #[test]
+    fn a_task_moved_into_other_namespaces_is_told_apart() {
+        let host = Path::new("mnt:[4026531841]");
+        let container = Path::new("mnt:[4026532999]");
+        assert!(!entered_namespaces(Some(host), Some(host)));
+        assert!(entered_namespaces(Some(host), Some(container)));
+        assert!(entered_namespaces(None, Some(host)));
+        assert!(entered_namespaces(Some(host), None));
+        assert!(entered_namespaces(None, None));
+    }
+
+    /// This process's own namespace is readable and stable.
+    #[test]
+    fn the_mount_namespace_is_readable() {
+        let ns = mount_namespace().expect("/proc/self/ns/mnt");
+        assert!(
+            ns.to_string_lossy().starts_with("mnt:["),
+            "{}",
+            ns.display()
+        );
+        assert!(!entered_namespaces(Some(&ns), mount_namespace().as_deref()));
+    }
+
+    /// Whole, on one line: Error keeps at most 300 characters.
+    #[test]
+    fn the_no_user_init_refusal_is_one_short_line() {
+        assert_eq!(Error::new(NO_USER_INIT).message(), NO_USER_INIT);
+        assert!(!NO_USER_INIT.contains('\n'));
     }
 }
