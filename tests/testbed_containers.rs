@@ -429,6 +429,112 @@ fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
     common::assert_no_node_drained();
 }
 
+/// What the split step runs: 20 s of waiting, then `finished`, in one
+/// process (busybox's shell waiting in its `read` builtin on a FIFO nobody
+/// writes; proctrack/linuxproc was seen to kill a shell's child but pass over
+/// the shell, which then ran on). `tfc-payload` names it for pgrep.
+const PAYLOAD_20S: &str = ": tfc-payload; f=/dev/shm/tfc-payload.$$; mkfifo $f && exec 3<>$f; rm -f $f; read -t 20 x <&3; echo finished";
+
+/// One decision per step behind pyxis (docs/reliability.md): `-N2 -n3
+/// --gpus-per-task=1` puts two tasks on node1, each bound to its GPU by
+/// Slurm and refused behind pyxis, and one on node2, which Slurm 22.05 does
+/// not bind (it would take the node's plan and run its program to the end);
+/// 24.11 and 26.05 bind it too, and it is refused alike. The refusing tasks
+/// are inside the container, where munged's socket is not: slurmstepd ends
+/// the step from the host. Wanted: srun fails within a few seconds, no
+/// `finished`, no task left on any node, exactly one tf-cluster line per
+/// refusing task (node1's two at least) and no `authentication error` line,
+/// no step left, no node drained, the next step runs.
+#[test]
+fn a_split_refusal_behind_pyxis_ends_the_step_on_every_node() {
+    let _p = pyxis();
+    let script = format!(
+        "t0=$(date +%s%N); srun -l {IMAGE} -N2 -n3 -w 'node[1-2]' --gpus-per-task=1 --tf-cluster sh -c '{PAYLOAD_20S}'; rc=$?; t1=$(date +%s%N); echo \"TFC_END rc=$rc ms=$(( (t1 - t0) / 1000000 ))\""
+    );
+    let out = exec_for(120, &["bash", "-c", &script]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let end = text
+        .lines()
+        .find_map(|l| l.strip_prefix("TFC_END "))
+        .unwrap_or_else(|| panic!("no end line:\n{text}"));
+    let field = |name: &str| -> i64 {
+        end.split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {end:?}"))
+    };
+    let (rc, ms) = (field("rc="), field("ms="));
+    eprintln!(
+        "TIMING split refusal behind pyxis: {:.1} s, exit {rc}, suite {}",
+        ms as f64 / 1000.0,
+        std::env::var("TFC_SUITE").unwrap_or_default()
+    );
+    let mut left = Vec::new();
+    for node in ["node1", "node2"] {
+        let out = on(node, &["pgrep", "-a", "-u", "alice", "-f", "tfc-payload"]);
+        left.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| format!("{node}: {l}")),
+        );
+    }
+    let steps = exec_for(60, &["squeue", "-h", "-s", "-o", "%i %j"]);
+    let steps: Vec<String> = String::from_utf8_lossy(&steps.stdout)
+        .lines()
+        .filter(|l| !l.contains(".extern") && !l.contains(".interactive") && !l.contains(".batch"))
+        .map(str::to_string)
+        .collect();
+    common::assert_no_node_drained();
+    let ctx = format!("exit {rc} after {ms} ms:\n{text}");
+    assert!(left.is_empty(), "tasks still running: {left:?}\n{ctx}");
+    assert!(steps.is_empty(), "steps left behind: {steps:?}\n{ctx}");
+    assert!(
+        !text.lines().any(|l| l.ends_with(": finished")),
+        "a task ran its program to the end\n{ctx}"
+    );
+    assert_ne!(rc, 0, "srun should fail\n{ctx}");
+    assert!(
+        !text.to_lowercase().contains("authentication error"),
+        "the kill was tried from inside the container\n{ctx}"
+    );
+    // One line per refusing task: ranks 0 and 1 (node1) refuse, rank 2
+    // (node2) too where Slurm binds it.
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("tf-cluster: "))
+        .collect();
+    let mut per_rank = BTreeMap::<u32, u32>::new();
+    for line in &lines {
+        assert!(line.contains(BOUND_BEHIND_PYXIS), "{line:?}\n{ctx}");
+        let rank = line
+            .split_once(':')
+            .and_then(|(r, _)| r.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no rank in {line:?}\n{ctx}"));
+        *per_rank.entry(rank).or_default() += 1;
+    }
+    assert!(
+        per_rank.values().all(|&n| n == 1)
+            && per_rank.contains_key(&0)
+            && per_rank.contains_key(&1),
+        "want one line from each refusing task, ranks 0 and 1 at least: {per_rank:?}\n{ctx}"
+    );
+    assert!(ms < 10_000, "the step took {ms} ms to end\n{ctx}");
+    for node in ["node1", "node2"] {
+        srun(&strs(&in_image(&[
+            "-N1",
+            "-n1",
+            "-w",
+            node,
+            "--tf-cluster",
+        ])))
+        .assert_ran(1, "busybox");
+    }
+}
+
 /// `--tf-apptainer-env=true`: each of the plugin's variables once more as
 /// APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, on the host and behind
 /// pyxis; without it none. `--tf-auto-set-gpu=false`: the plugin leaves
