@@ -36,6 +36,21 @@
 //! task whose namespace has changed by `task_init`, or that cannot tell, is
 //! refused rather than read the image's list. Tasks not bound per task take
 //! the node's plan and read nothing.
+//!
+//! A refusing task ends its step on every node (super::step_kill_rpc), so
+//! that a node deciding otherwise does not run on. On the host the task asks
+//! slurmctld itself. Behind a container plugin it cannot: it is in the
+//! container, where munged's socket is not mounted. So `user_init` maps a
+//! small shared page (`MAP_SHARED`, before the fork: every task shares it)
+//! for a step that asked for the plugin; a task that refuses after a plugin
+//! moved it into other namespaces (the same mount-namespace check, unknown
+//! counting as moved) only raises a flag there; and `task_exit`, which Slurm
+//! runs in slurmstepd itself as root on the host after each task exits
+//! (mgr.c `_wait_for_any_task`; with `SlurmdParameters=contain_spank` in a
+//! CLONE_VM child joined to the job's container), sends the kill once per
+//! node, with no alarm (it is slurmstepd's own process: Slurm's RPC
+//! timeouts bound it) and always returns 0. A step that did not ask has no
+//! page, and `task_exit` returns at once.
 
 use std::collections::HashMap;
 use std::ffi::CString;
