@@ -3,7 +3,8 @@
 //! crosses into Slurm, and hands it to the side of the process it runs in,
 //! decided once at `slurm_spank_init`: srun's ([`super::srun`]) or
 //! slurmstepd's ([`super::stepd`]: `user_init` once per node,
-//! `task_init_privileged` and `task_init` per task). sbatch and salloc only
+//! `task_init_privileged` and `task_init` per task, `task_exit` in
+//! slurmstepd after each task). sbatch and salloc only
 //! register and check the options.
 
 use std::ffi::{c_char, c_int, c_uint};
@@ -157,6 +158,22 @@ pub extern "C" fn slurm_spank_task_init(
 ) -> c_int {
     callback(sp, ac, av, |spank| match SIDE.get() {
         Some(Side::Stepd(stepd)) => stepd.task_init(spank),
+        _ => 0,
+    })
+}
+
+/// slurmstepd itself, as root on the host, after each task of the node
+/// exited: ends the step on every node when a task refused from inside a
+/// container (see super::stepd). It always succeeds and returns at once for
+/// a step that did not ask for the plugin.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_task_exit(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    callback(sp, ac, av, |spank| match SIDE.get() {
+        Some(Side::Stepd(stepd)) => stepd.task_exit(spank),
         _ => 0,
     })
 }

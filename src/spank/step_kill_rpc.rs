@@ -1,27 +1,43 @@
-//! Ends a step a task refused, on every node: the refusing task asks
-//! slurmctld to kill its step, `slurm_kill_job_step(job, step, SIGKILL)`,
-//! the RPC srun itself sends when it aborts a step (step_launch.c) and, with
-//! SIG_TERM_KILL, for `--kill-on-bad-exit`. A node sees facts of its own (its
-//! GPUs, Slurm's binding of its tasks), so a refusal made on one node may not
-//! be made on another; without this the other nodes' tasks would run on,
-//! waiting for ranks that never come. The task runs as the job's owner, whom
-//! slurmctld lets signal the step; slurmctld has each node's slurmstepd kill
-//! the step's tasks and tells srun the step is over. Killed tasks are not a
-//! node fault: no node leaves service.
+//! Ends a step a task refused, on every node: slurmctld is asked to kill the
+//! step, `slurm_kill_job_step(job, step, SIGKILL)`, the RPC srun itself sends
+//! when it aborts a step (step_launch.c) and, with SIG_TERM_KILL, for
+//! `--kill-on-bad-exit`. A node sees facts of its own (its GPUs, Slurm's
+//! binding of its tasks), so a refusal made on one node may not be made on
+//! another; without this the other nodes' tasks would run on, waiting for
+//! ranks that never come. slurmctld has each node's slurmstepd kill the
+//! step's tasks and tells srun the step is over. Killed tasks are not a node
+//! fault: no node leaves service.
+//!
+//! Who sends it. On the host the refusing task sends it itself, as the job's
+//! owner, whom slurmctld lets signal the step ([`end_refused_step`]). Behind
+//! a container plugin listed earlier in plugstack.conf (pyxis), the task is
+//! already inside the container when it refuses, where munged's socket is
+//! not mounted: the request cannot be signed (`REQUEST_CANCEL_JOB_STEP has
+//! authentication error`). That task only raises a flag in a page it shares
+//! with slurmstepd ([`HostKill`], mapped in `user_init` before any task is
+//! forked), and slurmstepd itself, which never enters the container, sends
+//! the kill as root from the SPANK `task_exit` hook of the task's exit
+//! ([`end_from_host`]; slurmctld allows root and SlurmUser as it allows the
+//! owner).
 //!
 //! Measured on the testbed (proctrack/linuxproc): a kill sent at once, as
 //! the step starts, missed tasks still between fork and exec on other nodes
 //! (slurmstepd's child drops a pending signal as it unblocks them, linuxproc
 //! passes over processes named slurmstepd), and made a srun still launching
 //! wait KillWait + 2 s; SIG_TERM_KILL let `sh -c 'sleep 60; echo finished'`
-//! lose its sleep but run on to `finished`. So the task waits 1 s for the
-//! step to start everywhere, then sends SIGKILL.
+//! lose its sleep but run on to `finished`. So the sender waits 1 s for the
+//! step to start everywhere, then sends SIGKILL, twice.
 //!
-//! Only a refusing task pays: 1 s and one RPC, bounded by Slurm's MessageTimeout
-//! (connecting is retried once a second for up to MessageTimeout seconds,
-//! the answer is awaited up to MessageTimeout) and by [`WATCHDOG`].
+//! Only a refused step pays: 1 s and one RPC, then again, each RPC bounded by
+//! Slurm's MessageTimeout (connecting is retried once a second for up to
+//! MessageTimeout seconds, the answer is awaited up to MessageTimeout); in
+//! the task also by [`WATCHDOG`]. slurmstepd takes no alarm (it is
+//! slurmstepd's own process): there the second RPC is skipped when the
+//! first failed or took longer than [`WATCHDOG`].
 
-use std::time::Duration;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use super::bindings as sys;
 use super::handle::{Spank, slurm_errno_text};
@@ -29,27 +45,36 @@ use crate::core::task_map::{self, Verdict};
 
 /// Longest a refusing task waits on the RPC: the task is a child forked from
 /// a multi-threaded slurmstepd, so a lock another thread held at the fork
-/// must not hold it for ever. It then dies of SIGALRM instead of exit 1.
+/// must not hold it for ever. It then dies of SIGALRM instead of exit 1. In
+/// slurmstepd: a first RPC slower than this is not sent again.
 const WATCHDOG: Duration = Duration::from_secs(10);
 
 /// How long the refusing task lets the step's other tasks start first.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// After task_init refused the task: ends the step on every node, unless
-/// srun refused it already (then every task of it fails alike). The error
-/// line was printed before: the kill also ends this very task.
-pub fn end_refused_step(spank: &Spank) {
+/// The step a refusing task ends: its job and step (Slurm's items) and, in a
+/// heterogeneous job, the leader's job (SLURM_JOB_ID, set by slurmstepd).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    job: u32,
+    step: u32,
+    leader: Option<u32>,
+}
+
+/// After task_init refused the task: the step to end on every node, unless
+/// srun refused it already (then every task of it fails alike: None).
+pub fn refused_target(spank: &Spank) -> Option<Target> {
     let ids = spank.job_id().and_then(|j| Ok((j, spank.step_id()?)));
     let (job, step) = match ids {
         Ok(ids) => ids,
         Err(e) => {
             log::warn!("cannot end the refused step on its other nodes: {e}");
-            return;
+            return None;
         }
     };
     let refused_by_srun = Verdict::Refused.encode(job, step);
     if matches!(spank.getenv(task_map::VAR), Ok(Some(v)) if v == refused_by_srun) {
-        return;
+        return None;
     }
     // In a heterogeneous job S_JOB_ID is this component's job and
     // SLURM_JOB_ID (set by slurmstepd) the leader's: both are ended.
@@ -58,7 +83,13 @@ pub fn end_refused_step(spank: &Spank) {
         .ok()
         .flatten()
         .and_then(|id| id.parse::<u32>().ok())
-        .filter(|&id| id != job);
+        .filter(|&id| id != job && id != 0);
+    Some(Target { job, step, leader })
+}
+
+/// In the refusing task, on the host: ends the step on every node. The
+/// error line was printed before: the kill also ends this very task.
+pub fn end_refused_step(target: Target) {
     // The other nodes' tasks must have started their program: a task still
     // between fork and exec misses the signal (slurmstepd's child drops a
     // pending signal as it unblocks them, proctrack/linuxproc passes over
@@ -71,12 +102,133 @@ pub fn end_refused_step(spank: &Spank) {
     // too, so it lives to send the second.
     for _ in 0..2 {
         std::thread::sleep(SETTLE);
-        for job in leader.into_iter().chain([job]) {
-            if let Err(why) = kill(job, step, libc::SIGKILL as u16) {
+        for job in target.jobs() {
+            if let Err(why) = kill(job, target.step, libc::SIGKILL as u16) {
                 // slurmd's log only: the user already has the refusal's line.
-                log::warn!("could not end step {job}.{step} on its other nodes: {why}");
+                log::warn!(
+                    "could not end step {job}.{} on its other nodes: {why}",
+                    target.step
+                );
             }
         }
+    }
+}
+
+/// In slurmstepd (`task_exit`, as root, on the host): ends the step a task
+/// of this node refused from inside a container, as [`end_refused_step`]
+/// does, without an alarm: each RPC is bounded by Slurm's own timeouts, and
+/// the second is skipped when the first failed or was slow. Logged to
+/// slurmd's log only.
+pub fn end_from_host(job: u32, step: u32, leader: Option<u32>) {
+    let target = Target { job, step, leader };
+    for round in 0..2 {
+        std::thread::sleep(SETTLE);
+        let started = Instant::now();
+        let mut failed = false;
+        for job in target.jobs() {
+            if rpc(job, step, libc::SIGKILL as u16) != 0 {
+                failed = true;
+                log::warn!(
+                    "could not end step {job}.{step} on its other nodes from slurmstepd: {}",
+                    slurm_errno_text()
+                );
+            }
+        }
+        if round == 0 && (failed || started.elapsed() > WATCHDOG) {
+            return;
+        }
+    }
+}
+
+impl Target {
+    /// The leader's job first, then this component's.
+    fn jobs(self) -> impl Iterator<Item = u32> {
+        self.leader.into_iter().chain([self.job])
+    }
+}
+
+/// The page a refusing task shares with slurmstepd: a task behind a
+/// container asks in it for the kill, slurmstepd's `task_exit` sends it once
+/// per node. Mapped `MAP_SHARED | MAP_ANONYMOUS` in `user_init` (slurmstepd's
+/// memory: its CLONE_VM child, or itself), before any task is forked, so
+/// every task shares it; a task loses it when it execs its program. Never
+/// unmapped: slurmstepd serves one step and exits.
+pub struct HostKill(NonNull<Shared>);
+
+#[repr(C)]
+struct Shared {
+    /// [`IDLE`], [`ASKED`] or [`SENT`].
+    state: AtomicU32,
+    /// The heterogeneous job's leader, 0 for none.
+    leader: AtomicU32,
+}
+
+const IDLE: u32 = 0;
+const ASKED: u32 = 1;
+const SENT: u32 = 2;
+
+// SAFETY: the page lives as long as the process and is only reached through
+// atomics.
+unsafe impl Send for HostKill {}
+// SAFETY: as above.
+unsafe impl Sync for HostKill {}
+
+impl HostKill {
+    /// The shared page; None when it cannot be mapped (the tasks then send
+    /// the kill themselves, as without a container).
+    pub fn map() -> Option<HostKill> {
+        // SAFETY: a fresh anonymous mapping of one small zeroed region; no
+        // existing memory is touched.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                std::mem::size_of::<Shared>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            log::warn!(
+                "cannot map the page slurmstepd shares with the tasks: {}",
+                std::io::Error::last_os_error()
+            );
+            return None;
+        }
+        // Zeroed by the kernel: IDLE, no leader.
+        NonNull::new(page.cast::<Shared>()).map(HostKill)
+    }
+
+    fn shared(&self) -> &Shared {
+        // SAFETY: mapped for the process's life, aligned (a page), zeroed
+        // (valid atomics), only used through atomics.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// In the refusing task: asks slurmstepd to end the step (once).
+    pub fn ask(&self, target: Target) {
+        let shared = self.shared();
+        if shared.state.load(Ordering::Acquire) != IDLE {
+            return;
+        }
+        shared
+            .leader
+            .store(target.leader.unwrap_or(0), Ordering::Relaxed);
+        let _ = shared
+            .state
+            .compare_exchange(IDLE, ASKED, Ordering::Release, Ordering::Relaxed);
+    }
+
+    /// In slurmstepd: whether a task asked and this node has not sent the
+    /// kill yet (then it is this caller's to send), with the leader's job.
+    pub fn take(&self) -> Option<Option<u32>> {
+        let shared = self.shared();
+        shared
+            .state
+            .compare_exchange(ASKED, SENT, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        Some(Some(shared.leader.load(Ordering::Relaxed)).filter(|&l| l != 0))
     }
 }
 
@@ -126,4 +278,51 @@ fn rpc(job: u32, step: u32, signal: u16) -> i32 {
     id.step_het_comp = sys::NO_VAL;
     // SAFETY: `id` is a valid step id Slurm only reads.
     unsafe { sys::slurm_kill_job_step(&mut id, signal, 0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One kill per node, whichever task asks first; a forked child writes
+    /// where its parent reads.
+    #[test]
+    fn a_task_asks_and_the_host_sends_once() {
+        let host = HostKill::map().expect("mmap");
+        assert_eq!(host.take(), None, "nothing asked yet");
+        // SAFETY: the child only touches the shared page, then _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            host.ask(Target {
+                job: 7,
+                step: 0,
+                leader: Some(5),
+            });
+            // SAFETY: leaves the forked test process at once.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(host.take(), Some(Some(5)));
+        assert_eq!(host.take(), None, "sent once");
+        host.ask(Target {
+            job: 7,
+            step: 0,
+            leader: None,
+        });
+        assert_eq!(host.take(), None, "a later ask sends nothing more");
+    }
+
+    #[test]
+    fn no_leader_is_none() {
+        let host = HostKill::map().expect("mmap");
+        host.ask(Target {
+            job: 7,
+            step: 1,
+            leader: None,
+        });
+        assert_eq!(host.take(), Some(None));
+    }
 }

@@ -36,6 +36,21 @@
 //! task whose namespace has changed by `task_init`, or that cannot tell, is
 //! refused rather than read the image's list. Tasks not bound per task take
 //! the node's plan and read nothing.
+//!
+//! A refusing task ends its step on every node (super::step_kill_rpc), so
+//! that a node deciding otherwise does not run on. On the host the task asks
+//! slurmctld itself. Behind a container plugin it cannot: it is in the
+//! container, where munged's socket is not mounted. So `user_init` maps a
+//! small shared page (`MAP_SHARED`, before the fork: every task shares it)
+//! for a step that asked for the plugin; a task that refuses after a plugin
+//! moved it into other namespaces (the same mount-namespace check, unknown
+//! counting as moved) only raises a flag there; and `task_exit`, which Slurm
+//! runs in slurmstepd itself as root on the host after each task exits
+//! (mgr.c `_wait_for_any_task`; with `SlurmdParameters=contain_spank` in a
+//! CLONE_VM child joined to the job's container), sends the kill once per
+//! node, with no alarm (it is slurmstepd's own process: Slurm's RPC
+//! timeouts bound it) and always returns 0. A step that did not ask has no
+//! page, and `task_exit` returns at once.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -47,7 +62,7 @@ use super::fault;
 use super::handle::{Env, Spank};
 use super::hooks::guard;
 use super::options;
-use super::step_kill_rpc::end_refused_step;
+use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::gpus::plan::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
 use crate::core::network::Interface;
@@ -70,6 +85,10 @@ pub struct Stepd {
     /// In a task: the mount namespace Slurm put it in, read in
     /// `task_init_privileged` (None: not read, or unreadable).
     placed_in: OnceLock<Option<PathBuf>>,
+    /// The page the node's tasks share with slurmstepd, mapped by
+    /// `user_init` for a step that asked for the plugin: a task refusing
+    /// behind a container asks there for slurmstepd to end the step.
+    host_kill: OnceLock<HostKill>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -109,6 +128,7 @@ impl Stepd {
             registration_failed,
             node: Mutex::new(None),
             placed_in: OnceLock::new(),
+            host_kill: OnceLock::new(),
         }
     }
 
@@ -127,6 +147,13 @@ impl Stepd {
             // The panic hook said why, once for the node.
             Err(_) => Prepared::Failed(Error::new("")),
         };
+        // Before any task is forked, so that every task shares it; only for
+        // a step that asked for the plugin.
+        if !matches!(prepared, Prepared::Nothing) {
+            if let Some(page) = HostKill::map() {
+                let _ = self.host_kill.set(page);
+            }
+        }
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
         0
     }
@@ -181,15 +208,14 @@ impl Stepd {
 
     /// In each task, as root, before any plugin's `task_init`: notes the
     /// task's mount namespace, for a task that will read its own GPU list
-    /// (see the module). Only for a step whose GPUs the plugin sets; never
-    /// fails.
+    /// and for a refusing task, which must know whether it is still on the
+    /// host (see the module). Only for a step that asked for the plugin;
+    /// never fails.
     pub fn task_init_privileged(&self) -> i32 {
         let _ = catch_unwind(AssertUnwindSafe(|| {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(Prepared::Ready(ready)) = &*prepared {
-                if ready.node.settings().auto_set_gpu {
-                    let _ = self.placed_in.set(mount_namespace());
-                }
+            if matches!(&*prepared, Some(Prepared::Ready(_) | Prepared::Failed(_))) {
+                let _ = self.placed_in.set(mount_namespace());
             }
         }));
         0
@@ -211,11 +237,47 @@ impl Stepd {
         if rc != 0 {
             // Another node may have decided otherwise: end the step there too.
             guard("end_step", Some(spank), || {
-                end_refused_step(spank);
+                self.end_step(spank);
                 Ok(())
             });
         }
         rc
+    }
+
+    /// A refusing task ends its step on every node: on the host it sends the
+    /// kill itself; behind a container plugin that entered its namespaces
+    /// first (or when that cannot be told) it cannot (no munged socket
+    /// there) and asks slurmstepd to, through the shared page.
+    fn end_step(&self, spank: &Spank) {
+        let Some(target) = refused_target(spank) else {
+            return;
+        };
+        if let Some(host_kill) = self.host_kill.get() {
+            let placed = self.placed_in.get().and_then(Option::as_deref);
+            if entered_namespaces(placed, mount_namespace().as_deref()) {
+                host_kill.ask(target);
+                return;
+            }
+        }
+        end_refused_step(target);
+    }
+
+    /// In slurmstepd itself (Slurm's `_wait_for_any_task`, as root, on the
+    /// host), after each task of the node exits: when a task asked, the
+    /// first such call on the node ends the step on every node. A step that
+    /// did not ask for the plugin has no page and returns at once. Never
+    /// fails: a failure here is no task's.
+    pub fn task_exit(&self, spank: &Spank) -> i32 {
+        let Some(host_kill) = self.host_kill.get() else {
+            return 0;
+        };
+        let _ = guard("task_exit", Some(spank), || {
+            if let Some(leader) = host_kill.take() {
+                end_from_host(spank.job_id()?, spank.step_id()?, leader);
+            }
+            Ok(())
+        });
+        0
     }
 
     /// Without `user_init`'s share (it did not run): a step that asked for
