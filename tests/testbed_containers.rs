@@ -394,16 +394,20 @@ fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
         msgs.dedup();
         assert_eq!(msgs, [BOUND_BEHIND_PYXIS], "{ctx}");
         // Each node's tasks decide alike: the line came from both nodes'
-        // tasks (`-l`: ranks 0-1 on node1, 2-3 on node2), before the step
-        // was ended everywhere.
+        // tasks (`-l`: ranks 0-1 on node1, 2-3 on node2), or from one node's
+        // and the other's were ended by the kill that node's slurmstepd
+        // sent from the host 1 s after (a node still starting the container
+        // then, under load, is killed before its tasks decide: seen on
+        // 26.05, `pyxis: child … terminated with signal 9`).
         let ranks: std::collections::BTreeSet<u32> = stderr
             .lines()
             .filter(|l| l.contains(BOUND_BEHIND_PYXIS))
             .filter_map(|l| l.split_once(':')?.0.trim().parse().ok())
             .collect();
+        let both = ranks.iter().any(|&r| r < 2) && ranks.iter().any(|&r| r >= 2);
         assert!(
-            ranks.iter().any(|&r| r < 2) && ranks.iter().any(|&r| r >= 2),
-            "refused on one node only ({ranks:?}): {ctx}"
+            both || (!ranks.is_empty() && stderr.contains("CANCELLED")),
+            "refused on one node only ({ranks:?}) and the step was not killed: {ctx}"
         );
         common::assert_no_node_drained();
         srun(&strs(&in_image(&[
