@@ -580,6 +580,24 @@ pub fn node_states() -> Vec<String> {
         .collect()
 }
 
+/// Waits (up to 30 s) until every node is idle: a node still completing
+/// the last job (its epilog, the step's end) is passed over by Slurm's node
+/// selection, so a test of where Slurm places a step starts from idle nodes.
+pub fn wait_all_idle() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let states = node_states();
+        if states.len() == 3 && states.iter().all(|s| s.ends_with(" idle")) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodes not idle within 30 s: {states:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 pub fn assert_no_node_drained() {
     let states = node_states();
     assert_eq!(states.len(), 3, "{states:?}");

@@ -4,7 +4,7 @@
 //! testbed's Slurm version and one plain-`srun` case checked against the
 //! placement Slurm really chose.
 
-use crate::common::{exec, srun};
+use crate::common::{exec, srun, wait_all_idle};
 
 /// Slurm's major.minor on the testbed, from `srun --version` (`slurm-wlm 26.05.5`).
 pub fn slurm_version() -> (u32, u32) {
@@ -25,10 +25,13 @@ pub fn assert_case(args: &[&str], spec: &str, roles: &[(&str, u32)], hosts: &[&s
     let n = roles.iter().map(|r| r.1).sum();
     let mut args = args.to_vec();
     args.push("--resv-ports=0");
+    // Slurm passes over a node still completing the last step's job.
+    wait_all_idle();
     let plain = srun(&args);
     plain.assert_ran(n);
     assert_eq!(plain.hosts(), hosts, "Slurm's placement of srun {args:?}");
     args.push(spec);
+    wait_all_idle();
     let run = srun(&args);
     run.assert_ran(n).assert_tf_config(roles, 8888);
     assert_eq!(run.hosts(), hosts, "srun {args:?} ran elsewhere");
