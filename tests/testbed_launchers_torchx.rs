@@ -116,10 +116,19 @@ impl Setup {
 }
 
 /// Every `RESULT` JSON in `text` (torchrun's `--tee` prefixes the lines).
+/// Each is read as one JSON value from where it starts: two processes on one
+/// stdout (the reference run) print a line's text and its newline in two
+/// writes, so one's line may run into the other's (`…}RESULT {…}`).
 fn results(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, j)| j))
-        .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{j}: {e}")))
+    text.split("RESULT ")
+        .skip(1)
+        .map(|rest| {
+            serde_json::Deserializer::from_str(rest)
+                .into_iter::<Value>()
+                .next()
+                .and_then(Result::ok)
+                .unwrap_or_else(|| panic!("no RESULT JSON at: {rest}"))
+        })
         .collect()
 }
 
