@@ -228,10 +228,7 @@ impl Stepd {
                 None => self.without_user_init(spank),
                 Some(Prepared::Nothing) => Ok(()),
                 Some(Prepared::Failed(e)) => Err(e.clone()),
-                Some(Prepared::Ready(ready)) => apply(spank, ready, || {
-                    let placed = self.placed_in.get().and_then(Option::as_deref);
-                    entered_namespaces(placed, mount_namespace().as_deref())
-                }),
+                Some(Prepared::Ready(ready)) => apply(spank, ready, || self.moved()),
             }
         });
         if rc != 0 {
@@ -244,6 +241,13 @@ impl Stepd {
         rc
     }
 
+    /// In a task: whether a plugin before this one moved it into other
+    /// namespaces since `task_init_privileged` (unknown counts as moved).
+    fn moved(&self) -> bool {
+        let placed = self.placed_in.get().and_then(Option::as_deref);
+        entered_namespaces(placed, mount_namespace().as_deref())
+    }
+
     /// A refusing task ends its step on every node: on the host it sends the
     /// kill itself; behind a container plugin that entered its namespaces
     /// first (or when that cannot be told) it cannot (no munged socket
@@ -253,8 +257,7 @@ impl Stepd {
             return;
         };
         if let Some(host_kill) = self.host_kill.get() {
-            let placed = self.placed_in.get().and_then(Option::as_deref);
-            if entered_namespaces(placed, mount_namespace().as_deref()) {
+            if self.moved() {
                 host_kill.ask(target);
                 return;
             }
