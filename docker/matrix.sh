@@ -141,6 +141,10 @@ build_plugin() {
     install -m 755 "$dir/release/libtf_cluster.so" "$dir/release/.fault.so.tmp"
     SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
     mv "$dir/release/.fault.so.tmp" "$dir/release/libtf_cluster_fault.so"
+    # The container tests' stand-in of a container plugin (tests/container_standin/),
+    # against the same headers; beside the plugin, mounted at /opt/tf-cluster.
+    cc -shared -fPIC -O2 -Wall -Wextra -Werror -I"$dir/include" \
+        -o "$dir/release/container_standin.so" tests/container_standin/container_standin.c || return 1
     if cmp -s "$dir/release/libtf_cluster.so" "$dir/release/libtf_cluster_fault.so"; then
         log "$suite" "error: cargo left the fault-injection build in place of the plugin"
         return 1

@@ -40,8 +40,9 @@
 # with proctrack/linuxproc + task/none. (--privileged fails on a Docker daemon that
 # lacks a capability itself, e.g. "unable to apply caps: operation not permitted".)
 # The nodes run without Docker's seccomp filter (--security-opt seccomp=unconfined,
-# no capability added): enroot under pyxis creates user and mount namespaces as
-# the job's user, which that filter refuses without CAP_SYS_ADMIN.
+# no capability added): a container runtime (the tests' stand-in of pyxis, rootless
+# runc) creates user and mount namespaces as the job's user, which that filter
+# refuses without CAP_SYS_ADMIN.
 # TFC_NODE_FLAGS adds `docker run` flags for the nodes, e.g. TFC_NODE_FLAGS=--privileged.
 #
 # The plugin, as admins install it: the Debian package in ${TFC_DEB_DIR:-<repo>/target/deb}
@@ -93,9 +94,7 @@
 # docker/run-P),
 # TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
-# TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120), TFC_THIRD_PARTY
-# (../shared/third_party beside the checkout, else /work/shared/third_party: the pyxis and
-# enroot source archives the image builds).
+# TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -112,9 +111,6 @@ if [ "$PREFIX" = tfc ]; then RUN=${TFC_RUN_DIR:-$here/run}; else RUN=${TFC_RUN_D
 PLUGIN_DIR=${TFC_PLUGIN_DIR:-$repo/target/release}
 DEB_DIR=${TFC_DEB_DIR:-$repo/target/deb}
 UP_TIMEOUT=${TFC_UP_TIMEOUT:-120}
-# shared/ beside the checkout (as CI clones it), else the workplace's.
-THIRD_PARTY=${TFC_THIRD_PARTY:-$repo/../shared/third_party}
-[ -d "$THIRD_PARTY" ] || THIRD_PARTY=/work/shared/third_party
 NODES=(node1 node2 node3)
 CTL=$PREFIX-ctl
 PLUGIN_SO=/opt/tf-cluster/libtf_cluster.so
@@ -251,15 +247,10 @@ build_image() {
     local extra_ca
     extra_ca=$(find /usr/local/share/ca-certificates -name '*.crt' -type f -print0 2>/dev/null |
         sort -z | xargs -0r cat)
-    # The build context: docker/node, plus the pyxis and enroot source archives
-    # of $THIRD_PARTY in third_party/ (the image builds them; not part of the
-    # repository).
+    # The build context: docker/node (only tfc_libuv.py is copied in).
     local ctx
     ctx=$(mktemp -d "${TMPDIR:-/tmp}/tfc-node-context.XXXXXX")
     cp -a "$here/node/." "$ctx/"
-    mkdir -p "$ctx/third_party"
-    cp "$THIRD_PARTY"/pyxis-*.tar.gz "$THIRD_PARTY"/enroot-*.tar.gz "$ctx/third_party/" 2>/dev/null ||
-        note "warning: no pyxis/enroot archives in $THIRD_PARTY: the image has no pyxis (TFC_THIRD_PARTY)"
     if ! docker build --network host --build-arg "SUITE=$SUITE" --build-arg "EXTRA_CA_CERTS=$extra_ca" \
         -t "$IMAGE" "$ctx" >"$RUN/build.log" 2>&1; then
         rm -rf "$ctx"
@@ -314,7 +305,7 @@ config_hash() {
         if [ -n "$(deb_file)" ]; then sha256sum "$(deb_file)"; fi
         declare -f start_container
         cat "$RUN/etc/slurm.conf" "$RUN/etc/gres.conf" "$RUN/etc/cgroup.conf" \
-            "$RUN/munge.key" "$here/node/entrypoint.sh"
+            "$RUN/munge.key" "$here/node/entrypoint.sh" "$here"/node/images/*
         cat "$RUN/etc/topology.conf" 2>/dev/null || true
     } | sha256sum | cut -c1-16
 }
@@ -335,7 +326,7 @@ start_container() {
         -v "$RUN/plugstack.d/$host:/etc/slurm/plugstack.conf.d"
         --shm-size 1g
     )
-    # enroot (under pyxis) runs as the job's user and creates user and mount
+    # Container runtimes run as the job's user and create user and mount
     # namespaces: Docker's default seccomp profile refuses unshare(CLONE_NEWUSER)
     # without CAP_SYS_ADMIN; unconfined it works, and no capability is added.
     [ "$role" = node ] && args+=(--security-opt seccomp=unconfined)

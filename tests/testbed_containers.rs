@@ -1,19 +1,26 @@
-//! Steps behind real container runtimes on the testbed: NVIDIA pyxis (v0.24,
-//! built against each suite's Slurm) running enroot, as DGX-style clusters
-//! do (`srun --container-image=…`), and the Apptainer mirror.
+//! Steps behind container runtimes on the testbed: the container stand-in
+//! (tests/container_standin/, a SPANK plugin written for these tests that
+//! does in its task_init what NVIDIA pyxis does there, from the documented
+//! facts: it imports the image's environment with overwrite, then enters new
+//! user and mount namespaces and the image's root, `srun
+//! --container-image=DIR`), Slurm's own `--container` with Debian's runc,
+//! and Apptainer (forky's image only).
 //!
-//! pyxis is enabled as its package does, `plugstack.conf.d/pyxis.conf`, beside
-//! the tf-cluster package's `tf-cluster.conf`: the include glob is sorted, so
-//! pyxis's task_init runs first (it imports the image's environment with
-//! overwrite and enters the container's namespaces) and the plugin's after it.
-//! The image (docker/node/Dockerfile) is busybox whose /etc/environment sets
-//! MASTER_ADDR, CUDA_VISIBLE_DEVICES, RANK, TF_CONFIG and NCCL_SOCKET_IFNAME.
+//! The stand-in is enabled as a container plugin's package would be,
+//! `plugstack.conf.d/container-standin.conf`, beside the tf-cluster
+//! package's `tf-cluster.conf`: the include glob is sorted, so its task_init
+//! runs first and the plugin's after it, inside the container. The image
+//! (docker/node/images/) is busybox whose /etc/environment sets every name
+//! the plugin sets and Slurm's own task variables (SLURM_PROCID, SLURM_JOB_ID,
+//! SLURMD_TRES_BIND…), each with a value that must lose. The stand-in keeps
+//! Slurm's value of each name it replaced as STANDIN_WAS_<NAME>: that is how
+//! the probe learns a task's real rank and local id.
 //!
-//! The outcome wanted (issue 23): every framework's task gets the values
-//! computed from the host, the same as the same step without a container,
-//! and they win over the image's. Expected values come from Slurm's facts as
-//! the tasks report them (host, rank, local id, reserved ports), or from the
-//! same step run without the container, never from the plugin's code.
+//! The outcome wanted: every framework's task gets the values computed from
+//! the host, the same as the same step without a container, and they win
+//! over the image's. Expected values come from Slurm's facts as the tasks
+//! report them (host, rank, local id, reserved ports), or from the same step
+//! run without the container, never from the plugin's code.
 
 mod common;
 
@@ -22,15 +29,15 @@ use std::collections::BTreeMap;
 use common::{Exclusive, HOSTS, exclusive, exec_for, on, reserved_ports};
 use serde_json::Value;
 
-/// The squashfs image of docker/node/Dockerfile.
-const IMAGE: &str = "--container-image=/opt/tfc-images/busybox.sqsh";
+/// The image root of docker/node/images/make.sh.
+const IMAGE: &str = "--container-image=/opt/tfc-images/busybox";
 
 /// What each task prints (busybox sh in the image, dash on the host): where
 /// it runs (`busybox` inside the image), its Slurm facts, and every variable
 /// under test as `V RANK NAME=value`.
-const PROBE: &str = r#"where=$(cat /etc/tfc-image 2>/dev/null || echo host); echo "W $SLURM_PROCID $(hostname) $SLURM_LOCALID ${SLURM_STEP_RESV_PORTS-none} $where"; env | grep -E '^(CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TF_CONFIG|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|JAX_COORDINATOR_ADDRESS|JAX_LOCAL_DEVICE_IDS|NCCL_SOCKET_IFNAME|(APPTAINER|SINGULARITY)ENV_[A-Z_]+)=' | sed "s/^/V $SLURM_PROCID /""#;
+const PROBE: &str = r#"where=$(cat /etc/tfc-image 2>/dev/null || echo host); r=${STANDIN_WAS_SLURM_PROCID:-$SLURM_PROCID}; echo "W $r $(hostname) ${STANDIN_WAS_SLURM_LOCALID:-$SLURM_LOCALID} ${SLURM_STEP_RESV_PORTS-none} $where"; env | grep -E '^(CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TF_CONFIG|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|JAX_COORDINATOR_ADDRESS|JAX_LOCAL_DEVICE_IDS|NCCL_SOCKET_IFNAME|SLURM_PROCID|(APPTAINER|SINGULARITY)ENV_[A-Z_]+)=' | sed "s/^/V $r /""#;
 
-/// The image's own values (docker/node/Dockerfile).
+/// The image's own values (docker/node/images/environment).
 const IMAGE_MASTER_ADDR: &str = "image-master";
 const IMAGE_GPUS: &str = "7";
 
@@ -139,7 +146,7 @@ fn srun(args: &[&str]) -> Step {
     srun_env(&[], args)
 }
 
-/// `args` in the image, behind pyxis.
+/// `args` in the image, behind the container stand-in.
 fn in_image(args: &[&str]) -> Vec<String> {
     let mut all = vec![IMAGE.to_string()];
     all.extend(args.iter().map(|a| a.to_string()));
@@ -150,15 +157,16 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-const PYXIS_SO: &str = "/usr/local/lib/slurm/spank_pyxis.so";
-const PYXIS_CONF: &str = "/etc/slurm/plugstack.conf.d/pyxis.conf";
+/// The stand-in, built by docker/matrix.sh beside the plugin.
+const STANDIN_SO: &str = "/opt/tf-cluster/container_standin.so";
+const STANDIN_CONF: &str = "/etc/slurm/plugstack.conf.d/container-standin.conf";
 
-/// pyxis enabled on every host as its own package does (`make install`'s
-/// pyxis.conf: `required …/spank_pyxis.so`) in plugstack.conf.d, beside the
-/// tf-cluster package's snippet, while the guard lives; the testbed alone.
-struct Pyxis(#[allow(dead_code)] Exclusive);
+/// The stand-in enabled on every host as a container plugin's package does
+/// (`required …` in plugstack.conf.d), beside the tf-cluster package's
+/// snippet, while the guard lives; the testbed alone.
+struct Standin(#[allow(dead_code)] Exclusive);
 
-fn pyxis() -> Pyxis {
+fn standin() -> Standin {
     let bed = exclusive();
     for host in HOSTS {
         let out = on(
@@ -167,8 +175,8 @@ fn pyxis() -> Pyxis {
                 "sh",
                 "-c",
                 &format!(
-                    "test -f {PYXIS_SO} || {{ echo 'no {PYXIS_SO} in the image (were the pyxis/enroot archives in TFC_THIRD_PARTY at build time?)' >&2; exit 1; }}; \
-                     echo 'required {PYXIS_SO}' >{PYXIS_CONF}.tmp && mv {PYXIS_CONF}.tmp {PYXIS_CONF}"
+                    "test -f {STANDIN_SO} || {{ echo 'no {STANDIN_SO} (docker/matrix.sh builds it)' >&2; exit 1; }}; \
+                     echo 'required {STANDIN_SO}' >{STANDIN_CONF}.tmp && mv {STANDIN_CONF}.tmp {STANDIN_CONF}"
                 ),
             ],
         );
@@ -178,41 +186,51 @@ fn pyxis() -> Pyxis {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Pyxis(bed)
+    Standin(bed)
 }
 
-impl Drop for Pyxis {
+impl Drop for Standin {
     fn drop(&mut self) {
         for host in HOSTS {
-            let ok = on(host, &["rm", "-f", PYXIS_CONF]).status.success();
+            let ok = on(host, &["rm", "-f", STANDIN_CONF]).status.success();
             if !ok && !std::thread::panicking() {
-                panic!("{host}: could not remove {PYXIS_CONF}");
+                panic!("{host}: could not remove {STANDIN_CONF}");
             }
         }
     }
 }
 
-/// The order Slurm loads them: the include glob is sorted, so pyxis.conf
+/// The order Slurm loads them: the include glob is sorted, so the stand-in
 /// comes before the package's snippet on every host, and a step in the
-/// image sees the image's environment (pyxis and enroot are real).
+/// image that does not ask for the plugin sees the image's environment,
+/// its root, and a /tmp that is not the host's.
 #[test]
-fn pyxis_runs_before_the_plugin_and_the_image_is_real() {
-    let _p = pyxis();
+fn the_standin_runs_before_the_plugin_and_the_image_is_entered() {
+    let _s = standin();
     for host in HOSTS {
         let out = on(host, &["sh", "-c", "ls /etc/slurm/plugstack.conf.d/*.conf"]);
         let files = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
             files.split_whitespace().collect::<Vec<_>>(),
-            [PYXIS_CONF, "/etc/slurm/plugstack.conf.d/tf-cluster.conf"],
+            [STANDIN_CONF, "/etc/slurm/plugstack.conf.d/tf-cluster.conf"],
             "{host}"
         );
     }
+    let marker = on("node1", &["sh", "-c", "echo host >/tmp/tfc-host-tmp"]);
+    assert!(marker.status.success());
     let step = srun(&strs(&in_image(&["-N1", "-n1", "-w", "node1"])));
     step.assert_ran(1, "busybox");
     let t = &step.tasks[&0];
     assert_eq!(t.var("MASTER_ADDR"), Some(IMAGE_MASTER_ADDR));
     assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(IMAGE_GPUS));
     assert_eq!(t.var("NCCL_SOCKET_IFNAME"), Some("image0"));
+    assert_eq!(t.var("SLURM_PROCID"), Some("77"), "the image's own");
+    let tmp = exec_for(
+        120,
+        &["srun", "-N1", "-n1", "-w", "node1", IMAGE, "sh", "-c", "ls /tmp; cat /etc/tfc-image"],
+    );
+    let text = String::from_utf8_lossy(&tmp.stdout);
+    assert_eq!(text.trim(), "busybox", "/tmp is the container's own: {text}");
 }
 
 /// The variables each framework of these tests sets (with the GPU lists
@@ -290,12 +308,12 @@ fn same_as_on_the_host(args: &[&str], names: &[&str]) -> (Step, Step) {
 
 const TWO_BY_TWO: [&str; 4] = ["-N2", "--ntasks-per-node=2", "-w", "node[1-2]"];
 
-/// `--tf-cluster` with four GPUs per node behind pyxis: TF_CONFIG from
+/// `--tf-cluster` with four GPUs per node in a container: TF_CONFIG from
 /// Slurm's placement and each local task's half of Slurm's GPUs (0,1 and
 /// 2,3), not the image's TF_CONFIG and CUDA_VISIBLE_DEVICES=7.
 #[test]
-fn tensorflow_in_pyxis_gets_the_hosts_values() {
-    let _p = pyxis();
+fn tensorflow_in_a_container_gets_the_hosts_values() {
+    let _s = standin();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--tf-cluster"]);
     let (_, image) = same_as_on_the_host(&args, &TF_VARS);
@@ -313,8 +331,8 @@ fn tensorflow_in_pyxis_gets_the_hosts_values() {
 /// Slurm's, and each task sees the node's four GPUs as Slurm gave them,
 /// not the image's MASTER_ADDR, RANK=77 and CUDA_VISIBLE_DEVICES=7.
 #[test]
-fn pytorch_in_pyxis_gets_the_hosts_values() {
-    let _p = pyxis();
+fn pytorch_in_a_container_gets_the_hosts_values() {
+    let _s = standin();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--torch-cluster"]);
     let (_, image) = same_as_on_the_host(&args, &TORCH_VARS);
@@ -336,8 +354,8 @@ fn pytorch_in_pyxis_gets_the_hosts_values() {
 /// gets its half of Slurm's GPUs, numbered 0,1 as JAX sees them
 /// (docs/layouts-and-gpus.md), not the image's CUDA_VISIBLE_DEVICES=7.
 #[test]
-fn jax_in_pyxis_gets_the_hosts_values() {
-    let _p = pyxis();
+fn jax_in_a_container_gets_the_hosts_values() {
+    let _s = standin();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--jax-cluster"]);
     let (_, image) = same_as_on_the_host(&args, &JAX_VARS);
@@ -356,11 +374,11 @@ fn jax_in_pyxis_gets_the_hosts_values() {
 
 /// The plugin's refusal of a task Slurm binds to GPUs of its own behind a
 /// container plugin (core::gpus::plan::bound_behind_container).
-const BOUND_BEHIND_PYXIS: &str = "Slurm's GPU binding (--gpus-per-task=1) sets each task's GPU list only in the task, and a container plugin listed earlier (pyxis) entered its namespaces first, so the list may be the image's: use --gpus-per-node=N (or --gres=gpu:N) without --gpu-bind, or --tf-auto-set-gpu=false";
+const BOUND_IN_CONTAINER: &str = "Slurm's GPU binding (--gpus-per-task=1) sets each task's GPU list only in the task, and a container plugin listed earlier (pyxis) entered its namespaces first, so the list may be the image's: use --gpus-per-node=N (or --gres=gpu:N) without --gpu-bind, or --tf-auto-set-gpu=false";
 
-/// A binding of GPUs to each task behind pyxis: Slurm writes each task's
+/// A binding of GPUs to each task in a container: Slurm writes each task's
 /// list only in the task, just before the SPANK `task_init` hooks, and
-/// pyxis's `task_init` (before the plugin's) has by then entered the
+/// the container plugin's `task_init` (before the plugin's) has by then entered the
 /// container and imported the image's `CUDA_VISIBLE_DEVICES=7`. So a step
 /// the plugin sets GPUs for is refused in every task, on both nodes, with
 /// one line; no task runs, no node drains, the next step in the image runs.
@@ -369,8 +387,8 @@ const BOUND_BEHIND_PYXIS: &str = "Slurm's GPU binding (--gpus-per-task=1) sets e
 /// the container run with Slurm's own per-task lists:
 /// tests/testbed_gpus.rs (`gpus_per_task_forms`, every binding form).
 #[test]
-fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
-    let _p = pyxis();
+fn a_per_task_gpu_binding_in_a_container_is_refused() {
+    let _s = standin();
     let bound = [
         "-N2",
         "--ntasks-per-node=2",
@@ -392,16 +410,16 @@ fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
         let mut msgs = common::messages(&stderr);
         assert!(!msgs.is_empty(), "no message: {ctx}");
         msgs.dedup();
-        assert_eq!(msgs, [BOUND_BEHIND_PYXIS], "{ctx}");
+        assert_eq!(msgs, [BOUND_IN_CONTAINER], "{ctx}");
         // Each node's tasks decide alike: the line came from both nodes'
         // tasks (`-l`: ranks 0-1 on node1, 2-3 on node2), or from one node's
         // and the other's were ended by the kill that node's slurmstepd
         // sent from the host 1 s after (a node still starting the container
         // then, under load, is killed before its tasks decide: seen on
-        // 26.05, `pyxis: child … terminated with signal 9`).
+        // 26.05, a container plugin's child killed).
         let ranks: std::collections::BTreeSet<u32> = stderr
             .lines()
-            .filter(|l| l.contains(BOUND_BEHIND_PYXIS))
+            .filter(|l| l.contains(BOUND_IN_CONTAINER))
             .filter_map(|l| l.split_once(':')?.0.trim().parse().ok())
             .collect();
         let both = ranks.iter().any(|&r| r < 2) && ranks.iter().any(|&r| r >= 2);
@@ -425,7 +443,7 @@ fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
     step.assert_ran(4, "busybox");
     for (rank, t) in &step.tasks {
         eprintln!(
-            "--tf-auto-set-gpu=false behind pyxis, rank {rank}: CUDA_VISIBLE_DEVICES={:?}",
+            "--tf-auto-set-gpu=false in a container, rank {rank}: CUDA_VISIBLE_DEVICES={:?}",
             t.var("CUDA_VISIBLE_DEVICES")
         );
         assert!(t.var("TF_CONFIG").is_some_and(|c| c.contains("worker")));
@@ -439,9 +457,9 @@ fn a_per_task_gpu_binding_behind_pyxis_is_refused() {
 /// the shell, which then ran on). `tfc-payload` names it for pgrep.
 const PAYLOAD_20S: &str = ": tfc-payload; f=/dev/shm/tfc-payload.$$; mkfifo $f && exec 3<>$f; rm -f $f; read -t 20 x <&3; echo finished";
 
-/// One decision per step behind pyxis (docs/reliability.md): `-N2 -n3
+/// One decision per step in a container (docs/reliability.md): `-N2 -n3
 /// --gpus-per-task=1` puts two tasks on node1, each bound to its GPU by
-/// Slurm and refused behind pyxis, and one on node2, which Slurm 22.05 does
+/// Slurm and refused in the container, and one on node2, which Slurm 22.05 does
 /// not bind (it would take the node's plan and run its program to the end);
 /// 24.11 and 26.05 bind it too, and it is refused alike. The refusing tasks
 /// are inside the container, where munged's socket is not: slurmstepd ends
@@ -450,8 +468,8 @@ const PAYLOAD_20S: &str = ": tfc-payload; f=/dev/shm/tfc-payload.$$; mkfifo $f &
 /// refusing task (node1's two at least) and no `authentication error` line,
 /// no step left, no node drained, the next step runs.
 #[test]
-fn a_split_refusal_behind_pyxis_ends_the_step_on_every_node() {
-    let _p = pyxis();
+fn a_split_refusal_in_a_container_ends_the_step_on_every_node() {
+    let _s = standin();
     let script = format!(
         "t0=$(date +%s%N); srun -l {IMAGE} -N2 -n3 -w 'node[1-2]' --gpus-per-task=1 --tf-cluster sh -c '{PAYLOAD_20S}'; rc=$?; t1=$(date +%s%N); echo \"TFC_END rc=$rc ms=$(( (t1 - t0) / 1000000 ))\""
     );
@@ -473,7 +491,7 @@ fn a_split_refusal_behind_pyxis_ends_the_step_on_every_node() {
     };
     let (rc, ms) = (field("rc="), field("ms="));
     eprintln!(
-        "TIMING split refusal behind pyxis: {:.1} s, exit {rc}, suite {}",
+        "TIMING split refusal in a container: {:.1} s, exit {rc}, suite {}",
         ms as f64 / 1000.0,
         std::env::var("TFC_SUITE").unwrap_or_default()
     );
@@ -517,7 +535,7 @@ fn a_split_refusal_behind_pyxis_ends_the_step_on_every_node() {
         if line.contains("tf-cluster: replaced ") {
             continue;
         }
-        assert!(line.contains(BOUND_BEHIND_PYXIS), "{line:?}\n{ctx}");
+        assert!(line.contains(BOUND_IN_CONTAINER), "{line:?}\n{ctx}");
         let rank = line
             .split_once(':')
             .and_then(|(r, _)| r.trim().parse().ok())
@@ -545,12 +563,12 @@ fn a_split_refusal_behind_pyxis_ends_the_step_on_every_node() {
 
 /// `--tf-apptainer-env=true`: each of the plugin's variables once more as
 /// APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, on the host and behind
-/// pyxis; without it none. `--tf-auto-set-gpu=false`: the plugin leaves
+/// the container stand-in; without it none. `--tf-auto-set-gpu=false`: the plugin leaves
 /// CUDA_VISIBLE_DEVICES alone, so it has no mirror (the GPU variables'
-/// mirror: the core's tests; the GPUs behind pyxis: the tests above).
+/// mirror: the core's tests; the GPUs in a container: the tests above).
 #[test]
 fn apptainer_mirror_reaches_the_tasks() {
-    let _p = pyxis();
+    let _s = standin();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--tf-cluster", "--torch-cluster", "--tf-auto-set-gpu=false"]);
     let plain = srun(&args);
@@ -604,7 +622,7 @@ fn apptainer_mirror_reaches_the_tasks() {
 fn host_files_are_read_on_the_host() {
     let bed = exclusive();
     bed.plugstack(&format!(
-        "required {PYXIS_SO}\nrequired /opt/tf-cluster/libtf_cluster_fault.so\n"
+        "required {STANDIN_SO}\nrequired /opt/tf-cluster/libtf_cluster_fault.so\n"
     ));
     let mut script = String::from(
         "set -e; cd /home/alice; printf 'node2\\nnode1\\nnode2\\nnode1\\n' >hosts; \
@@ -668,7 +686,7 @@ fn host_files_are_read_on_the_host() {
     );
     // The image without a CUDA_VISIBLE_DEVICES of its own, so that the
     // plugin would fall back on the probe.
-    let mut no_gpus = vec!["--container-image=/opt/tfc-images/busybox-no-gpus.sqsh"];
+    let mut no_gpus = vec!["--container-image=/opt/tfc-images/busybox-no-gpus"];
     no_gpus.extend(args);
     let image = srun(&no_gpus);
     image.assert_ran(2, "busybox");

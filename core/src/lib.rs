@@ -20,7 +20,7 @@ pub mod layout;
 mod limits;
 pub mod network;
 pub mod node;
-mod number;
+pub mod number;
 pub mod os;
 pub mod plan;
 pub mod ports;

@@ -73,6 +73,10 @@ start_accounting() {
     ss -Hltn 'sport = :6819' | grep -q . || { log "slurmdbd did not listen (/var/log/slurm/slurmdbd.log)"; exit 1; }
 }
 
+# The container tests' images (docker/node/images/make.sh), on every host:
+# srun's host builds runc bundles and Apptainer sandboxes from them too.
+sh /opt/tfc-testbed/images/make.sh || { log "could not make the test images"; exit 1; }
+
 case "$role" in
 ctl)
     install -d -o slurm -g slurm -m 0755 /var/spool/slurmctld
@@ -88,9 +92,6 @@ node)
         [ -c /dev/nvidia$n ] || mknod -m 666 /dev/nvidia$n c 195 $n
     done
     install -d -m 0755 /var/spool/slurmd
-    # pyxis's runtime directory, which its slurmd hook makes when slurmd loads
-    # it at start (the tests enable pyxis later, per step: slurmd never does).
-    if [ -f /usr/local/lib/slurm/spank_pyxis.so ]; then install -d -m 0755 /run/pyxis; fi
     # The nodes start before ctl (so that slurmctld can resolve them at its start);
     # wait for the controller's name to resolve so slurmd registers at once.
     for _ in $(seq 300); do getent hosts ctl >/dev/null && break; sleep 0.2; done

@@ -140,6 +140,12 @@ impl<'a> Spank<'a> {
         self.item_u32(sys::spank_item_S_JOB_STEPID, "S_JOB_STEPID")
     }
 
+    /// The task's global rank in the step (task_init only): slurmstepd's
+    /// own, which no environment variable can change.
+    pub fn task_global_id(&self) -> Result<u32> {
+        self.item_u32(sys::spank_item_S_TASK_GLOBAL_ID, "S_TASK_GLOBAL_ID")
+    }
+
     /// The task's local id on this node (task_init only).
     pub fn task_id(&self) -> Result<u32> {
         let mut value: c_int = -1;

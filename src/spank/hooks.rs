@@ -99,7 +99,11 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
             Some(Meaning::Setting(setting)) => Settings::default()
                 .set(setting.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}"))),
-            Some(Meaning::AllOff) | None => Ok(()),
+            Some(Meaning::AllOff) => {
+                srun.off_given();
+                Ok(())
+            }
+            None => Ok(()),
         }
     })
 }

@@ -49,9 +49,14 @@ impl SpankOption {
 /// (`SLURM_SPANK__SLURM_SPANK_OPTION_<plugin>_<option>`): srun reads it
 /// before its own command line.
 pub fn inherited_var(f: &Framework) -> String {
+    inherited_var_of(f.option)
+}
+
+/// How sbatch/salloc hand option `name` down (see [`inherited_var`]).
+pub fn inherited_var_of(name: &str) -> String {
     format!(
         "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_{}",
-        f.option.replace('-', "_")
+        name.replace('-', "_")
     )
 }
 
@@ -139,8 +144,10 @@ pub fn check_framework_value(f: &Framework, value: &str) -> Result<()> {
 
 /// The step's settings (site defaults from plugstack.conf, then the step's
 /// options), or None when the step asked for no framework (or turned each
-/// off: `--tf-cluster=off`, `--tf-off`).
-pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
+/// off: `--tf-cluster=off`, `--tf-off`). `off_overridden`: a `--tf-off` the
+/// step only inherited is beaten by a framework option given to srun itself
+/// (srun tells; the tasks learn it from srun's [`Word`]).
+pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Settings>> {
     let mut asked = Vec::new();
     for option in all() {
         match option.meaning {
@@ -149,7 +156,9 @@ pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
                 Some(value) => asked.push((f, value)),
                 None => {}
             },
-            Meaning::AllOff if spank.getopt(option)?.is_some() => return Ok(None),
+            Meaning::AllOff if !off_overridden && spank.getopt(option)?.is_some() => {
+                return Ok(None);
+            }
             _ => {}
         }
     }
@@ -178,13 +187,17 @@ pub fn step_settings(spank: &Spank) -> Result<Option<Settings>> {
 }
 
 /// What srun says of its step beside the task map, in one variable:
-/// `JOB.STEP[;leave-out=OPTION,…][;no-resv-ports]`, e.g.
-/// `4242.3;leave-out=tf-cluster`. A `SLURM_` name: srun passes it even with
-/// --export=NONE. Only the tasks of that very step read it.
+/// `JOB.STEP[;leave-out=OPTION,…][;no-resv-ports][;tres-bind=TEXT|;no-tres-bind]
+/// [;off-overridden]`, e.g. `4242.3;leave-out=tf-cluster;no-tres-bind`. A
+/// `SLURM_` name: srun passes it even with --export=NONE. Only the tasks of
+/// that very step read it. srun sets it for every step that asks for the
+/// plugin, so a value the user exported or an outer step left never reaches
+/// such a step's tasks (Slurm copies srun's environment before
+/// `local_user_init`: a variable set there wins, one removed does not).
 pub const WORD_VAR: &str = "SLURM_TF_CLUSTER_STEP";
 
 /// srun's word on its step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Word {
     /// Frameworks the step only inherited and that do not fit it.
     pub left_out: Frameworks,
@@ -192,26 +205,36 @@ pub struct Word {
     /// tasks see is one srun's environment passed on (an outer step's, the
     /// user's), not this step's.
     pub no_resv_ports: bool,
+    /// The step's GPU binding as slurmctld recorded it (the value
+    /// slurmstepd gives the tasks as SLURMD_TRES_BIND): None when srun had
+    /// no record. A task that a container plugin moved reads this, never
+    /// its environment, which may be the image's.
+    pub tres_bind: Option<StepBind>,
+    /// A `--tf-off` the step only inherited, beaten by a framework option
+    /// given to this srun.
+    pub off_overridden: bool,
+}
+
+/// The step's GPU binding as slurmctld recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepBind {
+    /// The step binds no TRES.
+    None,
+    /// Its `tres_bind` (`gres/gpu:per_task:1`).
+    Bound(String),
 }
 
 impl Word {
-    /// srun: hands the word on to the step's tasks. Nothing to say removes
-    /// the variable from srun's environment, but the tasks may still get a
-    /// value srun inherited (Slurm copied srun's environment before
-    /// local_user_init; a variable set here still wins): it names another
-    /// step, or the user's own, and is ignored or only turns off what that
-    /// user could turn off.
+    /// srun: hands the word on to the step's tasks (always a value: see
+    /// [`WORD_VAR`]).
     pub fn hand_to_tasks(&self, job: u32, step: u32) {
         // SAFETY: as srun::hand_to_tasks: srun reads its environment for the
         // launch only after local_user_init returns.
-        match self.encode(job, step) {
-            Some(value) => unsafe { std::env::set_var(WORD_VAR, value) },
-            None => unsafe { std::env::remove_var(WORD_VAR) },
-        }
+        unsafe { std::env::set_var(WORD_VAR, self.encode(job, step)) }
     }
 
-    /// The variable's value, None when there is nothing to say.
-    fn encode(&self, job: u32, step: u32) -> Option<String> {
+    /// The variable's value.
+    fn encode(&self, job: u32, step: u32) -> String {
         let mut text = format!("{job}.{step}");
         if !self.left_out.is_empty() {
             let names: Vec<&str> = self.left_out.iter().map(|f| f.option).collect();
@@ -220,7 +243,17 @@ impl Word {
         if self.no_resv_ports {
             text.push_str(";no-resv-ports");
         }
-        (*self != Word::default()).then_some(text)
+        match &self.tres_bind {
+            Some(StepBind::Bound(bind)) if !bind.contains(';') && !bind.is_empty() => {
+                text.push_str(&format!(";tres-bind={bind}"));
+            }
+            Some(StepBind::Bound(_)) | None => {}
+            Some(StepBind::None) => text.push_str(";no-tres-bind"),
+        }
+        if self.off_overridden {
+            text.push_str(";off-overridden");
+        }
+        text
     }
 
     /// srun's word on step `job`.`step` in `text` (the variable's value, if
@@ -247,7 +280,12 @@ impl Word {
                         word.left_out = word.left_out.with(f);
                     }
                 }
+                Some(("tres-bind", bind)) if !bind.is_empty() => {
+                    word.tres_bind = Some(StepBind::Bound(bind.to_string()));
+                }
                 None if field == "no-resv-ports" => word.no_resv_ports = true,
+                None if field == "no-tres-bind" => word.tres_bind = Some(StepBind::None),
+                None if field == "off-overridden" => word.off_overridden = true,
                 _ => return Err(bad()),
             }
         }
@@ -258,11 +296,11 @@ impl Word {
 /// In slurmstepd, for one task: the step's settings without the frameworks
 /// srun left out, and srun's word (None when no framework is left).
 pub fn task_settings(spank: &Spank) -> Result<Option<(Settings, Word)>> {
-    let Some(mut settings) = step_settings(spank)? else {
-        return Ok(None);
-    };
     let text = spank.getenv(WORD_VAR)?;
     let word = Word::decode(text.as_deref(), spank.job_id()?, spank.step_id()?)?;
+    let Some(mut settings) = step_settings(spank, word.off_overridden)? else {
+        return Ok(None);
+    };
     let asked = settings.frameworks;
     settings.frameworks = Frameworks::default();
     for f in asked.iter().filter(|&f| !word.left_out.contains(f)) {
@@ -298,18 +336,31 @@ mod tests {
         let word = Word {
             left_out: both,
             no_resv_ports: true,
+            tres_bind: Some(StepBind::Bound("gres/gpu:per_task:1".into())),
+            off_overridden: true,
         };
-        let text = word.encode(42, 3).unwrap();
-        assert_eq!(text, "42.3;leave-out=tf-cluster,jax-cluster;no-resv-ports");
+        let text = word.encode(42, 3);
+        assert_eq!(
+            text,
+            "42.3;leave-out=tf-cluster,jax-cluster;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden"
+        );
         assert_eq!(Word::decode(Some(&text), 42, 3).unwrap(), word);
         assert_eq!(Word::decode(Some(&text), 42, 4).unwrap(), Word::default());
         assert_eq!(Word::decode(None, 42, 3).unwrap(), Word::default());
-        assert_eq!(Word::default().encode(42, 3), None);
+        // Always a value, so that it overwrites one the user exported.
+        assert_eq!(Word::default().encode(42, 3), "42.3");
+        let unbound = Word {
+            tres_bind: Some(StepBind::None),
+            ..Word::default()
+        };
+        assert_eq!(unbound.encode(42, 3), "42.3;no-tres-bind");
+        assert_eq!(Word::decode(Some("42.3;no-tres-bind"), 42, 3).unwrap(), unbound);
         for bad in [
             "42.3;",
             "42.3;leave-out=",
             "42.3;leave-out=tf-cluster,nope",
             "42.3;ports",
+            "42.3;tres-bind=",
         ] {
             assert!(Word::decode(Some(bad), 42, 3).is_err(), "{bad}");
         }

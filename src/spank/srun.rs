@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::handle::Spank;
 use super::hooks::guard;
-use super::options::{self, inherited_var};
+use super::options::{self, inherited_var, inherited_var_of};
 use super::{fault, step_info_rpc, step_layout_rpc};
 use crate::core::frameworks::{self, FRAMEWORKS, Framework, Frameworks};
 use crate::core::gpus;
@@ -29,6 +29,8 @@ pub struct Srun {
     /// sbatch/salloc handed down first, then its own command line: one call
     /// with the inherited variable set means the option was only inherited.
     calls: [AtomicU32; FRAMEWORKS.len()],
+    /// How often `--tf-off`'s callback ran (as `calls`).
+    off_calls: AtomicU32,
 }
 
 impl Srun {
@@ -38,7 +40,26 @@ impl Srun {
                 .iter()
                 .any(|v| std::env::var_os(v).is_some()),
             calls: std::array::from_fn(|_| AtomicU32::new(0)),
+            off_calls: AtomicU32::new(0),
         }
+    }
+
+    /// `--tf-off` was given (or handed down by sbatch/salloc).
+    pub fn off_given(&self) {
+        self.off_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An explicit srun option beats an inherited one: a `--tf-off` only
+    /// handed down by sbatch/salloc (or exported as their variable) does not
+    /// turn off a framework option given to this srun itself.
+    fn off_overridden(&self) -> bool {
+        let only_inherited = std::env::var_os(inherited_var_of(options::ALL_OFF)).is_some()
+            && self.off_calls.load(Ordering::Relaxed) <= 1;
+        let explicit = FRAMEWORKS.iter().enumerate().any(|(i, &f)| {
+            let calls = self.calls[i].load(Ordering::Relaxed);
+            calls >= 2 || (calls == 1 && std::env::var_os(inherited_var(f)).is_none())
+        });
+        only_inherited && explicit
     }
 
     /// A framework's option was given (or handed down by sbatch/salloc).
@@ -82,9 +103,17 @@ impl Srun {
         let rc = guard(
             "local_user_init",
             Some(spank),
-            || match options::step_settings(spank) {
+            || match options::step_settings(spank, self.off_overridden()) {
                 Ok(Some(settings)) => self.decide(spank, &settings),
-                Ok(None) => Ok(()),
+                Ok(None) => {
+                    // A word the user exported would reach the tasks (a
+                    // variable removed here still does): emptied, it names
+                    // no step.
+                    if std::env::var_os(options::WORD_VAR).is_some() {
+                        hand(options::WORD_VAR, "")?;
+                    }
+                    Ok(())
+                }
                 Err(e) => self.refuse(spank, e),
             },
         );
@@ -99,7 +128,10 @@ impl Srun {
     fn decide(&self, spank: &Spank, settings: &Settings) -> Result<()> {
         let job = spank.job_id()?;
         let step = spank.step_id()?;
-        let mut word = options::Word::default();
+        let mut word = options::Word {
+            off_overridden: self.off_overridden(),
+            ..options::Word::default()
+        };
         word.hand_to_tasks(job, step);
         let e = match map_for(spank, settings, job, step, &mut word)
             .and_then(|map| Ok((network_for(settings, &map, job, step)?, map)))
@@ -246,6 +278,10 @@ fn map_for(
     // which Slurm sets only for a step it reserved ports for: otherwise the
     // one in srun's environment (an outer step's, the user's) passes through.
     word.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
+    word.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
+        Some(bind) => options::StepBind::Bound(bind.clone()),
+        None => options::StepBind::None,
+    });
     check_gpus(settings, &map, info.as_ref())?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")

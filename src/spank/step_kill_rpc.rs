@@ -53,7 +53,7 @@ const WATCHDOG: Duration = Duration::from_secs(10);
 const SETTLE: Duration = Duration::from_secs(1);
 
 /// The step a refusing task ends: its job and step (Slurm's items) and, in a
-/// heterogeneous job, the leader's job (SLURM_JOB_ID, set by slurmstepd).
+/// heterogeneous job, the leader's job (read on the host by `user_init`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
     job: u32,
@@ -63,7 +63,7 @@ pub struct Target {
 
 /// After task_init refused the task: the step to end on every node, unless
 /// srun refused it already (then every task of it fails alike: None).
-pub fn refused_target(spank: &Spank) -> Option<Target> {
+pub fn refused_target(spank: &Spank, leader: Option<u32>) -> Option<Target> {
     let ids = spank.job_id().and_then(|j| Ok((j, spank.step_id()?)));
     let (job, step) = match ids {
         Ok(ids) => ids,
@@ -76,14 +76,9 @@ pub fn refused_target(spank: &Spank) -> Option<Target> {
     if matches!(spank.getenv(task_map::VAR), Ok(Some(v)) if v == refused_by_srun) {
         return None;
     }
-    // In a heterogeneous job S_JOB_ID is this component's job and
-    // SLURM_JOB_ID (set by slurmstepd) the leader's: both are ended.
-    let leader = spank
-        .getenv("SLURM_JOB_ID")
-        .ok()
-        .flatten()
-        .and_then(|id| id.parse::<u32>().ok())
-        .filter(|&id| id != job && id != 0);
+    // In a heterogeneous job S_JOB_ID is this component's job and the
+    // leader's is given: both are ended.
+    let leader = leader.filter(|&id| id != job && id != 0);
     Some(Target { job, step, leader })
 }
 
@@ -157,10 +152,10 @@ pub struct HostKill(NonNull<Shared>);
 
 #[repr(C)]
 struct Shared {
-    /// [`IDLE`], [`ASKED`] or [`SENT`].
+    /// [`IDLE`], [`ASKED`] or [`SENT`]. Only a flag: what the kill names
+    /// (this step's ids, the leader's job) slurmstepd reads itself, on the
+    /// host, never from a task.
     state: AtomicU32,
-    /// The heterogeneous job's leader, 0 for none.
-    leader: AtomicU32,
 }
 
 const IDLE: u32 = 0;
@@ -207,28 +202,22 @@ impl HostKill {
     }
 
     /// In the refusing task: asks slurmstepd to end the step (once).
-    pub fn ask(&self, target: Target) {
-        let shared = self.shared();
-        if shared.state.load(Ordering::Acquire) != IDLE {
-            return;
-        }
-        shared
-            .leader
-            .store(target.leader.unwrap_or(0), Ordering::Relaxed);
-        let _ = shared
-            .state
-            .compare_exchange(IDLE, ASKED, Ordering::Release, Ordering::Relaxed);
+    pub fn ask(&self) {
+        let _ = self.shared().state.compare_exchange(
+            IDLE,
+            ASKED,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
     }
 
     /// In slurmstepd: whether a task asked and this node has not sent the
-    /// kill yet (then it is this caller's to send), with the leader's job.
-    pub fn take(&self) -> Option<Option<u32>> {
-        let shared = self.shared();
-        shared
+    /// kill yet (then it is this caller's to send).
+    pub fn take(&self) -> bool {
+        self.shared()
             .state
             .compare_exchange(ASKED, SENT, Ordering::AcqRel, Ordering::Acquire)
-            .ok()?;
-        Some(Some(shared.leader.load(Ordering::Relaxed)).filter(|&l| l != 0))
+            .is_ok()
     }
 }
 
@@ -289,40 +278,22 @@ mod tests {
     #[test]
     fn a_task_asks_and_the_host_sends_once() {
         let host = HostKill::map().expect("mmap");
-        assert_eq!(host.take(), None, "nothing asked yet");
+        assert!(!host.take(), "nothing asked yet");
         // SAFETY: the child only touches the shared page, then _exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            host.ask(Target {
-                job: 7,
-                step: 0,
-                leader: Some(5),
-            });
+            host.ask();
+            host.ask();
             // SAFETY: leaves the forked test process at once.
             unsafe { libc::_exit(0) };
         }
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert_eq!(host.take(), Some(Some(5)));
-        assert_eq!(host.take(), None, "sent once");
-        host.ask(Target {
-            job: 7,
-            step: 0,
-            leader: None,
-        });
-        assert_eq!(host.take(), None, "a later ask sends nothing more");
-    }
-
-    #[test]
-    fn no_leader_is_none() {
-        let host = HostKill::map().expect("mmap");
-        host.ask(Target {
-            job: 7,
-            step: 1,
-            leader: None,
-        });
-        assert_eq!(host.take(), Some(None));
+        assert!(host.take());
+        assert!(!host.take(), "sent once");
+        host.ask();
+        assert!(!host.take(), "a later ask sends nothing more");
     }
 }

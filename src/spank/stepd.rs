@@ -61,7 +61,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use super::fault;
 use super::handle::{Env, Spank};
 use super::hooks::guard;
-use super::options;
+use super::options::{self, StepBind};
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::gpus::plan::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
@@ -89,6 +89,10 @@ pub struct Stepd {
     /// `user_init` for a step that asked for the plugin: a task refusing
     /// behind a container asks there for slurmstepd to end the step.
     host_kill: OnceLock<HostKill>,
+    /// In a heterogeneous step, the leader's job id, read by `user_init` on
+    /// the host (never in a task, where a container's environment may have
+    /// replaced SLURM_JOB_ID): a refused step is ended in it too.
+    leader: OnceLock<Option<u32>>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -108,6 +112,9 @@ enum Prepared {
 /// this one replaced).
 struct Ready {
     node: Node,
+    /// The step's GPU binding as srun's word gives it (None: srun had no
+    /// record of the step).
+    tres_bind: Option<StepBind>,
     /// Each local task's rank and variables, as C strings (None: too large
     /// to hold for every task, each task renders its own).
     here: Option<Vec<(u32, Result<CVars>)>>,
@@ -129,6 +136,7 @@ impl Stepd {
             node: Mutex::new(None),
             placed_in: OnceLock::new(),
             host_kill: OnceLock::new(),
+            leader: OnceLock::new(),
         }
     }
 
@@ -153,6 +161,11 @@ impl Stepd {
             if let Some(page) = HostKill::map() {
                 let _ = self.host_kill.set(page);
             }
+            let leader = spank
+                .job_id()
+                .ok()
+                .and_then(|job| het_leader(job, spank.getenv("SLURM_JOB_ID").ok()??.as_str()));
+            let _ = self.leader.set(leader);
         }
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
         0
@@ -173,6 +186,7 @@ impl Stepd {
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(Prepared::Nothing);
         }
+        let tres_bind = word.tres_bind.clone();
         let step = match Step::gather(&settings, &mut OnHost(spank, word))? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(Prepared::Nothing),
@@ -201,6 +215,7 @@ impl Stepd {
         });
         Ok(Prepared::Ready(Box::new(Ready {
             node,
+            tres_bind,
             here,
             host_env,
         })))
@@ -248,21 +263,23 @@ impl Stepd {
         entered_namespaces(placed, mount_namespace().as_deref())
     }
 
-    /// A refusing task ends its step on every node: on the host it sends the
-    /// kill itself; behind a container plugin that entered its namespaces
-    /// first (or when that cannot be told) it cannot (no munged socket
-    /// there) and asks slurmstepd to, through the shared page.
+    /// A refusing task ends its step on every node: it asks slurmstepd to,
+    /// through the shared page, so that a node sends the kill once however
+    /// many of its tasks refuse (behind a container plugin the task could
+    /// not send it anyway: no munged socket there). Without the page (it
+    /// could not be mapped) a task on the host sends it itself.
     fn end_step(&self, spank: &Spank) {
-        let Some(target) = refused_target(spank) else {
+        let leader = self.leader.get().copied().flatten();
+        let Some(target) = refused_target(spank, leader) else {
             return;
         };
         if let Some(host_kill) = self.host_kill.get() {
-            if self.moved() {
-                host_kill.ask(target);
-                return;
-            }
+            host_kill.ask();
+            return;
         }
-        end_refused_step(target);
+        if !self.moved() {
+            end_refused_step(target);
+        }
     }
 
     /// In slurmstepd itself (Slurm's `_wait_for_any_task`, as root, on the
@@ -275,7 +292,8 @@ impl Stepd {
             return 0;
         };
         let _ = guard("task_exit", Some(spank), || {
-            if let Some(leader) = host_kill.take() {
+            if host_kill.take() {
+                let leader = self.leader.get().copied().flatten();
                 end_from_host(spank.job_id()?, spank.step_id()?, leader);
             }
             Ok(())
@@ -329,10 +347,12 @@ fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
 fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool) -> Result<()> {
     let env = spank.env()?;
     let mut view = TaskEnv(&env);
-    let rank = required(number(&mut view, "SLURM_PROCID")?)?;
+    // Slurm's items, never SLURM_PROCID: a container plugin before this one
+    // may have imported an image's.
+    let rank = spank.task_global_id()?;
     let local = spank.task_id()?;
     let bind = if ready.node.settings().auto_set_gpu {
-        env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse)
+        step_bind(&env, ready.tres_bind.as_ref())?
     } else {
         None
     };
@@ -408,9 +428,28 @@ fn c_strings(injection: core::Injection) -> Result<CVars> {
         .collect()
 }
 
-fn required(procid: Option<u32>) -> Result<u32> {
-    procid.ok_or_else(|| Error::new("SLURM_PROCID is not set: not inside a Slurm step?"))
+/// The step's GPU binding: srun's word (slurmctld's record of the step) says
+/// whether there is one; the task's SLURMD_TRES_BIND only where srun had no
+/// record. A variable an image sets binds nothing srun did not see.
+fn step_bind(env: &Env, word: Option<&StepBind>) -> Result<Option<GpuBind>> {
+    Ok(match word {
+        Some(StepBind::None) => None,
+        Some(StepBind::Bound(text)) => GpuBind::parse(text),
+        None => env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse),
+    })
 }
+
+/// The leader's job of a heterogeneous step: SLURM_JOB_ID as slurmstepd's
+/// step environment holds it on the host, when it names an earlier job of
+/// the same heterogeneous job (its components have consecutive ids after
+/// the leader's); None otherwise, so a kill never names another job.
+fn het_leader(job: u32, text: &str) -> Option<u32> {
+    let leader = crate::core::number::parse_u32(text)?;
+    (leader != 0 && leader < job && job - leader < MAX_HET_COMPONENTS).then_some(leader)
+}
+
+/// Most components of a heterogeneous job this plugin ends a step in.
+const MAX_HET_COMPONENTS: u32 = 128;
 
 /// Sets the variables; then says which earlier values they replaced.
 fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[String]) -> Result<()> {
@@ -545,6 +584,19 @@ mod tests {
             ns.display()
         );
         assert!(!entered_namespaces(Some(&ns), mount_namespace().as_deref()));
+    }
+
+    /// A kill names another job only as a heterogeneous step's leader: an
+    /// earlier job close before this one; anything else names none.
+    #[test]
+    fn only_a_near_earlier_job_is_a_leader() {
+        assert_eq!(het_leader(30, "28"), Some(28));
+        assert_eq!(het_leader(30, "30"), None, "the job itself");
+        assert_eq!(het_leader(30, "31"), None, "a later job");
+        assert_eq!(het_leader(300, "1"), None, "far before");
+        assert_eq!(het_leader(30, "0"), None);
+        assert_eq!(het_leader(30, "+28"), None, "Slurm's numbers are digits");
+        assert_eq!(het_leader(30, "x"), None);
     }
 
     /// Whole, on one line: Error keeps at most 300 characters.
