@@ -194,6 +194,9 @@ mod tests {
             ("pß:1", "has 'ß'"),
             ("p s:1", "has ' '"),
             ("p\"s:1", "has '\"'"),
+            ("my-ps:1", "has '-'"),
+            ("1ps:1", "starts with '1'"),
+            ("_ps:1", "starts with '_'"),
             ("ps:1:2", "count \"1:2\""),
         ] {
             let e = RoleSpec::parse(spec).unwrap_err().to_string();
@@ -203,6 +206,58 @@ mod tests {
         let long = format!("{}:1", "a".repeat(10_000));
         let e = RoleSpec::parse(&long).unwrap_err().to_string();
         assert!(e.len() < 300 && e.contains("longer than 64"), "{e}");
+    }
+
+    /// TensorFlow's job names: a lower-case letter, then lower-case
+    /// letters, digits and '_' (`/job:NAME` in device names; its strategies
+    /// look for `chief`, `worker`, `ps` and `evaluator` spelt so).
+    #[test]
+    fn role_names_are_tensorflow_job_names() {
+        assert_eq!(
+            roles("chief:1,worker_2:2,ps0:1,evaluator:1"),
+            [
+                ("chief".into(), 1),
+                ("worker_2".into(), 2),
+                ("ps0".into(), 1),
+                ("evaluator".into(), 1)
+            ]
+        );
+        let e = RoleSpec::parse("Worker:3").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "bad --tf-cluster \"Worker:3\": role name \"Worker\" is not lower-case \
+             (TensorFlow job names are: write worker) \
+             (expected role:count[,role:count…], e.g. ps:1,worker:3)"
+        );
+        let e = RoleSpec::parse("ps:1,PS_b:1").unwrap_err().to_string();
+        assert!(e.contains("(TensorFlow job names are: write ps_b)"), "{e}");
+        let e = RoleSpec::parse("my-ps:1").unwrap_err().to_string();
+        assert!(
+            e.contains("role name \"my-ps\" has '-' (use a-z, 0-9 and '_', a letter first)"),
+            "{e}"
+        );
+    }
+
+    /// TensorFlow refuses a cluster of two chiefs or two evaluators
+    /// (multi_worker_util: "at most one"); so does the spec, in srun.
+    #[test]
+    fn at_most_one_chief_and_one_evaluator() {
+        for (spec, role) in [
+            ("chief:2,worker:2", "chief"),
+            ("worker:2,evaluator:2", "evaluator"),
+        ] {
+            let e = RoleSpec::parse(spec).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "bad --tf-cluster \"{spec}\": role {role} has count 2 \
+                     (TensorFlow allows at most one {role}) \
+                     (expected role:count[,role:count…], e.g. ps:1,worker:3)"
+                )
+            );
+        }
+        assert!(RoleSpec::parse("chief:1,worker:2,evaluator:1").is_ok());
+        assert!(RoleSpec::parse("ps:2,worker:2").is_ok());
     }
 
     #[test]
