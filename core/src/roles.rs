@@ -9,6 +9,9 @@ use super::number::parse_u32;
 /// cluster its TF_CONFIG describes (tensorflow#30121).
 pub const EVALUATOR: &str = "evaluator";
 
+/// TensorFlow's coordinating worker: at most one, as for the evaluator.
+const CHIEF: &str = "chief";
+
 /// Longest role name accepted (TensorFlow job names are short words).
 const MAX_NAME: usize = 64;
 
@@ -54,14 +57,8 @@ impl RoleSpec {
                     shown(name)
                 ));
             }
-            if let Some(c) = name
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-            {
-                return bad(format!(
-                    "role name {} has {c:?} (use letters, digits, '_' or '-')",
-                    shown(name)
-                ));
+            if let Some(why) = not_a_job_name(name) {
+                return bad(why);
             }
             let count = match parse_u32(count) {
                 Some(0) => {
@@ -77,6 +74,11 @@ impl RoleSpec {
                     ));
                 }
             };
+            if count > 1 && (name == CHIEF || name == EVALUATOR) {
+                return bad(format!(
+                    "role {name} has count {count} (TensorFlow allows at most one {name})"
+                ));
+            }
             if roles.iter().any(|r| r.name == name) {
                 return bad(format!("role {name} is given twice"));
             }
@@ -118,6 +120,36 @@ impl RoleSpec {
             RoleSpec::AllWorkers => None,
             RoleSpec::Roles(roles) => Some(roles.iter().map(|r| u64::from(r.count)).sum()),
         }
+    }
+}
+
+/// Why `name` is not a TensorFlow job name, if it is not: a lower-case
+/// letter, then lower-case letters, digits and '_'. TensorFlow's device
+/// names (`/job:NAME/…`) take no other character, and its strategies find
+/// `chief`, `worker`, `ps` and `evaluator` only spelt so: `Worker` would be
+/// a job of its own.
+fn not_a_job_name(name: &str) -> Option<String> {
+    let job_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    if name.chars().all(|c| job_char(c) || c.is_ascii_uppercase())
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.contains(|c: char| c.is_ascii_uppercase())
+    {
+        return Some(format!(
+            "role name {} is not lower-case (TensorFlow job names are: write {})",
+            shown(name),
+            name.to_ascii_lowercase()
+        ));
+    }
+    let use_ = "(use a-z, 0-9 and '_', a letter first)";
+    if let Some(c) = name.chars().find(|c| !job_char(*c)) {
+        return Some(format!("role name {} has {c:?} {use_}", shown(name)));
+    }
+    match name.chars().next() {
+        Some(c) if !c.is_ascii_lowercase() => Some(format!(
+            "role name {} starts with {c:?} {use_}",
+            shown(name)
+        )),
+        _ => None,
     }
 }
 
