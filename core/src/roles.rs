@@ -9,6 +9,9 @@ use super::number::parse_u32;
 /// cluster its TF_CONFIG describes (tensorflow#30121).
 pub const EVALUATOR: &str = "evaluator";
 
+/// TensorFlow's coordinating worker: at most one, as for the evaluator.
+const CHIEF: &str = "chief";
+
 /// Longest role name accepted (TensorFlow job names are short words).
 const MAX_NAME: usize = 64;
 
@@ -54,14 +57,8 @@ impl RoleSpec {
                     shown(name)
                 ));
             }
-            if let Some(c) = name
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-            {
-                return bad(format!(
-                    "role name {} has {c:?} (use letters, digits, '_' or '-')",
-                    shown(name)
-                ));
+            if let Some(why) = not_a_job_name(name) {
+                return bad(why);
             }
             let count = match parse_u32(count) {
                 Some(0) => {
@@ -77,6 +74,11 @@ impl RoleSpec {
                     ));
                 }
             };
+            if count > 1 && (name == CHIEF || name == EVALUATOR) {
+                return bad(format!(
+                    "role {name} has count {count} (TensorFlow allows at most one {name})"
+                ));
+            }
             if roles.iter().any(|r| r.name == name) {
                 return bad(format!("role {name} is given twice"));
             }
@@ -118,6 +120,36 @@ impl RoleSpec {
             RoleSpec::AllWorkers => None,
             RoleSpec::Roles(roles) => Some(roles.iter().map(|r| u64::from(r.count)).sum()),
         }
+    }
+}
+
+/// Why `name` is not a TensorFlow job name, if it is not: a lower-case
+/// letter, then lower-case letters, digits and '_'. TensorFlow's device
+/// names (`/job:NAME/…`) take no other character, and its strategies find
+/// `chief`, `worker`, `ps` and `evaluator` only spelt so: `Worker` would be
+/// a job of its own.
+fn not_a_job_name(name: &str) -> Option<String> {
+    let job_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    if name.chars().all(|c| job_char(c) || c.is_ascii_uppercase())
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.contains(|c: char| c.is_ascii_uppercase())
+    {
+        return Some(format!(
+            "role name {} is not lower-case (TensorFlow job names are: write {})",
+            shown(name),
+            name.to_ascii_lowercase()
+        ));
+    }
+    let use_ = "(use a-z, 0-9 and '_', a letter first)";
+    if let Some(c) = name.chars().find(|c| !job_char(*c)) {
+        return Some(format!("role name {} has {c:?} {use_}", shown(name)));
+    }
+    match name.chars().next() {
+        Some(c) if !c.is_ascii_lowercase() => Some(format!(
+            "role name {} starts with {c:?} {use_}",
+            shown(name)
+        )),
+        _ => None,
     }
 }
 
@@ -194,6 +226,9 @@ mod tests {
             ("pß:1", "has 'ß'"),
             ("p s:1", "has ' '"),
             ("p\"s:1", "has '\"'"),
+            ("my-ps:1", "has '-'"),
+            ("1ps:1", "starts with '1'"),
+            ("_ps:1", "starts with '_'"),
             ("ps:1:2", "count \"1:2\""),
         ] {
             let e = RoleSpec::parse(spec).unwrap_err().to_string();
@@ -203,6 +238,58 @@ mod tests {
         let long = format!("{}:1", "a".repeat(10_000));
         let e = RoleSpec::parse(&long).unwrap_err().to_string();
         assert!(e.len() < 300 && e.contains("longer than 64"), "{e}");
+    }
+
+    /// TensorFlow's job names: a lower-case letter, then lower-case
+    /// letters, digits and '_' (`/job:NAME` in device names; its strategies
+    /// look for `chief`, `worker`, `ps` and `evaluator` spelt so).
+    #[test]
+    fn role_names_are_tensorflow_job_names() {
+        assert_eq!(
+            roles("chief:1,worker_2:2,ps0:1,evaluator:1"),
+            [
+                ("chief".into(), 1),
+                ("worker_2".into(), 2),
+                ("ps0".into(), 1),
+                ("evaluator".into(), 1)
+            ]
+        );
+        let e = RoleSpec::parse("Worker:3").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "bad --tf-cluster \"Worker:3\": role name \"Worker\" is not lower-case \
+             (TensorFlow job names are: write worker) \
+             (expected role:count[,role:count…], e.g. ps:1,worker:3)"
+        );
+        let e = RoleSpec::parse("ps:1,PS_b:1").unwrap_err().to_string();
+        assert!(e.contains("(TensorFlow job names are: write ps_b)"), "{e}");
+        let e = RoleSpec::parse("my-ps:1").unwrap_err().to_string();
+        assert!(
+            e.contains("role name \"my-ps\" has '-' (use a-z, 0-9 and '_', a letter first)"),
+            "{e}"
+        );
+    }
+
+    /// TensorFlow refuses a cluster of two chiefs or two evaluators
+    /// (multi_worker_util: "at most one"); so does the spec, in srun.
+    #[test]
+    fn at_most_one_chief_and_one_evaluator() {
+        for (spec, role) in [
+            ("chief:2,worker:2", "chief"),
+            ("worker:2,evaluator:2", "evaluator"),
+        ] {
+            let e = RoleSpec::parse(spec).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "bad --tf-cluster \"{spec}\": role {role} has count 2 \
+                     (TensorFlow allows at most one {role}) \
+                     (expected role:count[,role:count…], e.g. ps:1,worker:3)"
+                )
+            );
+        }
+        assert!(RoleSpec::parse("chief:1,worker:2,evaluator:1").is_ok());
+        assert!(RoleSpec::parse("ps:2,worker:2").is_ok());
     }
 
     #[test]
