@@ -227,10 +227,24 @@ fn the_standin_runs_before_the_plugin_and_the_image_is_entered() {
     assert_eq!(t.var("SLURM_PROCID"), Some("77"), "the image's own");
     let tmp = exec_for(
         120,
-        &["srun", "-N1", "-n1", "-w", "node1", IMAGE, "sh", "-c", "ls /tmp; cat /etc/tfc-image"],
+        &[
+            "srun",
+            "-N1",
+            "-n1",
+            "-w",
+            "node1",
+            IMAGE,
+            "sh",
+            "-c",
+            "ls /tmp; cat /etc/tfc-image",
+        ],
     );
     let text = String::from_utf8_lossy(&tmp.stdout);
-    assert_eq!(text.trim(), "busybox", "/tmp is the container's own: {text}");
+    assert_eq!(
+        text.trim(),
+        "busybox",
+        "/tmp is the container's own: {text}"
+    );
 }
 
 /// The variables each framework of these tests sets (with the GPU lists
@@ -945,4 +959,199 @@ fn apptainer_cleanenv_gets_the_mirror() {
             "{lines:?}"
         );
     }
+}
+
+/// An image that sets Slurm's own task variables (SLURM_PROCID=77,
+/// SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_NUM_TASKS, docker/node/images/)
+/// does not move a task: a 2 × 2 step asking for every framework runs in the
+/// image, and each task gets the values the same step gets on the host,
+/// for its real rank (Slurm's, which the stand-in kept aside), not the
+/// image's. (The plugin once read the rank from SLURM_PROCID in the task's
+/// environment and refused this step: "the task layout on node1 is not the
+/// one Slurm made".)
+#[test]
+fn an_images_slurm_variables_do_not_move_a_task() {
+    let _s = standin();
+    let args = [
+        "-N2",
+        "--ntasks-per-node=2",
+        "-w",
+        "node[1-2]",
+        "--tf-cluster",
+        "--torch-cluster",
+        "--jax-cluster",
+        "--tf-auto-set-gpu=false",
+        // TensorFlow's two, PyTorch's and JAX's coordinator ports.
+        "--resv-ports=4",
+    ];
+    let host = srun(&args);
+    host.assert_ran(4, "host");
+    let image = srun(&strs(&in_image(&args)));
+    image.assert_ran(4, "busybox");
+    let names: Vec<&str> = TF_VARS
+        .iter()
+        .chain(&TORCH_VARS)
+        .chain(&JAX_VARS)
+        .copied()
+        .collect();
+    let seen = |step: &Step| -> BTreeMap<u32, BTreeMap<String, Option<String>>> {
+        step.vars_of(&names)
+            .into_iter()
+            .map(|(rank, vars)| {
+                let vars = vars
+                    .into_iter()
+                    .map(|(n, v)| (n.to_string(), v.map(|v| without_ports(n, v))))
+                    .collect();
+                (rank, vars)
+            })
+            .collect()
+    };
+    assert_eq!(seen(&image), seen(&host), "{}", image.stderr);
+    for (&rank, t) in &image.tasks {
+        assert_eq!(t.var("SLURM_PROCID"), Some("77"), "the image's own stays");
+        assert_eq!(t.var("RANK"), Some(rank.to_string().as_str()));
+        assert_eq!(t.var("LOCAL_RANK"), Some(t.local.to_string().as_str()));
+        let tf: Value = serde_json::from_str(t.var("TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(tf["task"]["index"], rank, "rank {rank}");
+    }
+    common::assert_no_node_drained();
+}
+
+/// A second user's job for the kill test: `sbatch` as bob (made at the
+/// testbed's start by entrypoint.sh), its id.
+fn bobs_job(node: &str) -> u32 {
+    let out = on(
+        "ctl",
+        &[
+            "runuser",
+            "-u",
+            "bob",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "cd /tmp && sbatch --parsable -N1 -w {node} -o /dev/null --wrap 'srun sleep 600'"
+            ),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let job: u32 = text.trim().parse().unwrap_or_else(|_| {
+        panic!(
+            "sbatch as bob: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    // Until its step runs.
+    for _ in 0..300 {
+        let steps = on(
+            "ctl",
+            &["squeue", "-h", "-s", "-j", &job.to_string(), "-o", "%i"],
+        );
+        if String::from_utf8_lossy(&steps.stdout)
+            .lines()
+            .any(|l| l.trim() == format!("{job}.0"))
+        {
+            return job;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("bob's step {job}.0 never ran");
+}
+
+/// Whether step `job`.0 is still running.
+fn step_running(job: u32) -> bool {
+    let steps = on(
+        "ctl",
+        &["squeue", "-h", "-s", "-j", &job.to_string(), "-o", "%i"],
+    );
+    String::from_utf8_lossy(&steps.stdout)
+        .lines()
+        .any(|l| l.trim() == format!("{job}.0"))
+}
+
+/// An image copied from the test image with `vars` added to its
+/// environment, on the shared /home: its --container-image option.
+fn image_with(name: &str, vars: &[String]) -> String {
+    let dir = format!("/home/alice/{name}");
+    let mut script = format!("set -e; rm -rf {dir}; cp -a /opt/tfc-images/busybox {dir}; ");
+    for v in vars {
+        script.push_str(&format!("echo '{v}' >>{dir}/etc/environment; "));
+    }
+    let out = exec_for(60, &["sh", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    format!("--container-image={dir}")
+}
+
+/// An image cannot aim the plugin's kill at another user's step, nor bind
+/// GPUs the step never asked for. Bob's job runs a step on node3; alice's
+/// image names bob's job as SLURM_JOB_ID. (1) A step bound per task
+/// (--gpus-per-task=1), refused in the container as designed, ends only
+/// alice's own step: bob's step still runs 5 s later. (2) With
+/// SLURMD_TRES_BIND=gpu:map_gpu:0 in the image, a step that asks for no
+/// GPU binding is not refused at all. (The plugin once read both from the
+/// task's environment after the container plugin had replaced it, and
+/// slurmstepd cancelled bob's step as root.)
+#[test]
+fn an_image_cannot_aim_the_kill_at_another_users_step() {
+    let _s = standin();
+    let victim = bobs_job("node3");
+    let image = image_with(
+        "img-victim",
+        &[
+            format!("SLURM_JOB_ID={victim}"),
+            "SLURMD_TRES_BIND=gpu:map_gpu:0".into(),
+        ],
+    );
+    let refused = exec_for(
+        120,
+        &[
+            "srun",
+            "-N1",
+            "-n2",
+            "-w",
+            "node1",
+            "--gpus-per-task=1",
+            "--tf-cluster",
+            &image,
+            "sh",
+            "-c",
+            "echo ran",
+        ],
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_ne!(refused.status.code(), Some(0), "{text}");
+    assert!(!text.contains("ran"), "{text}");
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(
+        step_running(victim),
+        "bob's step {victim}.0 was ended:\n{text}"
+    );
+
+    let unbound = srun(&strs(&[
+        image.clone(),
+        "-N1".into(),
+        "-n2".into(),
+        "-w".into(),
+        "node1".into(),
+        "--tf-cluster".into(),
+    ]));
+    unbound.assert_ran(2, "busybox");
+    for (rank, t) in &unbound.tasks {
+        assert!(
+            t.var("TF_CONFIG").is_some_and(|c| c.contains("worker")),
+            "rank {rank}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(step_running(victim), "bob's step {victim}.0 was ended");
+    let _ = on("ctl", &["scancel", &victim.to_string()]);
+    common::assert_no_node_drained();
 }

@@ -73,6 +73,10 @@ start_accounting() {
     ss -Hltn 'sport = :6819' | grep -q . || { log "slurmdbd did not listen (/var/log/slurm/slurmdbd.log)"; exit 1; }
 }
 
+# A second user, the victim of the tests where one user must not reach
+# another's job (bob, uid 1001, no home: his jobs run in /tmp).
+id bob >/dev/null 2>&1 || useradd --no-create-home --uid 1001 --user-group --shell /bin/sh bob
+
 # The container tests' images (docker/node/images/make.sh), on every host:
 # srun's host builds runc bundles and Apptainer sandboxes from them too.
 sh /opt/tfc-testbed/images/make.sh || { log "could not make the test images"; exit 1; }

@@ -354,7 +354,10 @@ mod tests {
             ..Word::default()
         };
         assert_eq!(unbound.encode(42, 3), "42.3;no-tres-bind");
-        assert_eq!(Word::decode(Some("42.3;no-tres-bind"), 42, 3).unwrap(), unbound);
+        assert_eq!(
+            Word::decode(Some("42.3;no-tres-bind"), 42, 3).unwrap(),
+            unbound
+        );
         for bad in [
             "42.3;",
             "42.3;leave-out=",

@@ -203,12 +203,10 @@ impl HostKill {
 
     /// In the refusing task: asks slurmstepd to end the step (once).
     pub fn ask(&self) {
-        let _ = self.shared().state.compare_exchange(
-            IDLE,
-            ASKED,
-            Ordering::Release,
-            Ordering::Relaxed,
-        );
+        let _ =
+            self.shared()
+                .state
+                .compare_exchange(IDLE, ASKED, Ordering::Release, Ordering::Relaxed);
     }
 
     /// In slurmstepd: whether a task asked and this node has not sent the

@@ -351,10 +351,12 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
     // may have imported an image's.
     let rank = spank.task_global_id()?;
     let local = spank.task_id()?;
-    let bind = if ready.node.settings().auto_set_gpu {
-        step_bind(&env, ready.tres_bind.as_ref())?
+    // Where either the task's SLURMD_TRES_BIND or srun's record shows a
+    // binding, whether a plugin moved the task decides which to believe.
+    let (bind, moved) = if ready.node.settings().auto_set_gpu {
+        step_bind(&env, ready.tres_bind.as_ref(), entered_namespaces)?
     } else {
-        None
+        (None, false)
     };
     // Made ahead for this rank as this local task: only set them here.
     if let (None, Some((ahead_rank, vars))) = (
@@ -379,7 +381,7 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
     }
     let node = &ready.node;
     let bound = match bind {
-        Some(bind) if entered_namespaces() => {
+        Some(bind) if moved => {
             return Err(Error::new(bound_behind_container(&bind)));
         }
         Some(bind) => Some(TaskBinding {
@@ -428,14 +430,29 @@ fn c_strings(injection: core::Injection) -> Result<CVars> {
         .collect()
 }
 
-/// The step's GPU binding: srun's word (slurmctld's record of the step) says
-/// whether there is one; the task's SLURMD_TRES_BIND only where srun had no
-/// record. A variable an image sets binds nothing srun did not see.
-fn step_bind(env: &Env, word: Option<&StepBind>) -> Result<Option<GpuBind>> {
-    Ok(match word {
-        Some(StepBind::None) => None,
-        Some(StepBind::Bound(text)) => GpuBind::parse(text),
-        None => env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse),
+/// The task's GPU binding, and whether a plugin before this one moved the
+/// task (asked only when a binding shows). On the host the task's own
+/// SLURMD_TRES_BIND is Slurm's. In a task a container plugin moved, it may
+/// be the image's: srun's record of the step decides there (the task's
+/// variable only where srun had none), so an image binds nothing srun did
+/// not see, and hides no binding it did.
+fn step_bind(
+    env: &Env,
+    word: Option<&StepBind>,
+    entered_namespaces: impl FnOnce() -> bool,
+) -> Result<(Option<GpuBind>, bool)> {
+    let in_task = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
+    let recorded = match word {
+        Some(StepBind::Bound(text)) => Some(GpuBind::parse(text)),
+        Some(StepBind::None) => Some(None),
+        None => None,
+    };
+    if in_task.is_none() && !matches!(recorded, Some(Some(_))) {
+        return Ok((None, false));
+    }
+    Ok(match entered_namespaces() {
+        false => (in_task, false),
+        true => (recorded.unwrap_or(in_task), true),
     })
 }
 

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <slurm/spank.h>
@@ -153,6 +154,13 @@ static int enter_container(void)
 		strcpy(cwd, "/");
 	if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) {
 		slurm_error("container-standin: unshare: %m");
+		return -1;
+	}
+	/* slurmstepd dropped root for the job's user: the task is then not
+	 * dumpable and its /proc/self files are root's; as enroot's own
+	 * process would be, it is made dumpable to write its id maps. */
+	if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) {
+		slurm_error("container-standin: prctl: %m");
 		return -1;
 	}
 	snprintf(map, sizeof(map), "%u %u 1", (unsigned) uid, (unsigned) uid);

@@ -11,6 +11,9 @@ rm -rf "$out"; install -d -m 755 "$out"
 make_one() {
     name=$1 drop=$2 root=$out/$1
     mkdir -p "$root/bin" "$root/etc" "$root/proc" "$root/sys" "$root/dev" "$root/tmp" "$root/home" "$root/run"
+    # /usr/bin and /usr/sbin as /bin: a path resolved on a merged-/usr host
+    # (/usr/bin/sh) runs in the image too.
+    mkdir -p "$root/usr"; ln -s ../bin "$root/usr/bin"; ln -s ../bin "$root/usr/sbin"
     cp /bin/busybox "$root/bin/busybox"
     "$root/bin/busybox" --list | while read -r c; do [ "$c" = busybox ] || ln -s busybox "$root/bin/$c"; done
     echo busybox >"$root/etc/tfc-image"
