@@ -367,7 +367,24 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
 
     // The nodes to choose from, in Slurm's order, and the arbitrary host file.
     let mut hostfile = None;
-    let listed: Option<Vec<String>> = match &shape.nodelist {
+    // srun -m arbitrary without -w reads SLURM_HOSTFILE: one host (or
+    // hostlist) per line, `#` comments.
+    let from_file = match (&shape.nodelist, arbitrary) {
+        (None, true) => match env.var("SLURM_HOSTFILE")? {
+            Some(path) => {
+                let text = env.read_file(&path)?;
+                let lines: Vec<&str> = text
+                    .lines()
+                    .map(|l| l.split('#').next().unwrap_or_default().trim())
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                Some(lines.join(","))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let listed: Option<Vec<String>> = match shape.nodelist.as_ref().or(from_file.as_ref()) {
         None => None,
         Some(list) => {
             let budget = if arbitrary { MAX_TASKS } else { MAX_NODES } as usize;
@@ -391,7 +408,7 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
     };
     if arbitrary && hostfile.is_none() {
         return Err(Error::new(
-            "-m arbitrary: give -w with one host per task, in rank order",
+            "-m arbitrary: give -w (or SLURM_HOSTFILE) with one host per task, in rank order",
         ));
     }
     let (pool, cpus_pool): (Option<Vec<String>>, Option<Vec<u32>>) = match &job.hosts {
@@ -475,7 +492,7 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
         let listed_tasks = hostfile.as_ref().map_or(0, |h| h.lines().count() as u32);
         if n_tasks > listed_tasks {
             return Err(Error::new(format!(
-                "-m arbitrary with {n_tasks} tasks but -w lists {listed_tasks} host(s): one per task"
+                "-m arbitrary with {n_tasks} tasks but the host list names {listed_tasks} host(s): one per task"
             )));
         }
         n_tasks = n_tasks.max(1);
@@ -506,7 +523,8 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
     let (hosts, counts) = if arbitrary {
         let text = hostfile.as_ref().expect("checked above");
         let used: Vec<&str> = text.lines().take(n_tasks as usize).collect();
-        let names = listed.clone().expect("arbitrary needs -w");
+        // In the allocation's node order when in one, else by name.
+        let names = pool.clone().or(listed.clone()).expect("arbitrary has a host list");
         let hosts: Vec<String> = names
             .into_iter()
             .filter(|n| used.contains(&n.as_str()))
@@ -597,4 +615,59 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
         rank,
         tasks: n_tasks,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// slurm_step_layout.c counts block and cyclic tasks as a cyclic deal
+    /// ("to effectively deal with heterogeneous nodes, we fake a cyclic
+    /// distribution"): the first nodes get the extra task.
+    #[test]
+    fn counts_as_slurms_step_layout() {
+        assert_eq!(deal(3, 2, None, None, None), [2, 1]);
+        assert_eq!(deal(5, 3, None, None, None), [2, 2, 1]);
+        assert_eq!(deal(4, 2, None, None, None), [2, 2]);
+        // Nodes with a CPU left come first, then every node (oversubscribed).
+        assert_eq!(deal(4, 2, Some(&[1, 4]), None, None), [1, 3]);
+        // Rounds 0-1 fill the CPUs (1 + 2), then one task per node per round.
+        assert_eq!(deal(6, 2, Some(&[1, 2]), None, None), [3, 3]);
+        // --ntasks-per-node caps each node.
+        assert_eq!(deal(3, 2, None, Some(2), None), [2, 1]);
+        assert_eq!(deal(6, 3, None, Some(2), None), [2, 2, 2]);
+        // plane=N deals N tasks per node per round.
+        assert_eq!(deal(6, 2, None, None, Some(4)), [4, 2]);
+        assert_eq!(deal(5, 2, None, None, Some(2)), [3, 2]);
+        assert_eq!(deal(6, 2, None, Some(3), Some(2)), [3, 3]);
+    }
+
+    #[test]
+    fn gres_counts_gpus_only() {
+        assert_eq!(gres_gpus("gpu:4").unwrap(), Some(4));
+        assert_eq!(gres_gpus("gpu:a100:2").unwrap(), Some(2));
+        assert_eq!(gres_gpus("gpu").unwrap(), Some(1));
+        assert_eq!(gres_gpus("nic:1,gpu:2").unwrap(), Some(2));
+        assert_eq!(gres_gpus("nic:1").unwrap(), None);
+        assert!(gres_gpus("gpu:a:b:c").is_err());
+        assert_eq!(gpus_per_node("a100:4", "x").unwrap(), 4);
+        assert!(gpus_per_node("four", "x").is_err());
+    }
+
+    #[test]
+    fn distributions_as_srun_spells_them() {
+        assert_eq!(distribution("block").unwrap().0, Distribution::Block);
+        assert_eq!(distribution("cyclic:block").unwrap().0, Distribution::Cyclic);
+        assert_eq!(distribution("plane=3").unwrap().0, Distribution::Plane(3));
+        assert_eq!(distribution("arbitrary").unwrap().0, Distribution::Arbitrary);
+        assert!(distribution("plane").is_err());
+        assert!(distribution("round").is_err());
+    }
+
+    #[test]
+    fn node_names_in_slurms_usual_order() {
+        let mut names = vec!["n10", "n9", "a1", "n1"];
+        names.sort_by_key(|n| natural_key(n));
+        assert_eq!(names, ["a1", "n1", "n9", "n10"]);
+    }
 }
