@@ -324,9 +324,11 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
             "srun's --gpus-per-task makes Slurm bind GPUs to each task, which a preview cannot show: preview with --gpus-per-node=N, or run explain in the step (the plugin's own setting is --tf-gpus-per-task)",
         ));
     }
+    // In a step, srun's own variables are the job's (as a nested srun
+    // reads them).
     let job = match place {
-        Place::Allocation => Job::read(env)?,
-        _ => Job::default(),
+        Place::Allocation | Place::Step => Job::read(env)?,
+        Place::Login => Job::default(),
     };
     let mut notes = Vec::new();
     let rank = shape.rank.as_deref().map(|r| match r.parse::<u32>() {
