@@ -25,7 +25,16 @@ use preview::{Place, Shape};
 #[command(
     name = "tf-cluster",
     version = env!("TF_CLUSTER_BUILD_ID"),
-    about = "TF_CONFIG and CUDA_VISIBLE_DEVICES for a Slurm task, as the tf-cluster plugin sets them"
+    about = "TF_CONFIG and CUDA_VISIBLE_DEVICES for a Slurm task, as the tf-cluster plugin sets them",
+    after_help = "\
+Examples:
+  tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # preview on a login node
+  tf-cluster explain --torch-cluster                       # in an salloc shell or batch script
+  srun -N2 -n4 tf-cluster env --tf-cluster                 # what each task of a step gets
+  tf-cluster doctor                                        # for admins: this node's installation
+
+`tf-cluster env --help` and `tf-cluster explain --help` list the variables read;
+the manual: man tf-cluster."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -83,7 +92,8 @@ Where the facts come from:
       SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; shape options override them as
       they override them for srun;
   elsewhere (a login node): the shape options alone (default -N1 -n1);
-      without -w the node names are invented, and the output says so.
+      without -w the node names are invented, and the output says so;
+  with -m arbitrary and no -w, in either: the hosts of SLURM_HOSTFILE.
 A preview reads nothing else of this machine: not its GPUs, nor its network
 interfaces (--tf-network is judged on each node at launch)."
     };
