@@ -75,8 +75,15 @@ pub enum Place {
     Login,
 }
 
+/// Slurm's ids of the steps that are not srun's: the batch script's
+/// (SLURM_BATCH_SCRIPT) and the shell salloc starts on a node with
+/// `LaunchParameters=use_interactive_step` (SLURM_INTERACTIVE_STEP).
+const NOT_SRUNS: [&str; 2] = ["4294967291", "4294967290"];
+
 pub fn place(env: &mut impl Source) -> Result<Place> {
-    if env.var("SLURM_STEP_TASKS_PER_NODE")?.is_some() {
+    let step = env.var("SLURM_STEP_ID")?;
+    let not_sruns = step.as_deref().is_some_and(|s| NOT_SRUNS.contains(&s));
+    if env.var("SLURM_STEP_TASKS_PER_NODE")?.is_some() && !not_sruns {
         Ok(Place::Step)
     } else if env.var("SLURM_JOB_ID")?.is_some() {
         Ok(Place::Allocation)

@@ -389,6 +389,27 @@ fn allocation_from_the_jobs_variables() {
     assert_eq!(addrs, ["c3:8888", "c5:8888"]);
 }
 
+/// salloc's shell in an interactive step (`LaunchParameters=
+/// use_interactive_step`) is a one-task step of its own: the preview is
+/// still the allocation's next srun step.
+#[test]
+fn the_interactive_step_is_the_allocation() {
+    let mut env = SALLOC.to_vec();
+    env.extend([
+        ("SLURM_STEP_ID", "4294967290"),
+        ("SLURM_STEP_NUM_TASKS", "1"),
+        ("SLURM_STEP_NODELIST", "node1"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1"),
+        ("SLURM_PROCID", "0"),
+    ]);
+    let text = ok(&cli(&["explain"], &env));
+    let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
+    assert_eq!(
+        addrs,
+        ["node1:8888", "node1:8889", "node2:8888", "node2:8889"]
+    );
+}
+
 /// Shape options override the job's, as they do for srun.
 #[test]
 fn allocation_with_options() {
