@@ -124,7 +124,10 @@ fn assert_preview_is_the_step(preview: &str, step: &Run, context: &str) {
         "as many ranks as the step ran:\n{context}"
     );
     for (row, task) in rows.iter().zip(&step.tasks) {
-        let at = format!("rank {} (preview {row:?}, task {task:?})\n{context}", row.rank);
+        let at = format!(
+            "rank {} (preview {row:?}, task {task:?})\n{context}",
+            row.rank
+        );
         assert_eq!(row.rank, task.rank, "{at}");
         assert_eq!(row.host, task.host, "the host: {at}");
         // The preview's port is the port base + the local task it computed.
@@ -133,7 +136,10 @@ fn assert_preview_is_the_step(preview: &str, step: &Run, context: &str) {
             task.local,
             "the local task: {at}"
         );
-        let tf = task.tf_config.as_ref().unwrap_or_else(|| panic!("no TF_CONFIG: {at}"));
+        let tf = task
+            .tf_config
+            .as_ref()
+            .unwrap_or_else(|| panic!("no TF_CONFIG: {at}"));
         assert_eq!(tf["task"]["type"], row.role.as_str(), "the role: {at}");
         assert_eq!(tf["task"]["index"], row.index, "the index: {at}");
         // The rank's address in the real TF_CONFIG: the same host, and the
@@ -258,7 +264,8 @@ fn preview_in_a_batch_script_is_the_step() {
     let all = sections(&text);
     let (rows, _) = table(section(&all, "preview default", &context));
     assert!(
-        rows.iter().all(|r| r.gpus.as_deref().is_some_and(|g| !g.contains(','))),
+        rows.iter()
+            .all(|r| r.gpus.as_deref().is_some_and(|g| !g.contains(','))),
         "{context}"
     );
 }

@@ -167,13 +167,17 @@ impl FromArgMatches for Options {
 
 impl Args for Options {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        let cmd = cmd.next_help_heading("The plugin's options (as srun, sbatch and salloc take them)");
+        let cmd =
+            cmd.next_help_heading("The plugin's options (as srun, sbatch and salloc take them)");
         let cmd = FRAMEWORKS.iter().fold(cmd, |cmd, f| {
             let value = f.arg.as_ref().map_or(OFF, |a| a.name);
             cmd.arg(
                 Arg::new(f.option)
                     .long(f.option)
-                    .help(format!("{}; ={OFF}: not for this step, though the job asked", f.help))
+                    .help(format!(
+                        "{}; ={OFF}: not for this step, though the job asked",
+                        f.help
+                    ))
                     .value_name(value)
                     .num_args(0..=1)
                     .require_equals(f.arg.is_none())

@@ -193,9 +193,7 @@ fn gres_gpus(text: &str) -> Result<Option<u32>> {
             [n] | [_, n] if n.parse::<u32>().is_ok() => n.parse::<u32>().unwrap(),
             [_] => 1,
             _ => {
-                return Err(Error::new(format!(
-                    "--gres {text:?}: not gpu[:TYPE][:N]"
-                )));
+                return Err(Error::new(format!("--gres {text:?}: not gpu[:TYPE][:N]")));
             }
         };
         total = Some(total.unwrap_or(0) + n);
@@ -283,7 +281,13 @@ fn natural_key(name: &str) -> (String, u64, String) {
 /// block and cyclic deal one task per node per round, first over the nodes
 /// with a CPU left (`cpus`, when known), then over every node; plane deals
 /// `plane` tasks per node per round. `cap`: --ntasks-per-node.
-pub fn deal(tasks: u32, nodes: usize, cpus: Option<&[u32]>, cap: Option<u32>, plane: Option<u32>) -> Vec<u32> {
+pub fn deal(
+    tasks: u32,
+    nodes: usize,
+    cpus: Option<&[u32]>,
+    cap: Option<u32>,
+    plane: Option<u32>,
+) -> Vec<u32> {
     let mut counts = vec![0u32; nodes];
     let limit = |i: usize| {
         let c = cpus.map_or(u32::MAX, |c| c[i].max(1));
@@ -437,7 +441,10 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
                         .filter(|&i| names.contains(&alloc[i]))
                         .collect();
                     let cpus = cpus.map(|c| keep.iter().map(|&i| c[i]).collect());
-                    (Some(keep.into_iter().map(|i| alloc[i].clone()).collect()), cpus)
+                    (
+                        Some(keep.into_iter().map(|i| alloc[i].clone()).collect()),
+                        cpus,
+                    )
                 }
                 None => (Some(alloc), cpus),
             }
@@ -533,7 +540,10 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
         let text = hostfile.as_ref().expect("checked above");
         let used: Vec<&str> = text.lines().take(n_tasks as usize).collect();
         // In the allocation's node order when in one, else by name.
-        let names = pool.clone().or(listed.clone()).expect("arbitrary has a host list");
+        let names = pool
+            .clone()
+            .or(listed.clone())
+            .expect("arbitrary has a host list");
         let hosts: Vec<String> = names
             .into_iter()
             .filter(|n| used.contains(&n.as_str()))
@@ -607,7 +617,10 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
     };
     if let Some(g) = gpus.filter(|&g| g > 0) {
         if g > tf_cluster_core::MAX_GPUS {
-            return Err(Error::new(format!("{g} GPUs per node: at most {}", tf_cluster_core::MAX_GPUS)));
+            return Err(Error::new(format!(
+                "{g} GPUs per node: at most {}",
+                tf_cluster_core::MAX_GPUS
+            )));
         }
         let ids: Vec<String> = (0..g).map(|i| i.to_string()).collect();
         vars.push(("CUDA_VISIBLE_DEVICES", ids.join(",")));
@@ -666,9 +679,15 @@ mod tests {
     #[test]
     fn distributions_as_srun_spells_them() {
         assert_eq!(distribution("block").unwrap().0, Distribution::Block);
-        assert_eq!(distribution("cyclic:block").unwrap().0, Distribution::Cyclic);
+        assert_eq!(
+            distribution("cyclic:block").unwrap().0,
+            Distribution::Cyclic
+        );
         assert_eq!(distribution("plane=3").unwrap().0, Distribution::Plane(3));
-        assert_eq!(distribution("arbitrary").unwrap().0, Distribution::Arbitrary);
+        assert_eq!(
+            distribution("arbitrary").unwrap().0,
+            Distribution::Arbitrary
+        );
         assert!(distribution("plane").is_err());
         assert!(distribution("round").is_err());
     }

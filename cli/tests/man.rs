@@ -62,11 +62,20 @@ fn every_option_is_in_the_manual_and_back() {
     });
     man.remove("--help");
     let missing: Vec<&String> = help.difference(&man).collect();
-    assert!(missing.is_empty(), "in --help, not in tf-cluster.1: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "in --help, not in tf-cluster.1: {missing:?}"
+    );
     let stale: Vec<&String> = man.difference(&help).collect();
-    assert!(stale.is_empty(), "in tf-cluster.1, not in --help: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "in tf-cluster.1, not in --help: {stale:?}"
+    );
     for command in COMMANDS {
-        assert!(MAN.contains(&format!(".B tf-cluster {command}")), "{command}");
+        assert!(
+            MAN.contains(&format!(".B tf-cluster {command}")),
+            "{command}"
+        );
         assert!(MAN.contains(&format!(".B {command}\n")), "{command}");
     }
 }
@@ -95,7 +104,10 @@ fn every_variable_read_is_in_the_manual_and_back() {
 fn help_gives_examples() {
     for command in ["env", "explain"] {
         let text = help(&[command]);
-        assert!(text.contains("Examples:\n  tf-cluster "), "{command}: {text}");
+        assert!(
+            text.contains("Examples:\n  tf-cluster "),
+            "{command}: {text}"
+        );
         assert!(text.contains("SLURM_JOB_NODELIST"), "{command}");
     }
     assert!(help(&[]).contains("Examples:"));

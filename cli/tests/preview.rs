@@ -33,7 +33,11 @@ fn ok(out: &Output) -> String {
 fn table(text: &str) -> (Vec<[String; 5]>, Vec<String>) {
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["RANK", "ROLE", "INDEX", "ADDRESS", "GPUS"], "{text}");
+    assert_eq!(
+        header,
+        ["RANK", "ROLE", "INDEX", "ADDRESS", "GPUS"],
+        "{text}"
+    );
     let mut rows = Vec::new();
     let mut rest = Vec::new();
     for line in lines {
@@ -82,7 +86,12 @@ fn notes(text: &str) -> Vec<String> {
 fn login_node_nodes_and_tasks() {
     for args in [
         ["explain", "-N2", "-n4", "--tf-cluster=ps:1,worker:3"],
-        ["explain", "--nodes=2", "--ntasks=4", "--tf-cluster=ps:1,worker:3"],
+        [
+            "explain",
+            "--nodes=2",
+            "--ntasks=4",
+            "--tf-cluster=ps:1,worker:3",
+        ],
     ] {
         let text = ok(&cli(&args, &[]));
         assert_eq!(
@@ -108,7 +117,14 @@ fn login_node_nodes_and_tasks() {
 #[test]
 fn login_node_tasks_per_node() {
     let text = ok(&cli(
-        &["explain", "-N", "2", "--ntasks-per-node", "3", "--tf-cluster"],
+        &[
+            "explain",
+            "-N",
+            "2",
+            "--ntasks-per-node",
+            "3",
+            "--tf-cluster",
+        ],
         &[],
     ));
     let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
@@ -259,13 +275,21 @@ fn login_node_arbitrary() {
 fn login_node_gpus() {
     for gpus in ["--gpus-per-node=4", "--gres=gpu:4", "--gres=gpu:a100:4"] {
         let text = ok(&cli(
-            &["explain", "-N2", "--ntasks-per-node=2", gpus, "--tf-cluster"],
+            &[
+                "explain",
+                "-N2",
+                "--ntasks-per-node=2",
+                gpus,
+                "--tf-cluster",
+            ],
             &[],
         ));
         let slices: Vec<String> = placed(&text).into_iter().map(|r| r.3).collect();
         assert_eq!(slices, ["0,1", "2,3", "0,1", "2,3"], "{gpus}");
         assert!(
-            notes(&text).iter().any(|l| l.starts_with("GPUs: 4 per node")),
+            notes(&text)
+                .iter()
+                .any(|l| l.starts_with("GPUs: 4 per node")),
             "{text}"
         );
     }
@@ -293,7 +317,14 @@ fn login_node_gpus() {
 #[test]
 fn env_previews_one_rank() {
     let out = cli(
-        &["env", "-N2", "-n4", "--tf-cluster=ps:1,worker:3", "--rank", "2"],
+        &[
+            "env",
+            "-N2",
+            "-n4",
+            "--tf-cluster=ps:1,worker:3",
+            "--rank",
+            "2",
+        ],
         &[],
     );
     let vars: Value = serde_json::from_str(&ok(&out)).unwrap();
@@ -430,7 +461,10 @@ fn allocation_with_options() {
     let out = cli(&["explain", "-w", "node9"], &SALLOC);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("node9, which is not in job 7's allocation"), "{err}");
+    assert!(
+        err.contains("node9, which is not in job 7's allocation"),
+        "{err}"
+    );
     // The job's GPUs (salloc --gpus-per-node=2): each task one of them.
     let mut env = SALLOC.to_vec();
     env.push(("SLURM_GPUS_PER_NODE", "2"));
@@ -534,10 +568,15 @@ fn the_network_is_judged_on_the_nodes() {
         "--tf-network=10.255.255.0/24",
     ];
     let text = ok(&cli(&args, &[]));
-    let lines: Vec<&str> = text.lines().filter(|l| l.contains("--tf-network")).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("--tf-network"))
+        .collect();
     assert_eq!(
         lines,
-        ["--tf-network=10.255.255.0/24: judged on each node at launch (each node's interface on it goes to the frameworks), not on this machine"]
+        [
+            "--tf-network=10.255.255.0/24: judged on each node at launch (each node's interface on it goes to the frameworks), not on this machine"
+        ]
     );
     let out = cli(
         &["env", "-N2", "--torch-cluster", "--tf-network=ib0"],
@@ -556,10 +595,16 @@ fn the_network_is_judged_on_the_nodes() {
 fn refusals_are_one_line() {
     for (args, why) in [
         (vec!["explain", "-N3", "-w", "n[1-2]"], "-w names 2 node(s)"),
-        (vec!["explain", "-N2", "--gpus-per-task=1"], "--gpus-per-task"),
+        (
+            vec!["explain", "-N2", "--gpus-per-task=1"],
+            "--gpus-per-task",
+        ),
         (vec!["explain", "-m", "round"], "use block, cyclic, plane=N"),
         (vec!["explain", "-m", "arbitrary"], "-m arbitrary: give -w"),
-        (vec!["env", "-N2", "--rank", "2"], "--rank 2: the step has 2 task(s)"),
+        (
+            vec!["env", "-N2", "--rank", "2"],
+            "--rank 2: the step has 2 task(s)",
+        ),
         (
             vec!["explain", "-N2", "-n5", "--ntasks-per-node=2"],
             "do not fit 2 node(s)",
@@ -572,6 +617,9 @@ fn refusals_are_one_line() {
         assert!(out.stdout.is_empty(), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.starts_with("tf-cluster: ") && err.contains(why), "{args:?}: {err}");
+        assert!(
+            err.starts_with("tf-cluster: ") && err.contains(why),
+            "{args:?}: {err}"
+        );
     }
 }
