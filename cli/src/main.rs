@@ -306,7 +306,12 @@ fn run(command: &Command) -> Result<Output> {
                 ""
             }
         ),
-        _ => "preview: the step srun would start with these options (not inside a job)".into(),
+        Place::Step => {
+            "preview: another step srun would start in this job with these options".into()
+        }
+        Place::Login => {
+            "preview: the step srun would start with these options (not inside a job)".into()
+        }
     }];
     notes.extend(preview.notes.iter().cloned());
     notes.push(format!(
