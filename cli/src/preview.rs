@@ -410,7 +410,8 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
             let written = names.clone();
             names.sort_by_key(|n| natural_key(n));
             names.dedup();
-            if !arbitrary && names != written {
+            // In an allocation the job's own order is taken (below).
+            if !arbitrary && names != written && job.hosts.is_none() {
                 notes.push(format!(
                     "-w {list}: Slurm orders a step's nodes as slurm.conf lists them, taken here as by name: {}",
                     names.join(",")

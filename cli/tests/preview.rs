@@ -177,6 +177,14 @@ fn login_node_with_a_hostlist() {
             "{text}"
         );
     }
+    // Slurm's node order, not the order written, and a note says so.
+    let text = ok(&cli(&["explain", "-w", "n10,n9", "--tf-cluster"], &[]));
+    let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
+    assert_eq!(addrs, ["n9:8888", "n10:8888"]);
+    assert!(
+        notes(&text).iter().any(|l| l.contains("as slurm.conf lists them")),
+        "{text}"
+    );
     // Without -n, -w alone: one task per node.
     let text = ok(&cli(&["explain", "-w", "n[1-3]", "--tf-cluster"], &[]));
     let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
