@@ -94,7 +94,8 @@ Where the facts come from:
   elsewhere (a login node): the shape options alone (default -N1 -n1);
       without -w the node names are invented, and the output says so;
   with -m arbitrary and no -w, in either: the hosts of SLURM_HOSTFILE.
-A preview reads nothing else of this machine: not its GPUs, nor its network
+A preview reads nothing else of this machine but slurm.conf's MpiParams (the
+ports; SLURM_CONF, else /etc/slurm/slurm.conf): not its GPUs, nor its network
 interfaces (--tf-network is judged on each node at launch)."
     };
 }
@@ -314,10 +315,7 @@ fn run(command: &Command) -> Result<Output> {
         }
     }];
     notes.extend(preview.notes.iter().cloned());
-    notes.push(format!(
-        "ports: from the port base ({}); where Slurm reserves ports for the step (MpiParams=ports), those are used, known only at launch",
-        settings.port_base
-    ));
+    notes.push(ports_note(settings.port_base));
     // This machine's network is not the nodes': the network is judged on
     // each node at launch, and only the addresses keep the host template.
     let mut gather = settings.clone();
@@ -337,6 +335,33 @@ fn run(command: &Command) -> Result<Output> {
     };
     let step = Step::gather(&gather, &mut source)?.step()?;
     render(explain, settings, step, Some(preview.rank), notes)
+}
+
+/// What the ports shown are: the port base + each task's index on its node,
+/// unless slurm.conf (SLURM_CONF, else its default place) makes Slurm
+/// reserve every step's ports (MpiParams=ports=…, as `doctor` reads it).
+fn ports_note(port_base: u16) -> String {
+    use doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_slurm_conf};
+    let path = std::env::var("SLURM_CONF")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return format!(
+            "ports: the port base ({port_base}) + each task's index on its node; where Slurm reserves the step's ports (MpiParams=ports), the task's index picks one of those at launch instead"
+        );
+    };
+    match parse_slurm_conf(&text)
+        .get("mpiparams")
+        .filter(|m| m.contains("ports="))
+    {
+        Some(m) => format!(
+            "ports: Slurm reserves each step's ports at launch (MpiParams={m} in {path}): the task's index on its node (the port shown - {port_base}) picks one of them instead of the port shown"
+        ),
+        None => format!(
+            "ports: the port base ({port_base}) + each task's index on its node ({path} reserves no ports: no MpiParams=ports)"
+        ),
+    }
 }
 
 /// `env` (the variables of `step.procid`) or `explain` (every rank) of a

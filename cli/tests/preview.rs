@@ -113,6 +113,38 @@ fn login_node_nodes_and_tasks() {
     }
 }
 
+/// The ports note follows slurm.conf's MpiParams=ports.
+#[test]
+fn ports_follow_slurm_conf() {
+    let dir = std::env::temp_dir().join(format!("tfc-preview-conf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = dir.join("with.conf");
+    std::fs::write(&with, "ClusterName=c\nMpiParams=ports=12000-12999\n").unwrap();
+    let without = dir.join("without.conf");
+    std::fs::write(&without, "ClusterName=c\n").unwrap();
+    let note = |conf: &std::path::Path| {
+        let text = ok(&cli(
+            &["explain", "-N2"],
+            &[("SLURM_CONF", conf.to_str().unwrap())],
+        ));
+        notes(&text)
+            .into_iter()
+            .find(|l| l.starts_with("ports: "))
+            .unwrap()
+    };
+    assert!(
+        note(&with)
+            .contains("Slurm reserves each step's ports at launch (MpiParams=ports=12000-12999"),
+        "{}",
+        note(&with)
+    );
+    assert!(
+        note(&without).contains("reserves no ports"),
+        "{}",
+        note(&without)
+    );
+}
+
 /// `--ntasks-per-node=3 -N2`: six tasks, three on each node, in blocks.
 #[test]
 fn login_node_tasks_per_node() {
@@ -182,7 +214,9 @@ fn login_node_with_a_hostlist() {
     let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
     assert_eq!(addrs, ["n9:8888", "n10:8888"]);
     assert!(
-        notes(&text).iter().any(|l| l.contains("as slurm.conf lists them")),
+        notes(&text)
+            .iter()
+            .any(|l| l.contains("as slurm.conf lists them")),
         "{text}"
     );
     // Without -n, -w alone: one task per node.
