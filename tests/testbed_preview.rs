@@ -123,6 +123,16 @@ fn assert_preview_is_the_step(preview: &str, step: &Run, context: &str) {
         step.tasks.len(),
         "as many ranks as the step ran:\n{context}"
     );
+    // The note on ports (from slurm.conf's MpiParams) says whether the step
+    // got reserved ports.
+    let reserved = step.tasks.iter().any(|t| t.resv_ports.is_some());
+    assert_eq!(
+        notes
+            .iter()
+            .any(|l| l.contains("Slurm reserves each step's ports")),
+        reserved,
+        "the ports note: {notes:?}\n{context}"
+    );
     for (row, task) in rows.iter().zip(&step.tasks) {
         let at = format!(
             "rank {} (preview {row:?}, task {task:?})\n{context}",
