@@ -279,3 +279,51 @@ fn preview_in_a_batch_script_is_the_step() {
         "{context}"
     );
 }
+
+/// The comparison itself, without the testbed: a preview and a step as
+/// Slurm runs them (`salloc -N2 -n4` on node[2-3], ports 12000-12001
+/// reserved), then a step that ran a rank elsewhere, which must fail.
+#[test]
+fn the_comparison_catches_a_rank_out_of_place() {
+    let tf = |role: &str, index: u32| {
+        format!(
+            r#"{{"cluster":{{"ps":["node2:12000"],"worker":["node2:12001","node3:12000","node3:12001"]}},"task":{{"type":"{role}","index":{index}}}}}"#
+        )
+    };
+    let preview = "RANK  ROLE    INDEX  ADDRESS     GPUS\n\
+                   0     ps      0      node2:8888  -\n\
+                   1     worker  0      node2:8889  -\n\
+                   2     worker  1      node3:8888  -\n\
+                   3     worker  2      node3:8889  -\n\
+                   preview: the step srun would start in this allocation\n\
+                   ports: Slurm reserves each step's ports at launch (MpiParams=ports=12000-12999 in /etc/slurm/slurm.conf): …\n";
+    let mut step = String::new();
+    for (rank, host, local, role, index) in [
+        (0, "node2", 0, "ps", 0),
+        (1, "node2", 1, "worker", 0),
+        (2, "node3", 0, "worker", 1),
+        (3, "node3", 1, "worker", 2),
+    ] {
+        step.push_str(&format!(
+            "TASK\t{rank}\t{host}\t{local}\t12000-12001\t<unset>\t{}\n",
+            tf(role, index)
+        ));
+    }
+    assert_preview_is_the_step(preview, &step_run(&step), "good");
+    let swapped = preview
+        .replace(
+            "1     worker  0      node2:8889",
+            "1     worker  0      node3:8889",
+        )
+        .replace(
+            "2     worker  1      node3:8888",
+            "2     worker  1      node2:8888",
+        );
+    let caught = std::panic::catch_unwind(|| {
+        assert_preview_is_the_step(&swapped, &step_run(&step), "swapped")
+    });
+    assert!(
+        caught.is_err(),
+        "a preview with ranks swapped must not pass"
+    );
+}
