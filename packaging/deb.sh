@@ -8,6 +8,7 @@
 # there), e.g. tf-cluster_0.1.0+slurm24.11_amd64.deb, holding
 #   /usr/lib/<multiarch>/slurm-wlm/tf_cluster.so   the plugin (Debian's Slurm plugin dir)
 #   /usr/bin/tf-cluster                          the CLI (env, explain, doctor)
+#   /usr/share/man/man1/tf-cluster.1.gz          its manual (cli/tf-cluster.1)
 #   /usr/share/tf-cluster/tf-cluster.conf        the plugstack snippet, which the
 #       postinst copies to /etc/slurm/plugstack.conf.d/ (read by the include
 #       line of the plugstack.conf that slurm-wlm-basic-plugins ships)
@@ -57,6 +58,8 @@ chmod 755 "$stage"
 trap 'rm -rf "$stage"' EXIT
 install -D -m 644 "$so" "$stage$plugin_dir/tf_cluster.so"
 install -D -m 755 "$cli" "$stage/usr/bin/tf-cluster"
+install -D -m 644 cli/tf-cluster.1 "$stage/usr/share/man/man1/tf-cluster.1"
+gzip -9n "$stage/usr/share/man/man1/tf-cluster.1"
 # The snippet: plugstack.conf.example's line, with the packaged path.
 mkdir -p "$stage/usr/share/tf-cluster"
 sed -E "s#[^[:space:]]*tf_cluster\.so#$plugin_dir/tf_cluster.so#" plugstack.conf.example \

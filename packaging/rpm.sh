@@ -36,12 +36,26 @@ mkdir -p "$top"/{SOURCES,SPECS,BUILD,RPMS,SRPMS}
 files=$(git ls-files --cached --others --exclude-standard)
 tar -czf "$top/SOURCES/tf-cluster-$version.tar.gz" --transform "s#^#tf-cluster-$version/#" $files
 
+# The CLI's manual, /usr/share/man/man1/tf-cluster.1 (rpm compresses it): put
+# in the spec's %install and %files here, unless the spec already names it.
+spec=packaging/rpm/tf-cluster.spec
+if ! grep -q 'tf-cluster\.1' "$spec"; then
+    awk '{ print }
+        /^%install$/ { install = 1 }
+        install && /^install -D -m 755 .*tf-cluster /{
+            print "install -D -m 644 cli/tf-cluster.1 %{buildroot}%{_mandir}/man1/tf-cluster.1"; install = 0 }
+        /^%files$/ { print "%{_mandir}/man1/tf-cluster.1*" }' "$spec" >"$top/SPECS/tf-cluster.spec"
+    spec=$top/SPECS/tf-cluster.spec
+    grep -q 'man1/tf-cluster.1\*$' "$spec" && grep -q '_mandir}/man1/tf-cluster.1$' "$spec" ||
+        die "could not add the manual to $spec"
+fi
+
 args=(--define "_topdir $top" --define "tfc_version $version" --define "slurm_include_dir $include")
 rpm -q "$(rpm --eval '%{?slurm_devel_pkg}%{!?slurm_devel_pkg:slurm-devel}')" >/dev/null 2>&1 || args+=(--nodeps)
 if rpmbuild --help 2>/dev/null | grep -q -- --build-in-place; then args+=(--build-in-place); fi
 eval "extra=(${RPMBUILD_ARGS:-})"
 echo "rpm: building tf-cluster $version against $include" >&2
-rpmbuild -bb "${args[@]}" "${extra[@]}" packaging/rpm/tf-cluster.spec >"$top/build.log" 2>&1 ||
+rpmbuild -bb "${args[@]}" "${extra[@]}" "$spec" >"$top/build.log" 2>&1 ||
     { tail -n 30 "$top/build.log" >&2; die "rpmbuild failed (log: $top/build.log)"; }
 rm -f "$out"/tf-cluster-*.rpm
 find "$top/RPMS" -name 'tf-cluster-*.rpm' -exec mv {} "$out/" \;

@@ -66,6 +66,13 @@ fn rpm_files_and_requirements() {
     ] {
         assert!(files.contains(&want), "{want} not in {files:?}");
     }
+    // The CLI's manual (rpm may compress it).
+    assert!(
+        files
+            .iter()
+            .any(|f| f.starts_with("/usr/share/man/man1/tf-cluster.1")),
+        "no manual in {files:?}"
+    );
     // The snippet is an admin's file: kept on upgrade, set aside on removal.
     let config = run(
         "rpm",
@@ -105,6 +112,7 @@ fn deb_files_and_dependencies() {
         "./usr/bin/tf-cluster",
         "./usr/share/tf-cluster/tf-cluster.conf",
         "./usr/share/doc/tf-cluster/copyright",
+        "./usr/share/man/man1/tf-cluster.1.gz",
     ] {
         assert!(
             listing.lines().any(|l| l.ends_with(want)),

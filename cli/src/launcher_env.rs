@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use tf_cluster_core::Result;
-use tf_cluster_core::frameworks::FRAMEWORKS;
+use tf_cluster_core::frameworks::{self, FRAMEWORKS};
 use tf_cluster_core::settings::SETTINGS;
 
 use crate::Options;
@@ -136,7 +136,10 @@ fn given(options: &Options) -> Vec<(String, Option<String>)> {
         let (_, value) = options.given.iter().find(|(k, _)| *k == s.key)?;
         Some((format!("tf-{}", s.key), Some(value.clone())))
     });
-    frameworks.chain(settings).collect()
+    let all_off = options
+        .all_off
+        .then(|| (frameworks::ALL_OFF.to_string(), None));
+    frameworks.chain(settings).chain(all_off).collect()
 }
 
 /// The output for `options` and the plugin's name. Lines other than
@@ -158,7 +161,8 @@ pub fn render(options: &Options, plugin: &str, found: Option<&SitePlugin>) -> Re
             .iter()
             .map(|f| f.option)
             .map(str::to_string)
-            .chain(SETTINGS.iter().map(|s| format!("tf-{}", s.key)));
+            .chain(SETTINGS.iter().map(|s| format!("tf-{}", s.key)))
+            .chain([frameworks::ALL_OFF.to_string()]);
         for option in options {
             let _ = writeln!(out, "# --{option:<18} {}", variable(plugin, &option));
         }

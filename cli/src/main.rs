@@ -6,22 +6,35 @@
 mod doctor;
 mod elf;
 mod launcher_env;
+mod preview;
 
 use std::process::ExitCode;
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use tf_cluster_core::frameworks::{self, ALL_OFF, ALL_OFF_HELP, OFF};
 use tf_cluster_core::os::ProcessEnv;
 use tf_cluster_core::settings::SETTINGS;
 use tf_cluster_core::{
     self as core, Error, FRAMEWORKS, Framework, Frameworks, Result, Settings, Step,
 };
 
+use preview::{Place, Shape};
+
 #[derive(Parser)]
 #[command(
     name = "tf-cluster",
     version = env!("TF_CLUSTER_BUILD_ID"),
-    about = "TF_CONFIG and CUDA_VISIBLE_DEVICES for a Slurm task, as the tf-cluster plugin sets them"
+    about = "TF_CONFIG and CUDA_VISIBLE_DEVICES for a Slurm task, as the tf-cluster plugin sets them",
+    after_help = "\
+Examples:
+  tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # preview on a login node
+  tf-cluster explain --torch-cluster                       # in an salloc shell or batch script
+  srun -N2 -n4 tf-cluster env --tf-cluster                 # what each task of a step gets
+  tf-cluster doctor                                        # for admins: this node's installation
+
+`tf-cluster env --help` and `tf-cluster explain --help` list the variables read;
+the manual: man tf-cluster."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -30,10 +43,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print, as one JSON object, the variables the plugin would set for this task.
-    Env(Options),
-    /// Print a table of every rank: role, index, host:port and GPUs.
-    Explain(Options),
+    /// Print, as one JSON object, the variables the plugin would set for a
+    /// task: this task inside a step, else rank --rank (0) of the step srun
+    /// would start here.
+    #[command(after_help = ENV_HELP, after_long_help = ENV_HELP)]
+    Env(StepArgs),
+    /// Print a table of every rank: role, index, host:port and GPUs, for
+    /// this step, or for the step srun would start here with these options.
+    #[command(after_help = EXPLAIN_HELP, after_long_help = EXPLAIN_HELP)]
+    Explain(StepArgs),
     /// Check this node's installation (plugstack.conf, the .so, Slurm's
     /// version, site arguments, build, reserved ports). Exit 0: healthy,
     /// 1: a problem that breaks srun or the plugin, 2: warnings only.
@@ -44,14 +62,83 @@ enum Command {
     LauncherEnv(Options),
 }
 
+/// `env` and `explain`: the plugin's options and srun's shape options.
+#[derive(clap::Args)]
+struct StepArgs {
+    #[command(flatten)]
+    options: Options,
+    #[command(flatten)]
+    shape: Shape,
+}
+
+/// Where the facts come from, in `--help` (a macro: `concat!` takes
+/// literals only).
+macro_rules! where_help {
+    () => {
+        "\
+Where the facts come from:
+  inside a step (SLURM_STEP_TASKS_PER_NODE set), without shape options:
+      this task's own variables, as the plugin reads them in slurmstepd:
+      SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST,
+      SLURM_STEP_TASKS_PER_NODE, SLURM_NODEID, SLURM_GTIDS, SLURMD_NODENAME,
+      SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE, SLURM_HOSTFILE,
+      SLURM_STEP_RESV_PORTS, CUDA_VISIBLE_DEVICES and the other device lists,
+      SLURM_GPUS_ON_NODE, SLURMD_TRES_BIND, SLURM_JOB_ID, SLURM_STEP_ID;
+  inside an allocation (an salloc shell, a batch script: SLURM_JOB_ID set):
+      the step a plain srun would start there, from the job's SLURM_JOB_ID,
+      SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_NTASKS_PER_NODE,
+      SLURM_TASKS_PER_NODE, SLURM_JOB_CPUS_PER_NODE, SLURM_CPUS_PER_TASK,
+      SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE, SLURM_GPUS_PER_NODE,
+      SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; shape options override them as
+      they override them for srun;
+  elsewhere (a login node): the shape options alone (default -N1 -n1);
+      without -w the node names are invented, and the output says so;
+  with -m arbitrary and no -w, in either: the hosts of SLURM_HOSTFILE.
+A preview reads nothing else of this machine but slurm.conf's MpiParams (the
+ports; SLURM_CONF, else /etc/slurm/slurm.conf): not its GPUs, nor its network
+interfaces (--tf-network is judged on each node at launch)."
+    };
+}
+
+const ENV_HELP: &str = concat!(
+    "\
+Examples:
+  tf-cluster env                           # inside a step: this task's variables
+  tf-cluster env -N2 -n4 --tf-cluster=ps:1,worker:3 --rank 1
+  tf-cluster env -N2 --ntasks-per-node=2 --gpus-per-node=4 --torch-cluster --rank 3
+  tf-cluster env --tf-off                  # {} (the plugin sets nothing)
+
+",
+    where_help!()
+);
+
+const EXPLAIN_HELP: &str = concat!(
+    "\
+Examples:
+  tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # on a login node
+  tf-cluster explain -w node[1-3] --ntasks-per-node=2 -m cyclic --tf-cluster
+  tf-cluster explain -N2 --ntasks-per-node=2 --gres=gpu:4 --torch-cluster
+  tf-cluster explain --tf-cluster          # in an salloc shell or a batch script
+  tf-cluster explain -n4 -m arbitrary -w node2,node1,node2,node1 --tf-cluster
+
+",
+    where_help!()
+);
+
 /// The plugin's options, from the core's tables: the frameworks'
-/// (`--tf-cluster`, `--torch-cluster`, `--jax-cluster`) and `--tf-<key>`
-/// (also `--<key>`) for each setting.
+/// (`--tf-cluster`, `--torch-cluster`, `--jax-cluster`, each also `=off`),
+/// `--tf-<key>` (also `--<key>`) for each setting, and `--tf-off`.
 struct Options {
-    /// Each framework given, with its argument.
+    /// Each framework given, with its value ("" for the bare option, `off`).
     frameworks: Vec<(&'static Framework, Option<String>)>,
     given: Vec<(&'static str, String)>,
+    /// `--tf-off`: no framework for this step.
+    all_off: bool,
 }
+
+/// Settings whose bare `--<key>` would be read as srun's option of that
+/// name, which means something else: only `--tf-<key>`.
+const NO_ALIAS: [&str; 2] = ["gpus-per-node", "gpus-per-task"];
 
 impl FromArgMatches for Options {
     fn from_arg_matches(m: &ArgMatches) -> std::result::Result<Self, clap::Error> {
@@ -61,10 +148,7 @@ impl FromArgMatches for Options {
                 m.contains_id(f.option)
                     && m.value_source(f.option) == Some(ValueSource::CommandLine)
             })
-            .map(|&f| {
-                let arg = f.arg.as_ref().and_then(|_| m.get_one::<String>(f.option));
-                (f, arg.cloned())
-            })
+            .map(|&f| (f, m.get_one::<String>(f.option).cloned()))
             .collect();
         Ok(Options {
             frameworks,
@@ -72,6 +156,7 @@ impl FromArgMatches for Options {
                 .iter()
                 .filter_map(|s| Some((s.key, m.get_one::<String>(s.key)?.clone())))
                 .collect(),
+            all_off: m.get_flag(ALL_OFF),
         })
     }
 
@@ -83,25 +168,40 @@ impl FromArgMatches for Options {
 
 impl Args for Options {
     fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd =
+            cmd.next_help_heading("The plugin's options (as srun, sbatch and salloc take them)");
         let cmd = FRAMEWORKS.iter().fold(cmd, |cmd, f| {
-            let arg = Arg::new(f.option).long(f.option).help(f.help);
-            cmd.arg(match &f.arg {
-                Some(a) => arg
-                    .value_name(a.name)
+            let value = f.arg.as_ref().map_or(OFF, |a| a.name);
+            cmd.arg(
+                Arg::new(f.option)
+                    .long(f.option)
+                    .help(format!(
+                        "{}; ={OFF}: not for this step, though the job asked",
+                        f.help
+                    ))
+                    .value_name(value)
                     .num_args(0..=1)
+                    .require_equals(f.arg.is_none())
                     .default_missing_value(""),
-                None => arg.action(ArgAction::SetTrue),
+            )
+        });
+        let cmd = SETTINGS.iter().fold(cmd, |cmd, s| {
+            let arg = Arg::new(s.key)
+                .long(format!("tf-{}", s.key))
+                .value_name(s.arg)
+                .help(s.help);
+            cmd.arg(if NO_ALIAS.contains(&s.key) {
+                arg
+            } else {
+                arg.alias(s.key)
             })
         });
-        SETTINGS.iter().fold(cmd, |cmd, s| {
-            cmd.arg(
-                Arg::new(s.key)
-                    .long(format!("tf-{}", s.key))
-                    .alias(s.key)
-                    .value_name(s.arg)
-                    .help(s.help),
-            )
-        })
+        cmd.arg(
+            Arg::new(ALL_OFF)
+                .long(ALL_OFF)
+                .action(ArgAction::SetTrue)
+                .help(ALL_OFF_HELP),
+        )
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
@@ -110,6 +210,9 @@ impl Args for Options {
 }
 
 impl Options {
+    /// The step's settings, every value checked as srun checks it; no
+    /// framework when the options turn every one off (`--tf-off`,
+    /// `--tf-cluster=off` alone).
     fn settings(&self) -> Result<Settings> {
         let mut settings = Settings::default();
         // No framework option: TensorFlow's, as with `--tf-cluster`.
@@ -117,9 +220,14 @@ impl Options {
             settings.frameworks = Frameworks::default();
         }
         for (f, value) in &self.frameworks {
+            let value = value.as_deref().unwrap_or("");
+            frameworks::check_value(f, value)?;
+            if value == OFF {
+                continue;
+            }
             settings.frameworks = settings.frameworks.with(f);
             if let Some(arg) = &f.arg {
-                (arg.set)(&mut settings, value.as_deref().unwrap_or(""))?;
+                (arg.set)(&mut settings, value)?;
             }
         }
         for (key, value) in &self.given {
@@ -127,36 +235,166 @@ impl Options {
                 .set(key, value)
                 .map_err(|e| Error::new(format!("--tf-{e}")))?;
         }
+        if self.all_off {
+            settings.frameworks = Frameworks::default();
+        }
         Ok(settings)
+    }
+
+    /// Why no framework is asked for, in the words of the options.
+    fn why_off(&self) -> String {
+        if self.all_off {
+            return format!("--{ALL_OFF}");
+        }
+        let off: Vec<String> = self
+            .frameworks
+            .iter()
+            .filter(|(_, v)| v.as_deref() == Some(OFF))
+            .map(|(f, _)| format!("--{}={OFF}", f.option))
+            .collect();
+        off.join(" ")
     }
 }
 
-fn run(cli: Cli) -> Result<String> {
-    let (Command::Env(options) | Command::Explain(options)) = &cli.command else {
-        unreachable!("doctor is run by main");
+/// What `env` or `explain` prints: stdout, then notes for stderr (`env`).
+struct Output {
+    out: String,
+    notes: Vec<String>,
+}
+
+fn run(command: &Command) -> Result<Output> {
+    let (Command::Env(args) | Command::Explain(args)) = command else {
+        unreachable!("doctor and launcher-env are run by main");
     };
-    let settings = options.settings()?;
-    let step = Step::gather(&settings, &mut ProcessEnv)?.step()?;
-    match cli.command {
-        Command::Env(_) => {
-            let injection = core::resolve(&settings, &step)?;
-            let vars: serde_json::Map<String, serde_json::Value> = injection
-                .vars()
-                .map(|(name, value)| (name.to_string(), value.into()))
-                .collect();
-            Ok(serde_json::Value::Object(vars).to_string())
-        }
-        Command::Explain(_) => {
-            let explained = core::Node::prepare(settings.clone(), step)?.explain()?;
-            let mut out = table(explained.rows);
-            for line in explained.summaries {
-                out.push('\n');
-                out.push_str(&line);
-            }
-            Ok(out)
-        }
-        Command::Doctor | Command::LauncherEnv(_) => unreachable!("run by main"),
+    let settings = args.options.settings()?;
+    let explain = matches!(command, Command::Explain(_));
+    let place = preview::place(&mut ProcessEnv)?;
+    if settings.frameworks.is_empty() {
+        let why = args.options.why_off();
+        return Ok(match explain {
+            true => Output {
+                out: format!("no framework for this step ({why}): the plugin sets nothing"),
+                notes: vec![],
+            },
+            false => Output {
+                out: "{}".into(),
+                notes: vec![],
+            },
+        });
     }
+    if place == Place::Step && !args.shape.given() {
+        if args.shape.rank.is_some() {
+            return Err(Error::new(
+                "--rank is for a preview: inside a step, env prints this task's variables (SLURM_PROCID)",
+            ));
+        }
+        let step = Step::gather(&settings, &mut ProcessEnv)?.step()?;
+        return render(explain, settings, step, None, Vec::new());
+    }
+    let preview = preview::preview(&args.shape, &mut ProcessEnv, place)?;
+    if !explain && preview.rank >= preview.tasks {
+        return Err(Error::new(format!(
+            "--rank {}: the step has {} task(s)",
+            preview.rank, preview.tasks
+        )));
+    }
+    let mut notes = vec![match place {
+        Place::Allocation => format!(
+            "preview: the step srun would start in this allocation{}",
+            if args.shape.given() {
+                " with these options"
+            } else {
+                ""
+            }
+        ),
+        Place::Step => {
+            "preview: another step srun would start in this job with these options".into()
+        }
+        Place::Login => {
+            "preview: the step srun would start with these options (not inside a job)".into()
+        }
+    }];
+    notes.extend(preview.notes.iter().cloned());
+    notes.push(ports_note(settings.port_base));
+    // This machine's network is not the nodes': the network is judged on
+    // each node at launch, and only the addresses keep the host template.
+    let mut gather = settings.clone();
+    if let Some(network) = gather.network.take() {
+        notes.push(format!(
+            "--tf-network={network}: judged on each node at launch (each node's interface on it goes to the frameworks), not on this machine"
+        ));
+    } else if let Some(template) = &settings.host_template {
+        notes.push(format!(
+            "--tf-host-template={template}: the network of these names is found on each node at launch"
+        ));
+    }
+    gather.host_template = None;
+    let mut source = preview::Synthesised {
+        preview: &preview,
+        rank: Some(preview.rank),
+    };
+    let step = Step::gather(&gather, &mut source)?.step()?;
+    render(explain, settings, step, Some(preview.rank), notes)
+}
+
+/// What the ports shown are: the port base + each task's index on its node,
+/// unless slurm.conf (SLURM_CONF, else its default place) makes Slurm
+/// reserve every step's ports (MpiParams=ports=…, as `doctor` reads it).
+fn ports_note(port_base: u16) -> String {
+    use doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_slurm_conf};
+    let path = std::env::var("SLURM_CONF")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return format!(
+            "ports: the port base ({port_base}) + each task's index on its node; where Slurm reserves the step's ports (MpiParams=ports), the task's index picks one of those at launch instead"
+        );
+    };
+    match parse_slurm_conf(&text)
+        .get("mpiparams")
+        .filter(|m| m.contains("ports="))
+    {
+        Some(m) => format!(
+            "ports: Slurm reserves each step's ports at launch (MpiParams={m} in {path}): the task's index on its node (the port shown - {port_base}) picks one of them instead of the port shown"
+        ),
+        None => format!(
+            "ports: the port base ({port_base}) + each task's index on its node ({path} reserves no ports: no MpiParams=ports)"
+        ),
+    }
+}
+
+/// `env` (the variables of `step.procid`) or `explain` (every rank) of a
+/// step, real or previewed; `notes` after the table, or on stderr for env.
+fn render(
+    explain: bool,
+    settings: Settings,
+    step: Step,
+    preview_rank: Option<u32>,
+    notes: Vec<String>,
+) -> Result<Output> {
+    if !explain {
+        let injection = core::resolve(&settings, &step)?;
+        let vars: serde_json::Map<String, serde_json::Value> = injection
+            .vars()
+            .map(|(name, value)| (name.to_string(), value.into()))
+            .collect();
+        let mut notes = notes;
+        if let Some(rank) = preview_rank {
+            notes.insert(0, format!("the variables of rank {rank}"));
+        }
+        return Ok(Output {
+            out: serde_json::Value::Object(vars).to_string(),
+            notes,
+        });
+    }
+    let explained = core::Node::prepare(settings, step)?.explain()?;
+    let mut out = table(explained.rows);
+    for line in explained.summaries.iter().chain(&notes) {
+        out.push('\n');
+        out.push_str(line);
+    }
+    Ok(Output { out, notes: vec![] })
 }
 
 /// Rows as columns padded to their widest cell; the first row is the header.
@@ -192,9 +430,12 @@ fn main() -> ExitCode {
         print!("{out}");
         return ExitCode::from(code);
     }
-    match run(cli) {
-        Ok(out) => {
-            println!("{out}");
+    match run(&cli.command) {
+        Ok(output) => {
+            println!("{}", output.out);
+            for note in output.notes {
+                eprintln!("tf-cluster: note: {note}");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -56,7 +56,7 @@ fn env_takes_every_setting_as_a_flag() {
             "ps:1,worker:3",
             "--port-base",
             "1337",
-            "--gpus-per-task",
+            "--tf-gpus-per-task",
             "1",
             "--rpc-layer",
             "grpc",
@@ -78,7 +78,7 @@ fn env_takes_every_setting_as_a_flag() {
 #[test]
 fn errors_are_one_line_and_no_output() {
     for (args, env, why) in [
-        (vec!["env"], vec![], "SLURM_PROCID is not set"),
+        (vec!["env"], BASIC[1..].to_vec(), "SLURM_PROCID is not set"),
         (
             vec!["env", "--tf-cluster=ps:1,worker:2"],
             BASIC.to_vec(),

@@ -24,6 +24,28 @@ use super::{Result, distribution::Placement};
 pub static FRAMEWORKS: [&Framework; 3] =
     [&tensorflow::FRAMEWORK, &pytorch::FRAMEWORK, &jax::FRAMEWORK];
 
+/// The value of a framework's option that turns it off for one step, though
+/// the job (sbatch, salloc) or the site asked for it: `--tf-cluster=off`.
+pub const OFF: &str = "off";
+
+/// The option that turns every framework off for one step, whatever the job
+/// asked: `--tf-off`.
+pub const ALL_OFF: &str = "tf-off";
+
+/// [`ALL_OFF`]'s help.
+pub const ALL_OFF_HELP: &str = "no framework's variables for this step, whatever the job asked (one framework: --tf-cluster=off, --torch-cluster=off, --jax-cluster=off)";
+
+/// Checks a framework option's value as srun, sbatch and salloc take it:
+/// [`OFF`], the empty value (the bare option), or the framework's argument.
+pub fn check_value(f: &Framework, value: &str) -> Result<()> {
+    match &f.arg {
+        _ if value == OFF => Ok(()),
+        Some(arg) => (arg.set)(&mut Settings::default(), value),
+        None if value.is_empty() => Ok(()),
+        None => bail!("--{} takes no value but {OFF} (not {value:?})", f.option),
+    }
+}
+
 /// One framework's declaration.
 pub struct Framework {
     /// Its name in messages.

@@ -514,3 +514,21 @@ fn a_het_step_has_one_rendezvous_id() {
         assert_eq!(injection.get("PET_MASTER_ADDR"), Some("node1"), "job {job}");
     }
 }
+
+/// A framework's option takes `off` (turned off for the step), the empty
+/// value (the bare option) or its argument, as srun takes it.
+#[test]
+fn option_values_as_srun_takes_them() {
+    use super::{FRAMEWORKS, OFF, check_value};
+    for f in FRAMEWORKS {
+        assert!(check_value(f, OFF).is_ok(), "{}", f.option);
+        assert!(check_value(f, "").is_ok(), "{}", f.option);
+    }
+    assert!(check_value(&tensorflow::FRAMEWORK, "ps:1,worker:3").is_ok());
+    assert!(check_value(&tensorflow::FRAMEWORK, "ps:1,,worker:3").is_err());
+    let e = check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--torch-cluster takes no value but off (not \"yes\")"
+    );
+}

@@ -1,0 +1,114 @@
+//! The manual page cli/tf-cluster.1 (installed by the .deb and the .rpm as
+//! /usr/share/man/man1/tf-cluster.1) says what `--help` says: the same
+//! commands, options and variables read.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+const MAN: &str = include_str!("../tf-cluster.1");
+
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_tf-cluster"))
+        .args(args)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Words of `text` that begin with `prefix` and go on with characters `ok`
+/// takes.
+fn words(text: &str, prefix: &str, ok: impl Fn(char) -> bool) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().last();
+        let tail = &rest[at + prefix.len()..];
+        let len = tail.find(|c: char| !ok(c)).unwrap_or(tail.len());
+        if len > 0 && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            found.insert(format!("{prefix}{}", tail[..len].trim_end_matches('-')));
+        }
+        rest = &tail[len..];
+    }
+    found
+}
+
+const COMMANDS: [&str; 4] = ["env", "explain", "launcher-env", "doctor"];
+
+fn options_in_help() -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    for command in COMMANDS {
+        // Option lines only: the examples name options of srun too.
+        let text = help(&[command]);
+        for line in text.lines().map(str::trim_start) {
+            // `-n, --ntasks <N>`, before the help text beside it, if any.
+            if line.starts_with('-') {
+                let names = line.split("  ").next().unwrap_or_default();
+                all.extend(words(names, "--", |c| c.is_ascii_lowercase() || c == '-'));
+            }
+        }
+    }
+    all.remove("--help");
+    all
+}
+
+#[test]
+fn every_option_is_in_the_manual_and_back() {
+    let help = options_in_help();
+    let mut man: BTreeSet<String> = words(&MAN.replace("\\-", "-"), "--", |c| {
+        c.is_ascii_lowercase() || c == '-'
+    });
+    man.remove("--help");
+    let missing: Vec<&String> = help.difference(&man).collect();
+    assert!(
+        missing.is_empty(),
+        "in --help, not in tf-cluster.1: {missing:?}"
+    );
+    let stale: Vec<&String> = man.difference(&help).collect();
+    assert!(
+        stale.is_empty(),
+        "in tf-cluster.1, not in --help: {stale:?}"
+    );
+    for command in COMMANDS {
+        assert!(
+            MAN.contains(&format!(".B tf-cluster {command}")),
+            "{command}"
+        );
+        assert!(MAN.contains(&format!(".B {command}\n")), "{command}");
+    }
+}
+
+#[test]
+fn every_variable_read_is_in_the_manual_and_back() {
+    let var = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_';
+    let mut help_vars = BTreeSet::new();
+    for command in ["env", "explain"] {
+        let text = help(&[command]);
+        let (_, read) = text.split_once("Where the facts come from:").unwrap();
+        help_vars.extend(words(read, "SLURM", var));
+        help_vars.extend(words(read, "CUDA_", var));
+    }
+    let (_, environment) = MAN.split_once(".SH ENVIRONMENT").unwrap();
+    let (environment, _) = environment.split_once(".SH ").unwrap();
+    let mut man_vars = words(environment, "SLURM", var);
+    man_vars.extend(words(environment, "CUDA_", var));
+    assert_eq!(help_vars, man_vars);
+    assert!(help_vars.contains("SLURM_JOB_NODELIST"), "{help_vars:?}");
+    assert!(help_vars.contains("SLURM_TASKS_PER_NODE"), "{help_vars:?}");
+}
+
+/// `--help` gives examples and the variables read.
+#[test]
+fn help_gives_examples() {
+    for command in ["env", "explain"] {
+        let text = help(&[command]);
+        assert!(
+            text.contains("Examples:\n  tf-cluster "),
+            "{command}: {text}"
+        );
+        assert!(text.contains("SLURM_JOB_NODELIST"), "{command}");
+    }
+    assert!(help(&[]).contains("Examples:"));
+}

@@ -1,0 +1,329 @@
+//! `tf-cluster explain` outside a step, on the real testbed: from an
+//! `salloc -N2 -n4` shell and from a batch script, the preview of the next
+//! srun step, then that very step with `--tf-cluster`, whose tasks print what
+//! they got. The preview must place every rank where Slurm really ran it:
+//! the same host, role and index, the same local task (the port base + k the
+//! preview shows is the k-th port Slurm reserved for the step, or the port
+//! base + k without reserved ports), and as many GPUs.
+//!
+//! The CLI is the one the .deb installs in every container (docker/node's
+//! entrypoint installs the package; packaging/deb.sh puts the CLI in
+//! /usr/bin): the salloc shell runs on the submit host (ctl), the batch
+//! script on the job's first node.
+
+mod common;
+
+use std::process::{ExitStatus, Output};
+
+use common::{PROBE, Run, exec, exec_for, install, parse_run, reserved_ports, testbed};
+
+/// Where the package installs the CLI.
+const CLI: &str = "/usr/bin/tf-cluster";
+
+/// The probe every task runs, on the shared /home.
+const DIR: &str = "/home/alice/preview";
+
+const PORT_BASE: u16 = 8888;
+
+fn install_probe() {
+    install(DIR, &[("probe.sh", PROBE)], "");
+}
+
+/// One rank of explain's table.
+#[derive(Debug)]
+struct Row {
+    rank: u32,
+    role: String,
+    index: u32,
+    host: String,
+    port: u16,
+    gpus: Option<String>,
+}
+
+/// The output's sections, each after a `=== NAME` line: (name, text).
+fn sections(text: &str) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(name) = line.strip_prefix("=== ") {
+            found.push((name.trim().to_string(), String::new()));
+        } else if let Some((_, body)) = found.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    found
+}
+
+fn section<'a>(all: &'a [(String, String)], name: &str, context: &str) -> &'a str {
+    all.iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, t)| t.as_str())
+        .unwrap_or_else(|| panic!("no section {name} in the output:\n{context}"))
+}
+
+/// explain's table (RANK ROLE INDEX ADDRESS GPUS) and the lines after it.
+fn table(text: &str) -> (Vec<Row>, Vec<String>) {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["RANK", "ROLE", "INDEX", "ADDRESS", "GPUS"],
+        "explain's table:\n{text}"
+    );
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    for line in lines {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let row = cells.len() == 5 && cells[0].parse::<u32>().is_ok() && notes.is_empty();
+        if !row {
+            notes.push(line.to_string());
+            continue;
+        }
+        let (host, port) = cells[3]
+            .rsplit_once(':')
+            .unwrap_or_else(|| panic!("address {:?}", cells[3]));
+        rows.push(Row {
+            rank: cells[0].parse().unwrap(),
+            role: cells[1].to_string(),
+            index: cells[2].parse().unwrap(),
+            host: host.to_string(),
+            port: port.parse().unwrap(),
+            gpus: (cells[4] != "-").then(|| cells[4].to_string()),
+        });
+    }
+    (rows, notes)
+}
+
+/// The step's tasks, from its section.
+fn step_run(text: &str) -> Run {
+    parse_run(Output {
+        status: ExitStatus::default(),
+        stdout: text.as_bytes().to_vec(),
+        stderr: Vec::new(),
+    })
+}
+
+/// The preview placed every rank where the real step ran it.
+fn assert_preview_is_the_step(preview: &str, step: &Run, context: &str) {
+    let (rows, notes) = table(preview);
+    assert!(
+        notes.iter().any(|l| l.contains("in this allocation")),
+        "a preview of the allocation's step: {notes:?}\n{context}"
+    );
+    assert!(
+        !notes.iter().any(|l| l.contains("invented")),
+        "the allocation's own nodes, none invented: {notes:?}\n{context}"
+    );
+    assert_eq!(
+        rows.len(),
+        step.tasks.len(),
+        "as many ranks as the step ran:\n{context}"
+    );
+    // The note on ports (from slurm.conf's MpiParams) says whether the step
+    // got reserved ports.
+    let reserved = step.tasks.iter().any(|t| t.resv_ports.is_some());
+    assert_eq!(
+        notes
+            .iter()
+            .any(|l| l.contains("Slurm reserves each step's ports")),
+        reserved,
+        "the ports note: {notes:?}\n{context}"
+    );
+    for (row, task) in rows.iter().zip(&step.tasks) {
+        let at = format!(
+            "rank {} (preview {row:?}, task {task:?})\n{context}",
+            row.rank
+        );
+        assert_eq!(row.rank, task.rank, "{at}");
+        assert_eq!(row.host, task.host, "the host: {at}");
+        // The preview's port is the port base + the local task it computed.
+        assert_eq!(
+            u32::from(row.port - PORT_BASE),
+            task.local,
+            "the local task: {at}"
+        );
+        let tf = task
+            .tf_config
+            .as_ref()
+            .unwrap_or_else(|| panic!("no TF_CONFIG: {at}"));
+        assert_eq!(tf["task"]["type"], row.role.as_str(), "the role: {at}");
+        assert_eq!(tf["task"]["index"], row.index, "the index: {at}");
+        // The rank's address in the real TF_CONFIG: the same host, and the
+        // port the preview implies.
+        let address = tf["cluster"][row.role.as_str()][row.index as usize]
+            .as_str()
+            .unwrap_or_else(|| panic!("no address: {at}"));
+        let port = match &task.resv_ports {
+            Some(list) => reserved_ports(list)[(row.port - PORT_BASE) as usize],
+            None => row.port,
+        };
+        assert_eq!(address, format!("{}:{port}", row.host), "the address: {at}");
+        // GPUs: the ids are Slurm's on each node, the count is knowable.
+        let count = |list: Option<&str>| list.map_or(0, |l| l.split(',').count());
+        assert_eq!(
+            count(row.gpus.as_deref()),
+            count(task.cuda_visible_devices.as_deref()),
+            "the GPUs: {at}"
+        );
+    }
+    // Every rank's TF_CONFIG lists the same cluster: its hosts in the
+    // preview's rank order.
+    let mut roles: Vec<&str> = rows.iter().map(|r| r.role.as_str()).collect();
+    roles.dedup();
+    for task in &step.tasks {
+        let tf = task.tf_config.as_ref().unwrap();
+        for role in &roles {
+            let hosts: Vec<&str> = tf["cluster"][*role]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().rsplit_once(':').unwrap().0)
+                .collect();
+            let want: Vec<&str> = rows
+                .iter()
+                .filter(|r| r.role == *role)
+                .map(|r| r.host.as_str())
+                .collect();
+            assert_eq!(hosts, want, "rank {}'s {role} list\n{context}", task.rank);
+        }
+    }
+}
+
+/// The script both tests run: for each case, the preview, then the step.
+/// The job's variables go to stderr, for failure messages.
+fn script(cases: &[(&str, &str)]) -> String {
+    let mut s = String::from("env | grep '^SLURM_' | sort >&2\n");
+    for (name, args) in cases {
+        s.push_str(&format!(
+            "echo '=== preview {name}'\n{CLI} explain {args}\n\
+             echo '=== step {name}'\nsrun {args} bash {DIR}/probe.sh\n"
+        ));
+    }
+    s
+}
+
+/// The cases: Slurm's defaults in the allocation (rank order over the
+/// job's nodes, as many tasks as the job's), then `-m cyclic`, which
+/// overrides them for the preview as for srun.
+const CASES: [(&str, &str); 2] = [
+    ("default", "--tf-cluster=ps:1,worker:3"),
+    ("cyclic", "-m cyclic --tf-cluster"),
+];
+
+fn check(text: &str, context: &str) {
+    let all = sections(text);
+    for (name, _) in CASES {
+        let preview = section(&all, &format!("preview {name}"), context);
+        let step = step_run(section(&all, &format!("step {name}"), context));
+        step.assert_ran(4);
+        assert_preview_is_the_step(preview, &step, &format!("case {name}\n{context}"));
+    }
+}
+
+/// From the shell `salloc -N2 -n4` starts (on the submit host).
+#[test]
+fn preview_in_an_salloc_shell_is_the_step() {
+    let _t = testbed();
+    install_probe();
+    let out = exec(&["salloc", "-N2", "-n4", "sh", "-c", &script(&CASES)]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let context = format!(
+        "salloc exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{context}");
+    check(&stdout, &context);
+}
+
+/// From a batch script (`sbatch -N2 -n4 --gpus-per-node=2`, run on the
+/// job's first node): the job's GPUs too.
+#[test]
+fn preview_in_a_batch_script_is_the_step() {
+    let _t = testbed();
+    install_probe();
+    let out_file = format!("{DIR}/batch-{}.out", std::process::id());
+    let submitted = exec_for(
+        300,
+        &[
+            "sbatch",
+            "--wait",
+            "-N2",
+            "-n4",
+            "--gpus-per-node=2",
+            "-o",
+            &out_file,
+            "--wrap",
+            &script(&CASES),
+        ],
+    );
+    let text = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
+    exec(&["rm", "-f", &out_file]);
+    let context = format!(
+        "sbatch exit {:?}: {}\njob output:\n{text}",
+        submitted.status.code(),
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    assert!(submitted.status.success(), "{context}");
+    check(&text, &context);
+    // Two GPUs per node, two tasks per node: one GPU each.
+    let all = sections(&text);
+    let (rows, _) = table(section(&all, "preview default", &context));
+    assert!(
+        rows.iter()
+            .all(|r| r.gpus.as_deref().is_some_and(|g| !g.contains(','))),
+        "{context}"
+    );
+}
+
+/// The comparison itself, without the testbed: a preview and a step as
+/// Slurm runs them (`salloc -N2 -n4` on node[2-3], ports 12000-12001
+/// reserved), then a step that ran a rank elsewhere, which must fail.
+#[test]
+fn the_comparison_catches_a_rank_out_of_place() {
+    let tf = |role: &str, index: u32| {
+        format!(
+            r#"{{"cluster":{{"ps":["node2:12000"],"worker":["node2:12001","node3:12000","node3:12001"]}},"task":{{"type":"{role}","index":{index}}}}}"#
+        )
+    };
+    let preview = "RANK  ROLE    INDEX  ADDRESS     GPUS\n\
+                   0     ps      0      node2:8888  -\n\
+                   1     worker  0      node2:8889  -\n\
+                   2     worker  1      node3:8888  -\n\
+                   3     worker  2      node3:8889  -\n\
+                   preview: the step srun would start in this allocation\n\
+                   ports: Slurm reserves each step's ports at launch (MpiParams=ports=12000-12999 in /etc/slurm/slurm.conf): …\n";
+    let mut step = String::new();
+    for (rank, host, local, role, index) in [
+        (0, "node2", 0, "ps", 0),
+        (1, "node2", 1, "worker", 0),
+        (2, "node3", 0, "worker", 1),
+        (3, "node3", 1, "worker", 2),
+    ] {
+        step.push_str(&format!(
+            "TASK\t{rank}\t{host}\t{local}\t12000-12001\t<unset>\t{}\n",
+            tf(role, index)
+        ));
+    }
+    assert_preview_is_the_step(preview, &step_run(&step), "good");
+    let swapped = preview
+        .replace(
+            "1     worker  0      node2:8889",
+            "1     worker  0      node3:8889",
+        )
+        .replace(
+            "2     worker  1      node3:8888",
+            "2     worker  1      node2:8888",
+        );
+    let caught = std::panic::catch_unwind(|| {
+        assert_preview_is_the_step(&swapped, &step_run(&step), "swapped")
+    });
+    assert!(
+        caught.is_err(),
+        "a preview with ranks swapped must not pass"
+    );
+}
