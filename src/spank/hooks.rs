@@ -94,7 +94,7 @@ pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int)
         match options::given(val).map(|o| o.meaning) {
             Some(Meaning::Framework(f)) => {
                 srun.option_given(f);
-                options::check_framework_value(f, &value)
+                crate::core::frameworks::check_value(f, &value)
             }
             Some(Meaning::Setting(setting)) => Settings::default()
                 .set(setting.key, &value)

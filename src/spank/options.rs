@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 
 use super::bindings as sys;
 use super::handle::Spank;
-use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks};
+pub use crate::core::frameworks::{ALL_OFF, OFF};
+use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
 use crate::core::settings::{SETTINGS, Setting};
 use crate::core::{Error, Result, Settings};
 
@@ -24,10 +25,6 @@ pub enum Meaning {
     /// [`ALL_OFF`]: no framework for this step, whatever it inherited.
     AllOff,
 }
-
-/// The option that leaves a step alone whatever the job asked: every
-/// framework off (one framework: `--<option>=off`).
-pub const ALL_OFF: &str = "tf-off";
 
 pub struct SpankOption {
     raw: sys::spank_option,
@@ -69,7 +66,10 @@ pub fn all() -> &'static [SpankOption] {
             // has_arg 2: the argument is optional (`--tf-cluster` alone =
             // all workers; `--torch-cluster=off` turns an inherited one off).
             let arg = f.arg.as_ref().map_or(OFF, |a| a.name);
-            let help = format!("{}; ={OFF}: not for this step, though the job asked", f.help);
+            let help = format!(
+                "{}; ={OFF}: not for this step, though the job asked",
+                f.help
+            );
             (f.option.to_string(), arg, help, 2, Meaning::Framework(f))
         });
         let settings = SETTINGS.iter().map(|s| {
@@ -79,7 +79,7 @@ pub fn all() -> &'static [SpankOption] {
         let all_off = (
             ALL_OFF.to_string(),
             "",
-            "no framework's variables for this step, whatever the job asked (one framework: --tf-cluster=off, --torch-cluster=off, --jax-cluster=off)".to_string(),
+            ALL_OFF_HELP.to_string(),
             0,
             Meaning::AllOff,
         );
@@ -122,23 +122,6 @@ fn option(
             cb: Some(super::hooks::option_given),
         },
         meaning,
-    }
-}
-
-/// The value of a framework's option that turns it off for the step (one
-/// inherited from the job, or a site's default).
-pub const OFF: &str = "off";
-
-/// Checks a framework option's value as srun, sbatch or salloc parse it.
-pub fn check_framework_value(f: &Framework, value: &str) -> Result<()> {
-    match &f.arg {
-        _ if value == OFF => Ok(()),
-        Some(arg) => (arg.set)(&mut Settings::default(), value),
-        None if value.is_empty() => Ok(()),
-        None => Err(Error::new(format!(
-            "--{} takes no value but {OFF} (not {value:?})",
-            f.option
-        ))),
     }
 }
 
@@ -371,12 +354,12 @@ mod tests {
 
     #[test]
     fn framework_values_are_a_spec_or_off() {
-        assert!(check_framework_value(&pytorch::FRAMEWORK, "").is_ok());
-        assert!(check_framework_value(&pytorch::FRAMEWORK, OFF).is_ok());
-        assert!(check_framework_value(&jax::FRAMEWORK, OFF).is_ok());
-        assert!(check_framework_value(&tensorflow::FRAMEWORK, OFF).is_ok());
-        assert!(check_framework_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
-        let e = check_framework_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
+        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "").is_ok());
+        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, OFF).is_ok());
+        assert!(crate::core::frameworks::check_value(&jax::FRAMEWORK, OFF).is_ok());
+        assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, OFF).is_ok());
+        assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
+        let e = crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
         assert_eq!(
             e.to_string(),
             "--torch-cluster takes no value but off (not \"yes\")"
