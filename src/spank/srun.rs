@@ -258,8 +258,19 @@ fn map_for(
     step: u32,
     word: &mut options::Word,
 ) -> Result<String> {
+    // slurmctld's record of the step, first: its reserved ports and GPU
+    // binding are srun's word even where the layout cannot be had.
+    let info = step_info(spank, job, step);
+    // The tasks read the step's reserved ports from SLURM_STEP_RESV_PORTS,
+    // which Slurm sets only for a step it reserved ports for: otherwise the
+    // one in srun's environment (an outer step's, the user's) passes through.
+    word.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
+    word.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
+        Some(bind) => options::StepBind::Bound(bind.clone()),
+        None => options::StepBind::None,
+    });
     if let Some(components) = het_components()? {
-        return het_map_for(spank, settings, job, step, &components);
+        return het_map_for(spank, settings, job, step, &components, info.as_ref());
     }
     let (component, took) = match fetch(spank, job, step) {
         Ok(got) => got,
@@ -273,15 +284,6 @@ fn map_for(
     };
     let (map, hosts_text) = component.into_map(job, step)?;
     core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
-    let info = step_info(spank, job, step);
-    // The tasks read the step's reserved ports from SLURM_STEP_RESV_PORTS,
-    // which Slurm sets only for a step it reserved ports for: otherwise the
-    // one in srun's environment (an outer step's, the user's) passes through.
-    word.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
-    word.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
-        Some(bind) => options::StepBind::Bound(bind.clone()),
-        None => options::StepBind::None,
-    });
     check_gpus(settings, &map, info.as_ref())?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
@@ -326,6 +328,7 @@ fn het_map_for(
     job: u32,
     step: u32,
     components: &[(u32, core::hostlist::HostList)],
+    info: Option<&step_info_rpc::StepInfo>,
 ) -> Result<String> {
     let start = std::time::Instant::now();
     let mut layouts = Vec::with_capacity(components.len());
@@ -346,7 +349,7 @@ fn het_map_for(
     core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
     // The first component's record only: its reserved ports are left as
     // Slurm passes them (srun's variables reach that component alone).
-    check_gpus(settings, &map, step_info(spank, job, step).as_ref())?;
+    check_gpus(settings, &map, info)?;
     let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);
