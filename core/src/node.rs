@@ -111,6 +111,20 @@ impl Node {
         Ok(injection)
     }
 
+    /// The global rank of this node's local task `local`, as the layout
+    /// (srun's map, or the one rebuilt from Slurm's variables) places it.
+    pub fn rank_of_local(&self, local: u32) -> Result<u32> {
+        let Some(node) = self.this_node else {
+            bail!("this node is not among the step's hosts");
+        };
+        match self.layout.ranks_on(node).get(local as usize) {
+            Some(&rank) => Ok(rank),
+            None => bail!(
+                "the task layout has no local task {local} on this node, but Slurm started one"
+            ),
+        }
+    }
+
     /// Every task of this node rendered ahead, in local order, as
     /// (rank, its variables): what is left to a forked task is then to set
     /// them (a forked process faults on every page of code it runs and of

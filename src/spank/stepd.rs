@@ -347,10 +347,15 @@ fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
 fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool) -> Result<()> {
     let env = spank.env()?;
     let mut view = TaskEnv(&env);
-    // Slurm's items, never SLURM_PROCID: a container plugin before this one
-    // may have imported an image's.
-    let rank = spank.task_global_id()?;
+    // Slurm's items and the node's share, never SLURM_PROCID: a container
+    // plugin before this one may have imported an image's. S_TASK_GLOBAL_ID
+    // is the rank within a heterogeneous step's component: there the
+    // layout's rank of this local task is the step's.
     let local = spank.task_id()?;
+    let rank = match ready.node.step().het_job_id {
+        Some(_) => ready.node.rank_of_local(local)?,
+        None => spank.task_global_id()?,
+    };
     // Where either the task's SLURMD_TRES_BIND or srun's record shows a
     // binding, whether a plugin moved the task decides which to believe.
     let (bind, moved) = if ready.node.settings().auto_set_gpu {
