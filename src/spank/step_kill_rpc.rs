@@ -8,17 +8,18 @@
 //! step's tasks and tells srun the step is over. Killed tasks are not a node
 //! fault: no node leaves service.
 //!
-//! Who sends it. On the host the refusing task sends it itself, as the job's
-//! owner, whom slurmctld lets signal the step ([`end_refused_step`]). Behind
-//! a container plugin listed earlier in plugstack.conf (pyxis), the task is
-//! already inside the container when it refuses, where munged's socket is
-//! not mounted: the request cannot be signed (`REQUEST_CANCEL_JOB_STEP has
-//! authentication error`). That task only raises a flag in a page it shares
-//! with slurmstepd ([`HostKill`], mapped in `user_init` before any task is
-//! forked), and slurmstepd itself, which never enters the container, sends
-//! the kill as root from the SPANK `task_exit` hook of the task's exit
-//! ([`end_from_host`]; slurmctld allows root and SlurmUser as it allows the
-//! owner).
+//! Who sends it: slurmstepd, once per node. A refusing task only raises a
+//! flag in a page it shares with slurmstepd ([`HostKill`], mapped in
+//! `user_init` before any task is forked), and slurmstepd itself, which
+//! never enters a container, sends the kill as root from the SPANK
+//! `task_exit` hook of the task's exit ([`end_from_host`]; slurmctld allows
+//! root and SlurmUser as it allows the owner). So a step of thousands of
+//! refusing tasks costs slurmctld two RPCs per node, not two per task; a task
+//! behind a container plugin (pyxis), where munged's socket is not mounted,
+//! needs no signature; and what the kill names is read by slurmstepd (its
+//! own ids, the leader's job from `user_init`), never by a task an image's
+//! environment reached. Only where the page could not be mapped does a task
+//! on the host send the kill itself ([`end_refused_step`]).
 //!
 //! Measured on the testbed (proctrack/linuxproc): a kill sent at once, as
 //! the step starts, missed tasks still between fork and exec on other nodes

@@ -22,35 +22,42 @@
 //! here ends this task with exit code 1 and leaves the node in service, so
 //! every refusal slurmstepd makes is made here (fail closed).
 //!
+//! The task's rank and local id are Slurm's SPANK items (in a
+//! heterogeneous step, the node's share's rank of the local id), never
+//! SLURM_PROCID: a container plugin listed earlier in plugstack.conf (pyxis)
+//! imports the image's environment over the task's in its own `task_init`,
+//! before this one, and an image may set it.
+//!
 //! One fact is the task's alone: when Slurm binds GPUs to each task
-//! (`SLURMD_TRES_BIND`: `--gpus-per-task`, `--gpu-bind=…`), it writes the
-//! task's own list only in the task, just before the SPANK `task_init` hooks
-//! (task.c `exec_task`), so the task reads it there. Behind a container
-//! plugin listed earlier in plugstack.conf (pyxis), that plugin's
-//! `task_init` has by then entered the container's namespaces and imported
-//! the image's environment over the task's (an image's
-//! `CUDA_VISIBLE_DEVICES`), and no hook on the host can see the task's list
-//! earlier. So `task_init_privileged` (as root, in the task, after Slurm put
-//! it in the job's container if any, before any plugin's `task_init`;
-//! pyxis has none) notes the task's mount namespace, and a task bound per
-//! task whose namespace has changed by `task_init`, or that cannot tell, is
-//! refused rather than read the image's list. Tasks not bound per task take
-//! the node's plan and read nothing.
+//! (`--gpus-per-task`, `--gpu-bind=…`), it writes the task's own list only in
+//! the task, just before the SPANK `task_init` hooks (task.c `exec_task`), so
+//! the task reads it there. Behind a container plugin that list may be the
+//! image's, and no hook on the host can see the task's list earlier. So
+//! `task_init_privileged` (as root, in the task, after Slurm put it in the
+//! job's container if any, before any plugin's `task_init`; pyxis has none)
+//! notes the task's mount namespace, and a task bound per task whose
+//! namespace has changed by `task_init`, or that cannot tell, is refused
+//! rather than read the image's list. Whether the step is bound comes from
+//! the task's SLURMD_TRES_BIND only on the host; in a moved task from srun's
+//! record of the step (its word), as the image may set that variable too.
+//! Tasks not bound per task take the node's plan and read nothing.
 //!
 //! A refusing task ends its step on every node (super::step_kill_rpc), so
-//! that a node deciding otherwise does not run on. On the host the task asks
-//! slurmctld itself. Behind a container plugin it cannot: it is in the
-//! container, where munged's socket is not mounted. So `user_init` maps a
-//! small shared page (`MAP_SHARED`, before the fork: every task shares it)
-//! for a step that asked for the plugin; a task that refuses after a plugin
-//! moved it into other namespaces (the same mount-namespace check, unknown
-//! counting as moved) only raises a flag there; and `task_exit`, which Slurm
-//! runs in slurmstepd itself as root on the host after each task exits
-//! (mgr.c `_wait_for_any_task`; with `SlurmdParameters=contain_spank` in a
-//! CLONE_VM child joined to the job's container), sends the kill once per
-//! node, with no alarm (it is slurmstepd's own process: Slurm's RPC
-//! timeouts bound it) and always returns 0. A step that did not ask has no
-//! page, and `task_exit` returns at once.
+//! that a node deciding otherwise does not run on. The task only raises a
+//! flag in a small page `user_init` maps (`MAP_SHARED`, before the fork:
+//! every task shares it) for a step that asked for the plugin; `task_exit`,
+//! which Slurm runs in slurmstepd itself as root on the host after each
+//! task exits (mgr.c `_wait_for_any_task`; with
+//! `SlurmdParameters=contain_spank` in a CLONE_VM child joined to the job's
+//! container), sends the kill once per node, however many of its tasks
+//! refused, naming the step by slurmstepd's own ids (and a heterogeneous
+//! step's leader, read by `user_init` on the host). Behind a container
+//! plugin the task could not send it anyway (munged's socket is not in the
+//! container), and nothing a task reads after such a plugin ran (an image's
+//! SLURM_JOB_ID) may choose what is killed. `task_exit` takes no alarm (it
+//! is slurmstepd's own process: Slurm's RPC timeouts bound it) and always
+//! returns 0. A step that did not ask has no page, and `task_exit` returns
+//! at once.
 
 use std::collections::HashMap;
 use std::ffi::CString;
