@@ -42,7 +42,7 @@ impl GpuBind {
     /// One `--gpu-bind` value (`closest`, `single:2`, `map_gpu:0,1`, …).
     pub fn parse_gpu_bind(value: &str) -> GpuBind {
         let rest = strip_prefix_ci(value, "verbose,").unwrap_or(value);
-        let number = |s: &str| s.parse::<u32>().ok();
+        let number = crate::number::parse_u32;
         if strip_prefix_ci(rest, "none").is_some() {
             GpuBind::None
         } else if strip_prefix_ci(rest, "closest").is_some() {
@@ -109,14 +109,14 @@ fn expand(list: &str, hex: bool) -> Option<Vec<u64>> {
     let mut out = Vec::new();
     for tok in list.split(',') {
         let (value, times) = match tok.split_once('*') {
-            Some((v, t)) => (v, t.parse::<usize>().ok()?),
+            Some((v, t)) => (v, crate::number::parse_u32(t)? as usize),
             None => (tok, 1),
         };
         let value = if hex {
             let v = value.strip_prefix("0x").unwrap_or(value);
-            u64::from_str_radix(v, 16).ok()?
+            crate::number::parse_hex_u64(v)?
         } else {
-            value.parse::<u64>().ok()?
+            crate::number::parse_u64(value)?
         };
         if out.len() + times > MAX_BIND_ENTRIES {
             return None;
@@ -141,6 +141,17 @@ pub(super) fn describe(bind: &GpuBind) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Slurm's numbers are plain digits: a sign or space is no count.
+    #[test]
+    fn signed_numbers_are_not_slurms() {
+        let p = GpuBind::parse_gpu_bind;
+        assert_eq!(p("per_task:+1"), GpuBind::Other("per_task:+1".into()));
+        assert_eq!(p("map_gpu:+1,0"), GpuBind::Other("map_gpu:+1,0".into()));
+        assert_eq!(p("map_gpu:0*+2"), GpuBind::Other("map_gpu:0*+2".into()));
+        assert_eq!(p("mask_gpu:0x+3"), GpuBind::Other("mask_gpu:0x+3".into()));
+        assert_eq!(p("map_gpu:1*2"), GpuBind::Map(vec![1, 1]));
+    }
 
     #[test]
     fn tres_bind_forms() {

@@ -36,7 +36,7 @@ impl SrunRequest {
             Some(GpuBind::PerTask(n))
         } else {
             var("SLURM_NTASKS_PER_GPU")
-                .and_then(|v| v.parse().ok())
+                .and_then(|v| crate::number::parse_u32(&v))
                 .map(GpuBind::Single)
         };
         SrunRequest {
@@ -59,7 +59,7 @@ impl SrunRequest {
 
 /// `2` or `a100:2` → 2.
 fn last_count(text: &str) -> Option<u32> {
-    text.rsplit(':').next()?.parse().ok()
+    crate::number::parse_u32(text.rsplit(':').next()?)
 }
 
 /// The GPUs of a tres list (`cpu=2,gres/gpu:1` or `gres/gpu:a100=2`).
@@ -71,7 +71,7 @@ fn gpus_in_tres(text: &str) -> Option<u32> {
         if !t.starts_with("gpu") {
             return None;
         }
-        t.rsplit([':', '=']).next()?.parse().ok()
+        crate::number::parse_u32(t.rsplit([':', '=']).next()?)
     })
 }
 
