@@ -28,7 +28,11 @@ fn symbol(so: &[u8], name: &str) -> Option<Vec<u8>> {
     let section = elf.section_by_index(sym.section_index()?).ok()?;
     let data = section.data().ok()?;
     let at = (sym.address() - section.address()) as usize;
-    let size = if sym.size() > 0 { sym.size() as usize } else { 4 };
+    let size = if sym.size() > 0 {
+        sym.size() as usize
+    } else {
+        4
+    };
     Some(data[at..at + size].to_vec())
 }
 
@@ -128,8 +132,10 @@ fn installs_beside_a_slurm_under_a_prefix() {
     assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(
-        said.lines().any(|l| l.starts_with(&format!("env SLURM_INCLUDE_DIR={p}/include "))
-            && l.contains("cargo build --release")),
+        said.lines().any(
+            |l| l.starts_with(&format!("env SLURM_INCLUDE_DIR={p}/include "))
+                && l.contains("cargo build --release")
+        ),
         "{said}"
     );
     assert!(
@@ -151,7 +157,11 @@ fn installs_beside_a_slurm_under_a_prefix() {
     let staged = |path: &str| stage.join(path.trim_start_matches('/'));
     let so_path = format!("{p}/lib/slurm/tf_cluster.so");
     let so = std::fs::read(staged(&so_path)).unwrap();
-    let built = u32::from_ne_bytes(symbol(&so, "plugin_version").unwrap()[..4].try_into().unwrap());
+    let built = u32::from_ne_bytes(
+        symbol(&so, "plugin_version").unwrap()[..4]
+            .try_into()
+            .unwrap(),
+    );
     assert_eq!(
         built, version,
         "plugin_version {built:#x}, the prefix's headers {version:#x}"
@@ -161,9 +171,7 @@ fn installs_beside_a_slurm_under_a_prefix() {
         std::fs::read_to_string(staged(&format!("{p}/etc/plugstack.conf.d/tf-cluster.conf")))
             .unwrap();
     assert!(
-        snippet
-            .lines()
-            .any(|l| l == format!("required {so_path}")),
+        snippet.lines().any(|l| l == format!("required {so_path}")),
         "{snippet}"
     );
     let cli = staged(&format!("{p}/bin/tf-cluster"));
@@ -180,7 +188,10 @@ fn installs_beside_a_slurm_under_a_prefix() {
     // page shipped resolves inside the installed doc dir.
     let docdir = staged(&format!("{p}/share/doc/tf-cluster"));
     let list = std::fs::read_to_string(repo().join("packaging/docs.list")).unwrap();
-    for entry in list.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+    for entry in list
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
         assert!(docdir.join(entry).exists(), "{entry} not installed");
     }
     assert!(docdir.join("docs/admin.md").exists());
@@ -188,7 +199,10 @@ fn installs_beside_a_slurm_under_a_prefix() {
     files_under(&docdir, &mut shipped);
     let mut broken = BTreeSet::new();
     let mut readme_links = 0;
-    for page in shipped.iter().filter(|f| f.extension().is_some_and(|e| e == "md")) {
+    for page in shipped
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
+    {
         let text = std::fs::read_to_string(page).unwrap();
         for link in links(&text) {
             if page.ends_with("README.md") {
