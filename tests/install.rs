@@ -7,7 +7,9 @@
 //!
 //! The script builds the plugin (cargo, CARGO_TARGET_DIR honoured: the
 //! workspace's target dir, so only the plugin crate is rebuilt for the
-//! prefix's headers; about 25 s on 2 cores).
+//! prefix's headers: 25 s on 2 idle cores, 75 s with other builds beside
+//! it). The next `cargo build` of the host's plugin rebuilds it for
+//! /usr/include again.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
