@@ -135,7 +135,7 @@ if [ "$dry" = 0 ]; then
         die "$so or $cli is missing (built? CARGO_TARGET_DIR?)"
     fi
     built=$(plugin_version "$so") || die "$so: no plugin_version symbol"
-    [ "$built" = "$v" ] || die "$so was built for Slurm $((built >> 16)).$(((built >> 8) & 255)).$((built & 255)), not $slurm: build again (without --no-build)"
+    [ "$built" = "$v" ] || die "$so was built for Slurm $((built >> 16)).$(printf %02d $(((built >> 8) & 255))).$((built & 255)), not $slurm: build again (without --no-build)"
 fi
 
 run install -d "$destdir$plugin_dir"
