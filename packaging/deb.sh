@@ -12,7 +12,8 @@
 #   /usr/share/tf-cluster/tf-cluster.conf        the plugstack snippet, which the
 #       postinst copies to /etc/slurm/plugstack.conf.d/ (read by the include
 #       line of the plugstack.conf that slurm-wlm-basic-plugins ships)
-#   /usr/share/doc/tf-cluster/                   README, packaging notes, copyright
+#   /usr/share/doc/tf-cluster/                   copyright and the docs of
+#       packaging/docs.list (README.md, docs/, examples/, …) as in the checkout
 # and Pre-Depends on slurm-wlm-basic-plugins (>= MM.mm) and (<< MM.mm+1~): apt
 # and dpkg refuse it next to another Slurm release (docs/packaging.md).
 #
@@ -69,10 +70,17 @@ grep -q "^required $plugin_dir/tf_cluster.so" "$stage/usr/share/tf-cluster/tf-cl
 doc=$stage/usr/share/doc/tf-cluster
 mkdir -p "$doc"
 install -m 644 packaging/debian/copyright "$doc/copyright"
-install -m 644 plugstack.conf.example "$doc/plugstack.conf.example"
-for f in README.md docs/packaging.md; do
-    gzip -9n <"$f" >"$doc/$(basename "$f").gz"
-done
+# The docs of packaging/docs.list, uncompressed and under their own paths, so
+# that the README's relative links (docs/admin.md, examples/…) resolve here.
+while read -r entry; do
+    case $entry in '' | '#'*) continue ;; esac
+    [ -e "$entry" ] || die "packaging/docs.list: $entry does not exist"
+    if [ -d "$entry" ]; then
+        find "$entry" -type f -print0 | xargs -0 -I{} install -D -m 644 {} "$doc/{}"
+    else
+        install -D -m 644 "$entry" "$doc/$entry"
+    fi
+done <packaging/docs.list
 
 # Shared libraries: the glibc symbol versions used, and Rust's unwinder.
 glibc=$(objdump -T "$so" "$cli" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)

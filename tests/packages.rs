@@ -137,3 +137,118 @@ fn deb_files_and_dependencies() {
         field("Version")
     );
 }
+
+/// The entries of packaging/docs.list: the docs every install ships.
+fn doc_entries() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join("packaging/docs.list"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
+}
+
+/// Every relative link of the Markdown pages under `docdir` resolves to a
+/// file under `docdir`; returns how many links the README has.
+fn links_resolve_inside(docdir: &std::path::Path) -> usize {
+    let docdir = docdir.canonicalize().unwrap();
+    let mut pages = vec![docdir.join("README.md")];
+    for e in std::fs::read_dir(docdir.join("docs")).unwrap() {
+        pages.push(e.unwrap().path());
+    }
+    let mut readme = 0;
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for rest in text.split("](").skip(1) {
+            let Some((link, _)) = rest.split_once(')') else {
+                continue;
+            };
+            let file = link.split('#').next().unwrap();
+            if file.is_empty() || link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            if page.ends_with("README.md") {
+                readme += 1;
+            }
+            let target = page.parent().unwrap().join(file).canonicalize();
+            if !target.is_ok_and(|t| t.starts_with(&docdir)) {
+                broken.push(format!("{}: {link}", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+    readme
+}
+
+/// True metadata (no borrowed Homepage, no made-up address) and the docs,
+/// uncompressed under their own paths so that the README's links resolve
+/// in /usr/share/doc/tf-cluster.
+#[test]
+fn deb_metadata_and_docs() {
+    let deb = only("target/deb", ".deb");
+    let control = run("dpkg-deb", &["-f"], &deb);
+    assert!(
+        control
+            .lines()
+            .any(|l| l == "Maintainer: tf-cluster developers"),
+        "{control}"
+    );
+    assert!(!control.contains("Homepage:"), "{control}");
+    assert!(!control.contains("schedmd"), "{control}");
+    assert!(!control.contains("localhost"), "{control}");
+    let dir = std::env::temp_dir().join(format!("tfc-deb-docs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let docdir = dir.join("usr/share/doc/tf-cluster");
+    for entry in doc_entries() {
+        assert!(docdir.join(&entry).exists(), "{entry} not in the .deb");
+    }
+    assert!(docdir.join("docs/admin.md").is_file());
+    assert!(links_resolve_inside(&docdir) > 20);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn rpm_metadata_and_docs() {
+    let rpm = only("target/rpm", ".rpm");
+    let meta = run("rpm", &["-qp", "--qf", "%{URL}|%{PACKAGER}"], &rpm);
+    assert_eq!(meta, "(none)|(none)");
+    let changelog = run("rpm", &["-qp", "--changelog"], &rpm);
+    assert!(!changelog.contains("localhost"), "{changelog}");
+    // The spec's %doc line names the entries of docs.list.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let spec = std::fs::read_to_string(root.join("packaging/rpm/tf-cluster.spec")).unwrap();
+    let doc_line: Vec<&str> = spec
+        .lines()
+        .find_map(|l| l.strip_prefix("%doc "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(doc_line, doc_entries(), "the spec's %doc and docs.list");
+    // Where this rpm puts them (%{_docdir}/tf-cluster on the RHEL family,
+    // tf-cluster-VERSION with Debian's rpm), README.md beside docs/.
+    let docs = run("rpm", &["-qdp"], &rpm);
+    let readme = docs
+        .lines()
+        .find(|l| l.ends_with("/README.md"))
+        .unwrap_or_else(|| panic!("no README.md in {docs}"));
+    let docdir = readme.strip_suffix("README.md").unwrap();
+    for want in [
+        "docs/admin.md",
+        "LICENSE",
+        "examples/tensorflow/mwms.sbatch",
+    ] {
+        assert!(
+            docs.lines().any(|l| l == format!("{docdir}{want}")),
+            "{want} not in {docs}"
+        );
+    }
+}

@@ -54,7 +54,8 @@ enum Command {
     Explain(StepArgs),
     /// Check this node's installation (plugstack.conf, the .so, Slurm's
     /// version, site arguments, build, reserved ports). Exit 0: healthy,
-    /// 1: a problem that breaks srun or the plugin, 2: warnings only.
+    /// 1: a problem that breaks srun or the plugin, 2: warnings only
+    /// (a usage error of any command exits 64).
     Doctor,
     /// Print the variables that give these options to sbatch and srun
     /// through the environment, for launchers that write their own sbatch
@@ -417,8 +418,21 @@ fn table(rows: Vec<Vec<String>>) -> String {
     out
 }
 
+/// The exit code of a command-line usage error, for every command: 64
+/// (sysexits' EX_USAGE), not clap's 2, which `doctor` and `launcher-env`
+/// use for "works, with warnings".
+const USAGE_ERROR: u8 = 64;
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print to stdout and exit 0, as clap does.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(USAGE_ERROR);
+        }
+    };
     if let Command::Doctor = cli.command {
         let report = doctor::diagnose(&mut doctor::System, env!("TF_CLUSTER_BUILD_ID"));
         print!("{}", report.render());

@@ -200,3 +200,31 @@ fn the_network_shows_in_env_and_explain() {
         "tf-cluster: t02n13 is not on --tf-network=10.255.255.0/24: no interface with an address in 10.255.255.0/24\n"
     );
 }
+
+/// A usage error exits 64, distinct from every code a command gives
+/// (`doctor`: 0 healthy, 1 a problem, 2 warnings only); `--help` and
+/// `--version` exit 0.
+#[test]
+fn usage_errors_exit_64() {
+    for args in [
+        vec!["doctor", "--bogus"],
+        vec!["doctor", "extra"],
+        vec!["env", "--no-such-option"],
+        vec!["launcher-env", "--tf-port-base"],
+        vec!["no-such-command"],
+        vec![],
+    ] {
+        let out = cli(&args, &[]);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert!(!out.stderr.is_empty(), "{args:?}");
+    }
+    for args in [vec!["--help"], vec!["doctor", "--help"], vec!["--version"]] {
+        let out = cli(&args, &[]);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+    let help = String::from_utf8(cli(&["doctor", "--help"], &[]).stdout).unwrap();
+    assert!(help.contains("2: warnings only"), "{help}");
+    assert!(help.contains("exits 64"), "{help}");
+}
