@@ -13,6 +13,8 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::{Error, Result, bail, shown};
 use crate::frameworks::Frameworks;
@@ -298,28 +300,67 @@ fn origin(settings: &Settings) -> String {
     }
 }
 
+/// Most host-template lookups srun runs at once.
+pub const MAX_PARALLEL_LOOKUPS: usize = 32;
+
+/// The time all of a step's host-template lookups together may take in
+/// srun: past it the step is refused in one line naming it.
+pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A name lookup (the system's resolver in srun, a stand-in in tests).
+pub type Resolver = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>> + Send + Sync>;
+
+/// How srun looks the template's names up: the resolver, the deadline for
+/// all of them, how many at once, and whether the user interrupted srun.
+pub struct Lookups {
+    pub resolve: Resolver,
+    pub deadline: Duration,
+    pub parallel: usize,
+    pub interrupted: Box<dyn Fn() -> bool>,
+}
+
+impl Lookups {
+    /// srun's: `resolve`, [`LOOKUP_DEADLINE`], [`MAX_PARALLEL_LOOKUPS`].
+    pub fn new(resolve: Resolver) -> Lookups {
+        Lookups {
+            resolve,
+            deadline: LOOKUP_DEADLINE,
+            parallel: MAX_PARALLEL_LOOKUPS,
+            interrupted: Box::new(|| false),
+        }
+    }
+}
+
+/// The addresses of each of `names`, in order.
+fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> {
+    names.iter().map(|n| (lookups.resolve)(n)).collect()
+}
+
 /// srun's decision for the step, before launch: the network (`--tf-network`
 /// as given, or the subnet covering every node's template name, resolved
-/// here with `resolve`), and which interface variables the user set in
-/// srun's environment (`present`), which every task inherits.
+/// here with `lookups`), and which interface variables the user set in
+/// srun's environment (`present`).
 pub fn for_step<'h>(
     settings: &Settings,
     hosts: impl IntoIterator<Item = &'h str>,
-    mut resolve: impl FnMut(&str) -> Result<Vec<IpAddr>>,
+    lookups: &Lookups,
     present: impl FnMut(&str) -> bool,
 ) -> Result<Handed> {
     let network = match (&settings.network, &settings.host_template) {
         (Some(n), _) => Some(n.clone()),
         (None, Some(template)) => {
+            let names: Vec<String> = hosts
+                .into_iter()
+                .map(|host| template.replace("{}", host))
+                .collect();
+            let found = resolve_all(&names, lookups).map_err(|e| {
+                Error::new(format!(
+                    "{e} ({}): name the network with --tf-network=IFNAME|CIDR",
+                    origin(settings)
+                ))
+            })?;
             let mut addrs = Vec::new();
-            for host in hosts {
-                let name = template.replace("{}", host);
-                let found = resolve(&name).map_err(|e| {
-                    Error::new(format!(
-                        "{e} ({}): name the network with --tf-network=IFNAME|CIDR",
-                        origin(settings)
-                    ))
-                })?;
+            for (name, found) in names.iter().zip(found) {
                 if found.is_empty() {
                     bail!("{name} has no address ({})", origin(settings));
                 }
@@ -610,21 +651,21 @@ mod tests {
 
     #[test]
     fn srun_resolves_every_nodes_name_and_notes_the_users_variables() {
-        let names = |name: &str| -> Result<Vec<IpAddr>> {
+        let names = Lookups::new(Arc::new(|name: &str| -> Result<Vec<IpAddr>> {
             match name {
                 "node1-ib" => Ok(vec![ip("10.98.0.2")]),
                 "node2-ib" => Ok(vec![ip("10.98.0.3")]),
                 "node3-ib" => Ok(vec![ip("10.98.0.4")]),
                 _ => bail!("cannot resolve {name}: Name or service not known"),
             }
-        };
-        let handed = for_step(&template(), ["node1", "node2", "node3"], names, |v| {
+        }));
+        let handed = for_step(&template(), ["node1", "node2", "node3"], &names, |v| {
             v == "GLOO_SOCKET_IFNAME"
         })
         .unwrap();
         assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/29");
         assert_eq!(handed.kept, ["GLOO_SOCKET_IFNAME"]);
-        let e = for_step(&template(), ["node1", "node4"], names, |_| false).unwrap_err();
+        let e = for_step(&template(), ["node1", "node4"], &names, |_| false).unwrap_err();
         assert_eq!(
             e.to_string(),
             "cannot resolve node4-ib: Name or service not known (the network of --tf-host-template={}-ib): name the network with --tf-network=IFNAME|CIDR"
@@ -632,11 +673,94 @@ mod tests {
         // --tf-network wins and needs no name resolved.
         let mut s = template();
         s.set("network", "ib0").unwrap();
-        let handed = for_step(&s, ["node4"], names, |_| false).unwrap();
+        let handed = for_step(&s, ["node4"], &names, |_| false).unwrap();
         assert_eq!(handed.network, Some(Network::Interface("ib0".into())));
         // No network named: nothing resolved, nothing handed.
-        let handed = for_step(&Settings::default(), ["node4"], names, |_| false).unwrap();
+        let handed = for_step(&Settings::default(), ["node4"], &names, |_| false).unwrap();
         assert_eq!(handed, Handed::default());
+    }
+
+    /// A resolver that sleeps `each` per name and counts the lookups in
+    /// flight at once (the most, in `most`).
+    fn slow(each: Duration, most: Arc<std::sync::atomic::AtomicUsize>) -> Resolver {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let now = Arc::new(AtomicUsize::new(0));
+        Arc::new(move |name: &str| {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            std::thread::sleep(each);
+            now.fetch_sub(1, Ordering::SeqCst);
+            let k: u8 = name
+                .trim_start_matches("node")
+                .trim_end_matches("-ib")
+                .parse()
+                .unwrap();
+            Ok(vec![IpAddr::from([10, 98, 0, k])])
+        })
+    }
+
+    fn hosts(n: usize) -> Vec<String> {
+        (1..=n).map(|k| format!("node{k}")).collect()
+    }
+
+    /// 50 lookups of 200 ms each: 10 s one after the other; at most 32 at
+    /// once they take two rounds.
+    #[test]
+    fn srun_looks_the_names_up_in_parallel_at_most_32_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let most = Arc::new(AtomicUsize::new(0));
+        let lookups = Lookups::new(slow(Duration::from_millis(200), most.clone()));
+        let hosts = hosts(50);
+        let start = std::time::Instant::now();
+        let handed = for_step(&template(), hosts.iter().map(String::as_str), &lookups, |_| false)
+            .unwrap();
+        let took = start.elapsed();
+        assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/26");
+        let most = most.load(Ordering::SeqCst);
+        assert!(most > 1, "lookups ran one at a time");
+        assert!(most <= MAX_PARALLEL_LOOKUPS, "{most} lookups at once");
+        assert!(took < Duration::from_secs(5), "50 lookups took {took:?}");
+    }
+
+    /// One name that never answers: the step is refused when the deadline
+    /// for all names passes, in one line naming it, and srun goes on (the
+    /// stuck lookup is left behind).
+    #[test]
+    fn a_lookup_past_the_deadline_is_refused_in_one_line() {
+        let stuck: Resolver = Arc::new(|name: &str| {
+            if name == "node2-ib" {
+                std::thread::sleep(Duration::from_secs(30));
+            }
+            Ok(vec![ip("10.98.0.2")])
+        });
+        let mut lookups = Lookups::new(stuck);
+        lookups.deadline = Duration::from_millis(300);
+        let start = std::time::Instant::now();
+        let e = for_step(&template(), ["node1", "node2", "node3"], &lookups, |_| false)
+            .unwrap_err()
+            .to_string();
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "refused after {took:?}");
+        assert!(e.contains("within 300ms"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        assert_eq!(LOOKUP_DEADLINE, Duration::from_secs(10));
+    }
+
+    /// Ctrl-C (srun's interrupt, as the predicate sees it) ends the wait.
+    #[test]
+    fn an_interrupted_srun_stops_waiting_for_the_names() {
+        let stuck: Resolver = Arc::new(|_: &str| {
+            std::thread::sleep(Duration::from_secs(30));
+            Ok(vec![])
+        });
+        let mut lookups = Lookups::new(stuck);
+        let start = std::time::Instant::now();
+        lookups.interrupted = Box::new(move || start.elapsed() > Duration::from_millis(100));
+        let e = for_step(&template(), ["node1"], &lookups, |_| false)
+            .unwrap_err()
+            .to_string();
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(e.contains("interrupted"), "{e}");
     }
 
     #[test]
@@ -692,6 +816,60 @@ mod tests {
             .unwrap(),
             None
         );
+    }
+
+    /// Under `srun --export=NONE` (or `--export=HOME`) the tasks never get
+    /// srun's own NCCL_SOCKET_IFNAME, though srun saw it and listed it as
+    /// the user's: the step's environment, what the tasks really receive,
+    /// decides. With the variable there (plain export, or
+    /// `--export=NCCL_SOCKET_IFNAME=eth0`) it is the user's and kept.
+    #[test]
+    fn a_users_variable_is_kept_only_where_the_tasks_receive_it() {
+        let word = (VAR, "1;5.0;eth1;NCCL_SOCKET_IFNAME".to_string());
+        let mut none = Node {
+            vars: vec![word.clone()],
+            interfaces: node(),
+            hosts: "",
+        };
+        let found = for_node(&template(), &mut none, Some((5, 0)), Some("node1"))
+            .unwrap()
+            .unwrap();
+        assert!(found.kept.is_empty(), "{:?}", found.kept);
+        let mut torch = Settings::default();
+        torch.frameworks = Frameworks::default().with(&crate::frameworks::pytorch::FRAMEWORK);
+        assert!(
+            vars(torch.frameworks, &found).contains(&("NCCL_SOCKET_IFNAME", "=eth1".into())),
+            "{:?}",
+            vars(torch.frameworks, &found)
+        );
+        let mut all = Node {
+            vars: vec![word, ("NCCL_SOCKET_IFNAME", "=eth0".into())],
+            interfaces: node(),
+            hosts: "",
+        };
+        let found = for_node(&template(), &mut all, Some((5, 0)), Some("node1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.kept, ["NCCL_SOCKET_IFNAME"]);
+        assert!(
+            !vars(torch.frameworks, &found)
+                .iter()
+                .any(|(n, _)| *n == "NCCL_SOCKET_IFNAME")
+        );
+        // A value given on srun's line (`--export=GLOO_SOCKET_IFNAME=eth0`)
+        // is in the step's environment though srun's own had none.
+        let mut given = Node {
+            vars: vec![
+                (VAR, "1;5.0;eth1;".to_string()),
+                ("GLOO_SOCKET_IFNAME", "eth0".into()),
+            ],
+            interfaces: node(),
+            hosts: "",
+        };
+        let found = for_node(&template(), &mut given, Some((5, 0)), Some("node1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.kept, ["GLOO_SOCKET_IFNAME"]);
     }
 
     /// Where srun's word does not reach (another component of a

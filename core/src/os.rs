@@ -114,19 +114,21 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
             "cannot list the network interfaces: {e}"
         )));
     }
-    let mut out: Vec<Interface> = Vec::new();
     let mut entry = list;
-    let mut seen = 0;
-    while !entry.is_null() && seen < MAX_INTERFACE_ENTRIES {
-        seen += 1;
+    let entries = std::iter::from_fn(|| {
+        if entry.is_null() {
+            return None;
+        }
         // SAFETY: a non-null entry of getifaddrs's list, alive until freeifaddrs.
         let e = unsafe { &*entry };
         entry = e.ifa_next;
         if e.ifa_name.is_null() {
-            continue;
+            return Some(None);
         }
         // SAFETY: ifa_name is a NUL-terminated interface name.
-        let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }.to_string_lossy();
+        let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr, when set, points at a sockaddr of its family's size.
         let addr: Option<IpAddr> = unsafe {
             match e.ifa_addr.as_ref().map(|a| i32::from(a.sa_family)) {
@@ -141,11 +143,30 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
                 _ => None,
             }
         };
+        Some(Some((name, addr)))
+    });
+    let out = interfaces_from(entries);
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    out
+}
+
+/// The interfaces of getifaddrs's entries (`None`: an entry without a
+/// name), each with its addresses.
+fn interfaces_from(
+    entries: impl IntoIterator<Item = Option<(String, Option<IpAddr>)>>,
+) -> Result<Vec<Interface>> {
+    let mut out: Vec<Interface> = Vec::new();
+    for (name, addr) in entries
+        .into_iter()
+        .take(MAX_INTERFACE_ENTRIES)
+        .flatten()
+    {
         let i = match out.iter().position(|i| i.name == name) {
             Some(i) => i,
             None => {
                 out.push(Interface {
-                    name: name.into_owned(),
+                    name,
                     addrs: Vec::new(),
                 });
                 out.len() - 1
@@ -153,8 +174,6 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
         };
         out[i].addrs.extend(addr);
     }
-    // SAFETY: the list getifaddrs returned, freed once.
-    unsafe { libc::freeifaddrs(list) };
     Ok(out)
 }
 
@@ -221,6 +240,24 @@ mod tests {
         assert_eq!(kfd_gpu_count(&dir), 2);
         assert_eq!(kfd_gpu_count(&dir.join("absent")), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A node with more entries than are read is refused, naming the
+    /// bound, whatever order the kernel lists them in: never cut silently.
+    #[test]
+    fn past_the_bound_of_interface_entries_a_node_refuses() {
+        let entry = |k: usize| Some((format!("dummy{}", k % 300), Some(IpAddr::from([10, 0, (k / 250) as u8, (k % 250) as u8]))));
+        let at = interfaces_from((0..MAX_INTERFACE_ENTRIES).map(entry)).unwrap();
+        let addrs: usize = at.iter().map(|i| i.addrs.len()).sum();
+        assert_eq!(addrs, 4096);
+        let e = interfaces_from((0..=MAX_INTERFACE_ENTRIES).map(entry))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 4096"), "{e}");
+        assert!(e.contains("reads at most 4096"), "{e}");
+        // Nameless entries count too: the bound is on what getifaddrs lists.
+        let nameless = (0..=MAX_INTERFACE_ENTRIES).map(|_| None);
+        assert!(interfaces_from(nameless).is_err());
     }
 
     #[test]

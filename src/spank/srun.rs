@@ -232,7 +232,7 @@ fn network_for(settings: &Settings, map: &str, job: u32, step: u32) -> Result<St
     let handed = network::for_step(
         settings,
         hosts.iter().flat_map(|h| h.iter()),
-        |name| ProcessEnv.resolve(name),
+        &network::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name))),
         |name| std::env::var_os(name).is_some(),
     )?;
     Ok(handed.encode(job, step))
