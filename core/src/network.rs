@@ -23,7 +23,9 @@ use crate::step::Source;
 
 /// The variable srun hands every task: `1;JOB.STEP;NETWORK;KEPT`, NETWORK
 /// being `-` (none) or a [`Network`], KEPT the interface variables the user
-/// set in srun's environment (comma-separated), which tasks leave alone.
+/// set in srun's environment (comma-separated; for `tf-cluster explain`
+/// and the logs: a node keeps the variables the step's environment holds,
+/// see [`for_node`]).
 pub const VAR: &str = "SLURM_TF_CLUSTER_NET";
 
 /// Longest value of [`VAR`] a task reads: a network and a few names.
@@ -331,9 +333,88 @@ impl Lookups {
     }
 }
 
-/// The addresses of each of `names`, in order.
+/// How often the waiting thread checks for an interrupt.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The addresses of each of `names`, in order: at most `lookups.parallel`
+/// lookups at once in worker threads, all of them within `lookups.deadline`,
+/// the wait ended early by an interrupt. A lookup cannot be cancelled
+/// (getaddrinfo): one still running when srun gives up is left behind, its
+/// thread detached, and its answer dropped.
 fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> {
-    names.iter().map(|n| (lookups.resolve)(n)).collect()
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    let start = std::time::Instant::now();
+    let queue = Arc::new(Mutex::new(
+        names.iter().cloned().enumerate().collect::<Vec<_>>().into_iter(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (send, answers) = mpsc::channel::<(usize, Result<Vec<IpAddr>>)>();
+    let workers = lookups.parallel.clamp(1, names.len().max(1));
+    let mut started = 0;
+    for _ in 0..workers {
+        let (queue, stop, send, resolve) = (
+            queue.clone(),
+            stop.clone(),
+            send.clone(),
+            lookups.resolve.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("tf-cluster-lookup".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some((i, name)) = next else { break };
+                    if send.send((i, resolve(&name))).is_err() {
+                        break;
+                    }
+                }
+            });
+        if spawned.is_ok() {
+            started += 1;
+        }
+    }
+    drop(send);
+    if started == 0 && !names.is_empty() {
+        bail!("cannot start a thread to look the host template's names up");
+    }
+    let mut found: Vec<Option<Vec<IpAddr>>> = vec![None; names.len()];
+    let mut left = names.len();
+    let give_up = |why: String| -> Result<Vec<Vec<IpAddr>>> {
+        stop.store(true, Ordering::Relaxed);
+        Err(Error::new(why))
+    };
+    while left > 0 {
+        if (lookups.interrupted)() {
+            return give_up(format!(
+                "interrupted while looking up the host template's names ({} of {} answered)",
+                names.len() - left,
+                names.len()
+            ));
+        }
+        let Some(remaining) = lookups.deadline.checked_sub(start.elapsed()) else {
+            return give_up(format!(
+                "the host template's names did not all resolve within {:?} ({} of {} answered; srun waits at most that long for all of them)",
+                lookups.deadline,
+                names.len() - left,
+                names.len()
+            ));
+        };
+        match answers.recv_timeout(remaining.min(POLL)) {
+            Ok((i, Ok(addrs))) => {
+                found[i] = Some(addrs);
+                left -= 1;
+            }
+            Ok((_, Err(e))) => return give_up(e.to_string()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return give_up("a host-template lookup ended without an answer".into());
+            }
+        }
+    }
+    Ok(found.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 /// srun's decision for the step, before launch: the network (`--tf-network`
@@ -396,8 +477,8 @@ pub fn for_node(
         (Some(text), Some((job, step))) => Handed::decode(&text, job, step)?,
         _ => None,
     };
-    let (network, kept) = match handed {
-        Some(h) => (h.network, h.kept),
+    let network = match handed {
+        Some(h) => h.network,
         None => {
             let network = match (&settings.network, &settings.host_template) {
                 (Some(n), _) => Some(n.clone()),
@@ -419,16 +500,20 @@ pub fn for_node(
                 }
                 (None, None) => None,
             };
-            // No word from srun: the variables this task inherited.
-            let mut kept = Vec::new();
-            for v in VARS {
-                if source.var(v.name)?.is_some() {
-                    kept.push(v.name.to_string());
-                }
-            }
-            (network, kept)
+            network
         }
     };
+    // The user's own: the interface variables the step's environment holds,
+    // which is what its tasks receive (srun's --export applied: under
+    // `--export=NONE` or `--export=HOME` srun's own value never reaches
+    // them, and `--export=NAME=VALUE` gives them one srun's did not have).
+    // srun's list (KEPT) is what srun's environment held: not the tasks'.
+    let mut kept = Vec::new();
+    for v in VARS {
+        if source.var(v.name)?.is_some() {
+            kept.push(v.name.to_string());
+        }
+    }
     let Some(network) = network else {
         return Ok(None);
     };
