@@ -314,8 +314,9 @@ fn an_include_fan_out_reads_each_file_once() {
     for (path, reads) in &f.reads {
         assert_eq!(*reads, 1, "{path} read {reads} times");
     }
-    // plugstack.conf, the snippet and the n fan files.
-    assert_eq!(f.reads.len(), n + 2, "{:?}", f.reads);
+    // plugstack.conf, the snippet and the n fan files (and slurm.conf).
+    let plugstack = f.reads.keys().filter(|p| p.contains("plugstack")).count();
+    assert_eq!(plugstack, n + 2, "{:?}", f.reads);
     let loops: Vec<&str> = fails(&r)
         .into_iter()
         .filter(|l| l.contains("includes itself"))
@@ -334,7 +335,8 @@ fn a_plugstack_tree_of_too_many_files_is_cut_with_one_line() {
         f.file(&format!("/etc/slurm/plugstack.conf.d/many{k:03}.conf"), "# nothing\n");
     }
     let r = f.run();
-    assert!(f.reads.len() <= 256, "{} files read", f.reads.len());
+    let plugstack = f.reads.keys().filter(|p| p.contains("plugstack")).count();
+    assert!(plugstack <= 256, "{plugstack} plugstack files read");
     let capped: Vec<&str> = fails(&r)
         .into_iter()
         .filter(|l| l.contains("at most 256 files"))
