@@ -20,5 +20,5 @@ pub fn parse_version_header(text: &str) -> Option<u32> {
 /// changelog, 26.05.0rc1: "Tasks and step nodes now follow topology order").
 #[allow(dead_code)] // build.rs's; the doctor includes only the parser
 pub fn blocks_follow_topology(version: u32) -> bool {
-    version >= 0x19_05_00
+    version >= 0x1a_05_00
 }
