@@ -95,7 +95,43 @@ pub fn het_component_ports(
 /// port, since each task's address is named in every other task's
 /// variables. Err (one line) when two components would not.
 pub fn check_het_ports(reserved: &[Option<String>], in_srun_env: Option<&str>) -> Result<()> {
-    let _ = (reserved, in_srun_env);
+    let each = het_component_ports(reserved, in_srun_env);
+    let list = |p: &ComponentPorts| -> Result<Option<Vec<u16>>> {
+        Ok(match p {
+            ComponentPorts::Reserved(l) | ComponentPorts::PassedOn(l) => {
+                Some(parse_reserved(l, 65535)?)
+            }
+            ComponentPorts::Base => None,
+        })
+    };
+    let said = |k: usize, p: &ComponentPorts| match p {
+        ComponentPorts::Reserved(l) => format!("component {k} the ports Slurm reserved for it, {l}"),
+        ComponentPorts::PassedOn(l) => format!(
+            "component {k} SLURM_STEP_RESV_PORTS={l}, passed on from srun's environment (not this step's: unset it before srun)"
+        ),
+        ComponentPorts::Base => format!("component {k} the port base (no ports reserved)"),
+    };
+    let Some(first) = each.first() else {
+        return Ok(());
+    };
+    let first_list = list(first)?;
+    for (k, p) in each.iter().enumerate().skip(1) {
+        let agree = match (&first_list, list(p)?) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                let n = a.len().min(b.len());
+                a[..n] == b[..n]
+            }
+            _ => false,
+        };
+        if !agree {
+            bail!(
+                "the components of this heterogeneous step would give their tasks different ports ({}; {}): give every component the same --resv-ports=N, or run the components as separate steps",
+                said(0, first),
+                said(k, p)
+            );
+        }
+    }
     Ok(())
 }
 
