@@ -58,7 +58,10 @@ fn nccl_socket_ifname_is_the_users_only_where_the_tasks_receive_it() {
     let users = ("=eth0".to_string(), "eth1".to_string(), "eth1".to_string());
     for export in ["--export=NONE", "--export=HOME"] {
         for task in step(Some(export)) {
-            assert_eq!(task, plugins, "{export}: srun's own value never reached the task");
+            assert_eq!(
+                task, plugins,
+                "{export}: srun's own value never reached the task"
+            );
         }
     }
     // Plain export: every task inherits the user's value, kept as it is.

@@ -347,7 +347,12 @@ fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> 
     use std::sync::mpsc;
     let start = std::time::Instant::now();
     let queue = Arc::new(Mutex::new(
-        names.iter().cloned().enumerate().collect::<Vec<_>>().into_iter(),
+        names
+            .iter()
+            .cloned()
+            .enumerate()
+            .collect::<Vec<_>>()
+            .into_iter(),
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let (send, answers) = mpsc::channel::<(usize, Result<Vec<IpAddr>>)>();
@@ -479,29 +484,26 @@ pub fn for_node(
     };
     let network = match handed {
         Some(h) => h.network,
-        None => {
-            let network = match (&settings.network, &settings.host_template) {
-                (Some(n), _) => Some(n.clone()),
-                (None, Some(template)) => {
-                    let Some(nodename) = nodename else {
-                        bail!(
-                            "SLURMD_NODENAME is not set: the node's name on the fast network is unknown"
-                        );
-                    };
-                    let name = template.replace("{}", nodename);
-                    let addrs = source.resolve(&name)?;
-                    if addrs.is_empty() {
-                        bail!(
-                            "{node}: srun handed no network and {name} is not in /etc/hosts ({})",
-                            origin(settings)
-                        );
-                    }
-                    Some(Network::Subnets(covering(&addrs)))
+        None => match (&settings.network, &settings.host_template) {
+            (Some(n), _) => Some(n.clone()),
+            (None, Some(template)) => {
+                let Some(nodename) = nodename else {
+                    bail!(
+                        "SLURMD_NODENAME is not set: the node's name on the fast network is unknown"
+                    );
+                };
+                let name = template.replace("{}", nodename);
+                let addrs = source.resolve(&name)?;
+                if addrs.is_empty() {
+                    bail!(
+                        "{node}: srun handed no network and {name} is not in /etc/hosts ({})",
+                        origin(settings)
+                    );
                 }
-                (None, None) => None,
-            };
-            network
-        }
+                Some(Network::Subnets(covering(&addrs)))
+            }
+            (None, None) => None,
+        },
     };
     // The user's own: the interface variables the step's environment holds,
     // which is what its tasks receive (srun's --export applied: under
@@ -797,8 +799,13 @@ mod tests {
         let lookups = Lookups::new(slow(Duration::from_millis(200), most.clone()));
         let hosts = hosts(50);
         let start = std::time::Instant::now();
-        let handed = for_step(&template(), hosts.iter().map(String::as_str), &lookups, |_| false)
-            .unwrap();
+        let handed = for_step(
+            &template(),
+            hosts.iter().map(String::as_str),
+            &lookups,
+            |_| false,
+        )
+        .unwrap();
         let took = start.elapsed();
         assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/26");
         let most = most.load(Ordering::SeqCst);
@@ -821,9 +828,11 @@ mod tests {
         let mut lookups = Lookups::new(stuck);
         lookups.deadline = Duration::from_millis(300);
         let start = std::time::Instant::now();
-        let e = for_step(&template(), ["node1", "node2", "node3"], &lookups, |_| false)
-            .unwrap_err()
-            .to_string();
+        let e = for_step(&template(), ["node1", "node2", "node3"], &lookups, |_| {
+            false
+        })
+        .unwrap_err()
+        .to_string();
         let took = start.elapsed();
         assert!(took < Duration::from_secs(5), "refused after {took:?}");
         assert!(e.contains("within 300ms"), "{e}");
@@ -844,7 +853,11 @@ mod tests {
         let e = for_step(&template(), ["node1"], &lookups, |_| false)
             .unwrap_err()
             .to_string();
-        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
         assert!(e.contains("interrupted"), "{e}");
     }
 
@@ -920,8 +933,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(found.kept.is_empty(), "{:?}", found.kept);
-        let mut torch = Settings::default();
-        torch.frameworks = Frameworks::default().with(&crate::frameworks::pytorch::FRAMEWORK);
+        let torch = Settings {
+            frameworks: Frameworks::only(&crate::frameworks::pytorch::FRAMEWORK),
+            ..Settings::default()
+        };
         assert!(
             vars(torch.frameworks, &found).contains(&("NCCL_SOCKET_IFNAME", "=eth1".into())),
             "{:?}",

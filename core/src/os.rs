@@ -299,7 +299,12 @@ mod tests {
     /// bound, whatever order the kernel lists them in: never cut silently.
     #[test]
     fn past_the_bound_of_interface_entries_a_node_refuses() {
-        let entry = |k: usize| Some((format!("dummy{}", k % 300), Some(IpAddr::from([10, 0, (k / 250) as u8, (k % 250) as u8]))));
+        let entry = |k: usize| {
+            Some((
+                format!("dummy{}", k % 300),
+                Some(IpAddr::from([10, 0, (k / 250) as u8, (k % 250) as u8])),
+            ))
+        };
         let at = interfaces_from((0..MAX_INTERFACE_ENTRIES).map(entry)).unwrap();
         let addrs: usize = at.iter().map(|i| i.addrs.len()).sum();
         assert_eq!(addrs, 4096);

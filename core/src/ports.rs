@@ -105,7 +105,9 @@ pub fn check_het_ports(reserved: &[Option<String>], in_srun_env: Option<&str>) -
         })
     };
     let said = |k: usize, p: &ComponentPorts| match p {
-        ComponentPorts::Reserved(l) => format!("component {k} the ports Slurm reserved for it, {l}"),
+        ComponentPorts::Reserved(l) => {
+            format!("component {k} the ports Slurm reserved for it, {l}")
+        }
         ComponentPorts::PassedOn(l) => format!(
             "component {k} SLURM_STEP_RESV_PORTS={l}, passed on from srun's environment (not this step's: unset it before srun)"
         ),
@@ -198,7 +200,10 @@ mod tests {
         assert!(check_het_ports(&[some("12006-12007"), some("12006-12009")], None).is_ok());
         assert_eq!(
             het_component_ports(&[None, None], Some("13000-13003")),
-            [ComponentPorts::Base, ComponentPorts::PassedOn("13000-13003".into())]
+            [
+                ComponentPorts::Base,
+                ComponentPorts::PassedOn("13000-13003".into())
+            ]
         );
     }
 

@@ -355,7 +355,12 @@ fn het_map_for(
     // components would disagree is refused here; without, the tasks take
     // the variable as it comes.
     let records: Option<Vec<Option<String>>> = std::iter::once(info)
-        .chain(components.iter().skip(1).map(|&(c, _)| step_info(spank, c, step)))
+        .chain(
+            components
+                .iter()
+                .skip(1)
+                .map(|&(c, _)| step_info(spank, c, step)),
+        )
         .map(|i| i.map(|i| i.resv_ports))
         .collect();
     if let Some(reserved) = records {

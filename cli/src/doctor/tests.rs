@@ -324,7 +324,11 @@ fn an_include_fan_out_reads_each_file_once() {
     assert_eq!(loops.len(), 1, "{}", r.render());
     // The plugin's own line is still found, once.
     let text = r.render();
-    assert_eq!(text.matches("tf-cluster.conf:2: required").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("tf-cluster.conf:2: required").count(),
+        1,
+        "{text}"
+    );
 }
 
 /// More files than the cap: one line naming it, and no more read.
@@ -332,7 +336,10 @@ fn an_include_fan_out_reads_each_file_once() {
 fn a_plugstack_tree_of_too_many_files_is_cut_with_one_line() {
     let mut f = Fake::healthy();
     for k in 0..300 {
-        f.file(&format!("/etc/slurm/plugstack.conf.d/many{k:03}.conf"), "# nothing\n");
+        f.file(
+            &format!("/etc/slurm/plugstack.conf.d/many{k:03}.conf"),
+            "# nothing\n",
+        );
     }
     let r = f.run();
     let plugstack = f.reads.keys().filter(|p| p.contains("plugstack")).count();
