@@ -55,10 +55,10 @@ fn main() {
         println!("cargo:rustc-cfg=slurm_get_job_steps_by_id");
     }
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
-    if version >= 0x19_05_00 {
-        // From 25.05 on (measured: 26.05; 22.05 and 24.11 do not), a topology
-        // plugin makes Slurm fill the nodes of a block distribution in
-        // topology order instead of node-list order (see core::layout).
+    if blocks_follow_topology(version) {
+        // From 26.05 on (22.05, 24.11 and 25.11 do not: slurm_version.rs), a
+        // topology plugin makes Slurm fill the nodes of a block distribution
+        // in topology order instead of node-list order (see core::layout).
         println!("cargo:rustc-cfg=slurm_blocks_follow_topology");
     }
     // slurm_kill_job_step (src/spank/step_kill_rpc.rs): a `flags` argument

@@ -161,7 +161,7 @@ pub fn het_order(
 }
 
 /// Refuses a block layout that Slurm may have ordered by network topology.
-/// From 25.05 on (measured on 26.05; 22.05 and 24.11 keep node-list order),
+/// From 26.05 on (measured on 26.05; 22.05, 24.11 and 25.11 keep node-list order),
 /// under a topology plugin (`pattern`, SLURM_TOPOLOGY_ADDR_PATTERN, has more
 /// than one level) Slurm fills the nodes of a block distribution in topology
 /// order, which no task can see: each knows only its own ranks (SLURM_GTIDS).

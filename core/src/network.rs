@@ -13,6 +13,8 @@
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::error::{Error, Result, bail, shown};
 use crate::frameworks::Frameworks;
@@ -21,7 +23,9 @@ use crate::step::Source;
 
 /// The variable srun hands every task: `1;JOB.STEP;NETWORK;KEPT`, NETWORK
 /// being `-` (none) or a [`Network`], KEPT the interface variables the user
-/// set in srun's environment (comma-separated), which tasks leave alone.
+/// set in srun's environment (comma-separated; for `tf-cluster explain`
+/// and the logs: a node keeps the variables the step's environment holds,
+/// see [`for_node`]).
 pub const VAR: &str = "SLURM_TF_CLUSTER_NET";
 
 /// Longest value of [`VAR`] a task reads: a network and a few names.
@@ -298,28 +302,151 @@ fn origin(settings: &Settings) -> String {
     }
 }
 
+/// Most host-template lookups srun runs at once.
+pub const MAX_PARALLEL_LOOKUPS: usize = 32;
+
+/// The time all of a step's host-template lookups together may take in
+/// srun: past it the step is refused in one line naming it.
+pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A name lookup (the system's resolver in srun, a stand-in in tests).
+pub type Resolver = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>> + Send + Sync>;
+
+/// How srun looks the template's names up: the resolver, the deadline for
+/// all of them, how many at once, and whether the user interrupted srun.
+pub struct Lookups {
+    pub resolve: Resolver,
+    pub deadline: Duration,
+    pub parallel: usize,
+    pub interrupted: Box<dyn Fn() -> bool>,
+}
+
+impl Lookups {
+    /// srun's: `resolve`, [`LOOKUP_DEADLINE`], [`MAX_PARALLEL_LOOKUPS`].
+    pub fn new(resolve: Resolver) -> Lookups {
+        Lookups {
+            resolve,
+            deadline: LOOKUP_DEADLINE,
+            parallel: MAX_PARALLEL_LOOKUPS,
+            interrupted: Box::new(|| false),
+        }
+    }
+}
+
+/// How often the waiting thread checks for an interrupt.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The addresses of each of `names`, in order: at most `lookups.parallel`
+/// lookups at once in worker threads, all of them within `lookups.deadline`,
+/// the wait ended early by an interrupt. A lookup cannot be cancelled
+/// (getaddrinfo): one still running when srun gives up is left behind, its
+/// thread detached, and its answer dropped.
+fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    let start = std::time::Instant::now();
+    let queue = Arc::new(Mutex::new(
+        names
+            .iter()
+            .cloned()
+            .enumerate()
+            .collect::<Vec<_>>()
+            .into_iter(),
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (send, answers) = mpsc::channel::<(usize, Result<Vec<IpAddr>>)>();
+    let workers = lookups.parallel.clamp(1, names.len().max(1));
+    let mut started = 0;
+    for _ in 0..workers {
+        let (queue, stop, send, resolve) = (
+            queue.clone(),
+            stop.clone(),
+            send.clone(),
+            lookups.resolve.clone(),
+        );
+        let spawned = std::thread::Builder::new()
+            .name("tf-cluster-lookup".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                    let Some((i, name)) = next else { break };
+                    if send.send((i, resolve(&name))).is_err() {
+                        break;
+                    }
+                }
+            });
+        if spawned.is_ok() {
+            started += 1;
+        }
+    }
+    drop(send);
+    if started == 0 && !names.is_empty() {
+        bail!("cannot start a thread to look the host template's names up");
+    }
+    let mut found: Vec<Option<Vec<IpAddr>>> = vec![None; names.len()];
+    let mut left = names.len();
+    let give_up = |why: String| -> Result<Vec<Vec<IpAddr>>> {
+        stop.store(true, Ordering::Relaxed);
+        Err(Error::new(why))
+    };
+    while left > 0 {
+        if (lookups.interrupted)() {
+            return give_up(format!(
+                "interrupted while looking up the host template's names ({} of {} answered)",
+                names.len() - left,
+                names.len()
+            ));
+        }
+        let Some(remaining) = lookups.deadline.checked_sub(start.elapsed()) else {
+            return give_up(format!(
+                "the host template's names did not all resolve within {:?} ({} of {} answered; srun waits at most that long for all of them)",
+                lookups.deadline,
+                names.len() - left,
+                names.len()
+            ));
+        };
+        match answers.recv_timeout(remaining.min(POLL)) {
+            Ok((i, Ok(addrs))) => {
+                found[i] = Some(addrs);
+                left -= 1;
+            }
+            Ok((_, Err(e))) => return give_up(e.to_string()),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return give_up("a host-template lookup ended without an answer".into());
+            }
+        }
+    }
+    Ok(found.into_iter().map(Option::unwrap_or_default).collect())
+}
+
 /// srun's decision for the step, before launch: the network (`--tf-network`
 /// as given, or the subnet covering every node's template name, resolved
-/// here with `resolve`), and which interface variables the user set in
-/// srun's environment (`present`), which every task inherits.
+/// here with `lookups`), and which interface variables the user set in
+/// srun's environment (`present`).
 pub fn for_step<'h>(
     settings: &Settings,
     hosts: impl IntoIterator<Item = &'h str>,
-    mut resolve: impl FnMut(&str) -> Result<Vec<IpAddr>>,
+    lookups: &Lookups,
     present: impl FnMut(&str) -> bool,
 ) -> Result<Handed> {
     let network = match (&settings.network, &settings.host_template) {
         (Some(n), _) => Some(n.clone()),
         (None, Some(template)) => {
+            let names: Vec<String> = hosts
+                .into_iter()
+                .map(|host| template.replace("{}", host))
+                .collect();
+            let found = resolve_all(&names, lookups).map_err(|e| {
+                Error::new(format!(
+                    "{e} ({}): name the network with --tf-network=IFNAME|CIDR",
+                    origin(settings)
+                ))
+            })?;
             let mut addrs = Vec::new();
-            for host in hosts {
-                let name = template.replace("{}", host);
-                let found = resolve(&name).map_err(|e| {
-                    Error::new(format!(
-                        "{e} ({}): name the network with --tf-network=IFNAME|CIDR",
-                        origin(settings)
-                    ))
-                })?;
+            for (name, found) in names.iter().zip(found) {
                 if found.is_empty() {
                     bail!("{name} has no address ({})", origin(settings));
                 }
@@ -355,39 +482,40 @@ pub fn for_node(
         (Some(text), Some((job, step))) => Handed::decode(&text, job, step)?,
         _ => None,
     };
-    let (network, kept) = match handed {
-        Some(h) => (h.network, h.kept),
-        None => {
-            let network = match (&settings.network, &settings.host_template) {
-                (Some(n), _) => Some(n.clone()),
-                (None, Some(template)) => {
-                    let Some(nodename) = nodename else {
-                        bail!(
-                            "SLURMD_NODENAME is not set: the node's name on the fast network is unknown"
-                        );
-                    };
-                    let name = template.replace("{}", nodename);
-                    let addrs = source.resolve(&name)?;
-                    if addrs.is_empty() {
-                        bail!(
-                            "{node}: srun handed no network and {name} is not in /etc/hosts ({})",
-                            origin(settings)
-                        );
-                    }
-                    Some(Network::Subnets(covering(&addrs)))
+    let network = match handed {
+        Some(h) => h.network,
+        None => match (&settings.network, &settings.host_template) {
+            (Some(n), _) => Some(n.clone()),
+            (None, Some(template)) => {
+                let Some(nodename) = nodename else {
+                    bail!(
+                        "SLURMD_NODENAME is not set: the node's name on the fast network is unknown"
+                    );
+                };
+                let name = template.replace("{}", nodename);
+                let addrs = source.resolve(&name)?;
+                if addrs.is_empty() {
+                    bail!(
+                        "{node}: srun handed no network and {name} is not in /etc/hosts ({})",
+                        origin(settings)
+                    );
                 }
-                (None, None) => None,
-            };
-            // No word from srun: the variables this task inherited.
-            let mut kept = Vec::new();
-            for v in VARS {
-                if source.var(v.name)?.is_some() {
-                    kept.push(v.name.to_string());
-                }
+                Some(Network::Subnets(covering(&addrs)))
             }
-            (network, kept)
-        }
+            (None, None) => None,
+        },
     };
+    // The user's own: the interface variables the step's environment holds,
+    // which is what its tasks receive (srun's --export applied: under
+    // `--export=NONE` or `--export=HOME` srun's own value never reaches
+    // them, and `--export=NAME=VALUE` gives them one srun's did not have).
+    // srun's list (KEPT) is what srun's environment held: not the tasks'.
+    let mut kept = Vec::new();
+    for v in VARS {
+        if source.var(v.name)?.is_some() {
+            kept.push(v.name.to_string());
+        }
+    }
     let Some(network) = network else {
         return Ok(None);
     };
@@ -610,21 +738,21 @@ mod tests {
 
     #[test]
     fn srun_resolves_every_nodes_name_and_notes_the_users_variables() {
-        let names = |name: &str| -> Result<Vec<IpAddr>> {
+        let names = Lookups::new(Arc::new(|name: &str| -> Result<Vec<IpAddr>> {
             match name {
                 "node1-ib" => Ok(vec![ip("10.98.0.2")]),
                 "node2-ib" => Ok(vec![ip("10.98.0.3")]),
                 "node3-ib" => Ok(vec![ip("10.98.0.4")]),
                 _ => bail!("cannot resolve {name}: Name or service not known"),
             }
-        };
-        let handed = for_step(&template(), ["node1", "node2", "node3"], names, |v| {
+        }));
+        let handed = for_step(&template(), ["node1", "node2", "node3"], &names, |v| {
             v == "GLOO_SOCKET_IFNAME"
         })
         .unwrap();
         assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/29");
         assert_eq!(handed.kept, ["GLOO_SOCKET_IFNAME"]);
-        let e = for_step(&template(), ["node1", "node4"], names, |_| false).unwrap_err();
+        let e = for_step(&template(), ["node1", "node4"], &names, |_| false).unwrap_err();
         assert_eq!(
             e.to_string(),
             "cannot resolve node4-ib: Name or service not known (the network of --tf-host-template={}-ib): name the network with --tf-network=IFNAME|CIDR"
@@ -632,11 +760,105 @@ mod tests {
         // --tf-network wins and needs no name resolved.
         let mut s = template();
         s.set("network", "ib0").unwrap();
-        let handed = for_step(&s, ["node4"], names, |_| false).unwrap();
+        let handed = for_step(&s, ["node4"], &names, |_| false).unwrap();
         assert_eq!(handed.network, Some(Network::Interface("ib0".into())));
         // No network named: nothing resolved, nothing handed.
-        let handed = for_step(&Settings::default(), ["node4"], names, |_| false).unwrap();
+        let handed = for_step(&Settings::default(), ["node4"], &names, |_| false).unwrap();
         assert_eq!(handed, Handed::default());
+    }
+
+    /// A resolver that sleeps `each` per name and counts the lookups in
+    /// flight at once (the most, in `most`).
+    fn slow(each: Duration, most: Arc<std::sync::atomic::AtomicUsize>) -> Resolver {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let now = Arc::new(AtomicUsize::new(0));
+        Arc::new(move |name: &str| {
+            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(n, Ordering::SeqCst);
+            std::thread::sleep(each);
+            now.fetch_sub(1, Ordering::SeqCst);
+            let k: u8 = name
+                .trim_start_matches("node")
+                .trim_end_matches("-ib")
+                .parse()
+                .unwrap();
+            Ok(vec![IpAddr::from([10, 98, 0, k])])
+        })
+    }
+
+    fn hosts(n: usize) -> Vec<String> {
+        (1..=n).map(|k| format!("node{k}")).collect()
+    }
+
+    /// 50 lookups of 200 ms each: 10 s one after the other; at most 32 at
+    /// once they take two rounds.
+    #[test]
+    fn srun_looks_the_names_up_in_parallel_at_most_32_at_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let most = Arc::new(AtomicUsize::new(0));
+        let lookups = Lookups::new(slow(Duration::from_millis(200), most.clone()));
+        let hosts = hosts(50);
+        let start = std::time::Instant::now();
+        let handed = for_step(
+            &template(),
+            hosts.iter().map(String::as_str),
+            &lookups,
+            |_| false,
+        )
+        .unwrap();
+        let took = start.elapsed();
+        assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/26");
+        let most = most.load(Ordering::SeqCst);
+        assert!(most > 1, "lookups ran one at a time");
+        assert!(most <= MAX_PARALLEL_LOOKUPS, "{most} lookups at once");
+        assert!(took < Duration::from_secs(5), "50 lookups took {took:?}");
+    }
+
+    /// One name that never answers: the step is refused when the deadline
+    /// for all names passes, in one line naming it, and srun goes on (the
+    /// stuck lookup is left behind).
+    #[test]
+    fn a_lookup_past_the_deadline_is_refused_in_one_line() {
+        let stuck: Resolver = Arc::new(|name: &str| {
+            if name == "node2-ib" {
+                std::thread::sleep(Duration::from_secs(30));
+            }
+            Ok(vec![ip("10.98.0.2")])
+        });
+        let mut lookups = Lookups::new(stuck);
+        lookups.deadline = Duration::from_millis(300);
+        let start = std::time::Instant::now();
+        let e = for_step(&template(), ["node1", "node2", "node3"], &lookups, |_| {
+            false
+        })
+        .unwrap_err()
+        .to_string();
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(5), "refused after {took:?}");
+        assert!(e.contains("within 300ms"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        assert_eq!(LOOKUP_DEADLINE, Duration::from_secs(10));
+    }
+
+    /// Ctrl-C (srun's interrupt, as the predicate sees it) ends the wait.
+    #[test]
+    fn an_interrupted_srun_stops_waiting_for_the_names() {
+        let stuck: Resolver = Arc::new(|_: &str| {
+            std::thread::sleep(Duration::from_secs(30));
+            Ok(vec![])
+        });
+        let mut lookups = Lookups::new(stuck);
+        let start = std::time::Instant::now();
+        lookups.interrupted = Box::new(move || start.elapsed() > Duration::from_millis(100));
+        let e = for_step(&template(), ["node1"], &lookups, |_| false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(e.contains("interrupted"), "{e}");
     }
 
     #[test]
@@ -692,6 +914,62 @@ mod tests {
             .unwrap(),
             None
         );
+    }
+
+    /// Under `srun --export=NONE` (or `--export=HOME`) the tasks never get
+    /// srun's own NCCL_SOCKET_IFNAME, though srun saw it and listed it as
+    /// the user's: the step's environment, what the tasks really receive,
+    /// decides. With the variable there (plain export, or
+    /// `--export=NCCL_SOCKET_IFNAME=eth0`) it is the user's and kept.
+    #[test]
+    fn a_users_variable_is_kept_only_where_the_tasks_receive_it() {
+        let word = (VAR, "1;5.0;eth1;NCCL_SOCKET_IFNAME".to_string());
+        let mut none = Node {
+            vars: vec![word.clone()],
+            interfaces: node(),
+            hosts: "",
+        };
+        let found = for_node(&template(), &mut none, Some((5, 0)), Some("node1"))
+            .unwrap()
+            .unwrap();
+        assert!(found.kept.is_empty(), "{:?}", found.kept);
+        let torch = Settings {
+            frameworks: Frameworks::only(&crate::frameworks::pytorch::FRAMEWORK),
+            ..Settings::default()
+        };
+        assert!(
+            vars(torch.frameworks, &found).contains(&("NCCL_SOCKET_IFNAME", "=eth1".into())),
+            "{:?}",
+            vars(torch.frameworks, &found)
+        );
+        let mut all = Node {
+            vars: vec![word, ("NCCL_SOCKET_IFNAME", "=eth0".into())],
+            interfaces: node(),
+            hosts: "",
+        };
+        let found = for_node(&template(), &mut all, Some((5, 0)), Some("node1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.kept, ["NCCL_SOCKET_IFNAME"]);
+        assert!(
+            !vars(torch.frameworks, &found)
+                .iter()
+                .any(|(n, _)| *n == "NCCL_SOCKET_IFNAME")
+        );
+        // A value given on srun's line (`--export=GLOO_SOCKET_IFNAME=eth0`)
+        // is in the step's environment though srun's own had none.
+        let mut given = Node {
+            vars: vec![
+                (VAR, "1;5.0;eth1;".to_string()),
+                ("GLOO_SOCKET_IFNAME", "eth0".into()),
+            ],
+            interfaces: node(),
+            hosts: "",
+        };
+        let found = for_node(&template(), &mut given, Some((5, 0)), Some("node1"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.kept, ["GLOO_SOCKET_IFNAME"]);
     }
 
     /// Where srun's word does not reach (another component of a

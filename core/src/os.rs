@@ -41,12 +41,61 @@ impl Source for ProcessEnv {
 
     /// The CLI is the user's own process: the system's resolver, DNS too.
     fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
-        use std::net::ToSocketAddrs;
-        let addrs = (host, 0)
-            .to_socket_addrs()
-            .map_err(|e| Error::new(format!("cannot resolve {host}: {e}")))?;
-        Ok(addrs.map(|a| a.ip()).collect())
+        resolve_host(host)
     }
+}
+
+/// The addresses of `host` from the system's resolver (getaddrinfo(3): DNS
+/// too). Called directly, not through std's `ToSocketAddrs`, which holds
+/// std's environment lock for the whole lookup: a lookup left running past
+/// srun's deadline would then block srun's own `set_var` until it ends.
+pub fn resolve_host(host: &str) -> Result<Vec<IpAddr>> {
+    let fail = |why: String| Error::new(format!("cannot resolve {host}: {why}"));
+    let c_host = std::ffi::CString::new(host).map_err(|_| fail("a NUL in the name".into()))?;
+    // SAFETY: all-zero is a valid addrinfo hints value (no flags, AF_UNSPEC).
+    let mut hints: libc::addrinfo = unsafe { std::mem::zeroed() };
+    hints.ai_socktype = libc::SOCK_STREAM;
+    let mut list: *mut libc::addrinfo = std::ptr::null_mut();
+    // SAFETY: a NUL-terminated name, hints, and an out pointer freed below.
+    let rc = unsafe { libc::getaddrinfo(c_host.as_ptr(), std::ptr::null(), &hints, &mut list) };
+    if rc != 0 {
+        let why = if rc == libc::EAI_SYSTEM {
+            std::io::Error::last_os_error().to_string()
+        } else {
+            // SAFETY: gai_strerror returns a static NUL-terminated string.
+            unsafe { std::ffi::CStr::from_ptr(libc::gai_strerror(rc)) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        return Err(fail(why));
+    }
+    let mut out = Vec::new();
+    let mut entry = list;
+    while !entry.is_null() {
+        // SAFETY: a non-null entry of getaddrinfo's list, alive until freed.
+        let e = unsafe { &*entry };
+        entry = e.ai_next;
+        // SAFETY: ai_addr, when set, points at a sockaddr of its family's size.
+        let addr = unsafe {
+            match e.ai_addr.as_ref().map(|a| i32::from(a.sa_family)) {
+                Some(libc::AF_INET) => {
+                    let sin = &*(e.ai_addr as *const libc::sockaddr_in);
+                    Some(IpAddr::V4(u32::from_be(sin.sin_addr.s_addr).into()))
+                }
+                Some(libc::AF_INET6) => {
+                    let sin6 = &*(e.ai_addr as *const libc::sockaddr_in6);
+                    Some(IpAddr::V6(sin6.sin6_addr.s6_addr.into()))
+                }
+                _ => None,
+            }
+        };
+        if let Some(a) = addr.filter(|a| !out.contains(a)) {
+            out.push(a);
+        }
+    }
+    // SAFETY: the list getaddrinfo returned, freed once.
+    unsafe { libc::freeaddrinfo(list) };
+    Ok(out)
 }
 
 /// The NVIDIA driver lists one directory per GPU here; reading it costs no
@@ -99,7 +148,8 @@ fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
 }
 
 /// Most interface entries read: far above any node's, a bound on a hostile
-/// namespace's.
+/// namespace's. A node listing more refuses, naming the bound: a cut list
+/// would make nodes disagree on a network (one refusing, one choosing).
 const MAX_INTERFACE_ENTRIES: usize = 4096;
 
 /// The node's network interfaces and their IP addresses, from getifaddrs(3):
@@ -114,19 +164,21 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
             "cannot list the network interfaces: {e}"
         )));
     }
-    let mut out: Vec<Interface> = Vec::new();
     let mut entry = list;
-    let mut seen = 0;
-    while !entry.is_null() && seen < MAX_INTERFACE_ENTRIES {
-        seen += 1;
+    let entries = std::iter::from_fn(|| {
+        if entry.is_null() {
+            return None;
+        }
         // SAFETY: a non-null entry of getifaddrs's list, alive until freeifaddrs.
         let e = unsafe { &*entry };
         entry = e.ifa_next;
         if e.ifa_name.is_null() {
-            continue;
+            return Some(None);
         }
         // SAFETY: ifa_name is a NUL-terminated interface name.
-        let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }.to_string_lossy();
+        let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: ifa_addr, when set, points at a sockaddr of its family's size.
         let addr: Option<IpAddr> = unsafe {
             match e.ifa_addr.as_ref().map(|a| i32::from(a.sa_family)) {
@@ -141,11 +193,33 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
                 _ => None,
             }
         };
+        Some(Some((name, addr)))
+    });
+    let out = interfaces_from(entries);
+    // SAFETY: the list getifaddrs returned, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    out
+}
+
+/// The interfaces of getifaddrs's entries (`None`: an entry without a
+/// name), each with its addresses.
+fn interfaces_from(
+    entries: impl IntoIterator<Item = Option<(String, Option<IpAddr>)>>,
+) -> Result<Vec<Interface>> {
+    let mut entries = entries.into_iter();
+    let listed: Vec<_> = entries.by_ref().take(MAX_INTERFACE_ENTRIES).collect();
+    if entries.next().is_some() {
+        return Err(Error::new(format!(
+            "this node lists more than {MAX_INTERFACE_ENTRIES} interface addresses; tf-cluster reads at most {MAX_INTERFACE_ENTRIES}: name the network with --tf-network on a node with fewer, or leave --tf-network out"
+        )));
+    }
+    let mut out: Vec<Interface> = Vec::new();
+    for (name, addr) in listed.into_iter().flatten() {
         let i = match out.iter().position(|i| i.name == name) {
             Some(i) => i,
             None => {
                 out.push(Interface {
-                    name: name.into_owned(),
+                    name,
                     addrs: Vec::new(),
                 });
                 out.len() - 1
@@ -153,8 +227,6 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
         };
         out[i].addrs.extend(addr);
     }
-    // SAFETY: the list getifaddrs returned, freed once.
-    unsafe { libc::freeifaddrs(list) };
     Ok(out)
 }
 
@@ -221,6 +293,29 @@ mod tests {
         assert_eq!(kfd_gpu_count(&dir), 2);
         assert_eq!(kfd_gpu_count(&dir.join("absent")), 0);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A node with more entries than are read is refused, naming the
+    /// bound, whatever order the kernel lists them in: never cut silently.
+    #[test]
+    fn past_the_bound_of_interface_entries_a_node_refuses() {
+        let entry = |k: usize| {
+            Some((
+                format!("dummy{}", k % 300),
+                Some(IpAddr::from([10, 0, (k / 250) as u8, (k % 250) as u8])),
+            ))
+        };
+        let at = interfaces_from((0..MAX_INTERFACE_ENTRIES).map(entry)).unwrap();
+        let addrs: usize = at.iter().map(|i| i.addrs.len()).sum();
+        assert_eq!(addrs, 4096);
+        let e = interfaces_from((0..=MAX_INTERFACE_ENTRIES).map(entry))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 4096"), "{e}");
+        assert!(e.contains("reads at most 4096"), "{e}");
+        // Nameless entries count too: the bound is on what getifaddrs lists.
+        let nameless = (0..=MAX_INTERFACE_ENTRIES).map(|_| None);
+        assert!(interfaces_from(nameless).is_err());
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub trait Source {
             .zip(step.as_deref().and_then(parse_u32)))
     }
     /// Whether this Slurm fills the nodes of a block distribution in
-    /// topology order (25.05 on; the plugin knows it from the headers it was
+    /// topology order (26.05 on; the plugin knows it from the headers it was
     /// built with). Then, without srun's map, a task reads
     /// SLURM_TOPOLOGY_ADDR_PATTERN to refuse what it cannot rebuild.
     fn blocks_follow_topology(&self) -> bool {

@@ -59,6 +59,11 @@ pub trait Host {
     /// `scontrol show config`, when there is no slurm.conf (configless), or
     /// one line saying why not.
     fn show_config(&mut self) -> Result<String, String>;
+    /// The path a file is known by, for reading each file once (symbolic
+    /// links and `..` resolved where the file exists; else the path).
+    fn canonical(&mut self, path: &str) -> String {
+        path.to_string()
+    }
 }
 
 /// An error reading a file, after its path: ` is not a regular file` (the

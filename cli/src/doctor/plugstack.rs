@@ -58,8 +58,32 @@ pub(crate) fn dirname(path: &str) -> &str {
     }
 }
 
+/// Most files of a plugstack tree read (Slurm's own trees hold a handful).
+pub(crate) const MAX_FILES: usize = 256;
+
+/// Most bytes of a plugstack tree read, all files together.
+pub(crate) const MAX_TOTAL_BYTES: usize = 16 << 20;
+
+/// What a walk has read so far: each file once (by canonical path), within
+/// the caps, and the repeats seen, told in one line each at the end.
+#[derive(Default)]
+struct Walk {
+    visited: std::collections::HashSet<String>,
+    /// The files being read, outermost first (an include of one is a loop).
+    stack: Vec<String>,
+    bytes: usize,
+    /// Includes of a file being read: (count, first `FILE:LINE -> FILE`).
+    loops: (usize, String),
+    /// Includes of a file read before, not a loop: (count, first).
+    repeats: (usize, String),
+    /// The cap that stopped the walk, once.
+    capped: Option<String>,
+}
+
 /// Walks plugstack.conf `file` and what it includes; false when a file is
 /// one Slurm's commands would block or grow on (no regular file, too large).
+/// Each file is read once, at most [`MAX_FILES`] files and
+/// [`MAX_TOTAL_BYTES`] bytes, includes at most [`MAX_INCLUDE_DEPTH`] deep.
 pub(crate) fn walk(
     host: &mut dyn Host,
     file: &str,
@@ -67,6 +91,47 @@ pub(crate) fn walk(
     report: &mut Report,
     out: &mut Vec<Loaded>,
 ) -> bool {
+    let mut state = Walk::default();
+    let safe = walk_one(host, file, depth, report, out, &mut state);
+    if state.loops.0 > 0 {
+        report.add(
+            Level::Fail,
+            format!(
+                "{} includes itself ({} include(s) of a file being read, a loop: Slurm would recurse without end); each file was read once",
+                state.loops.1, state.loops.0
+            ),
+        );
+    }
+    if state.repeats.0 > 0 {
+        report.add(
+            Level::Warn,
+            format!(
+                "{} includes a file already read ({} such include(s): its plugins would load twice); each file was read once",
+                state.repeats.1, state.repeats.0
+            ),
+        );
+    }
+    if let Some(line) = state.capped {
+        report.add(Level::Fail, line);
+    }
+    safe
+}
+
+fn walk_one(
+    host: &mut dyn Host,
+    file: &str,
+    depth: usize,
+    report: &mut Report,
+    out: &mut Vec<Loaded>,
+    state: &mut Walk,
+) -> bool {
+    if state.visited.len() >= MAX_FILES {
+        state.capped.get_or_insert_with(|| {
+            format!("the plugstack tree has more than {MAX_FILES} files: the doctor reads at most {MAX_FILES} files (first left out: {file})")
+        });
+        return true;
+    }
+    state.visited.insert(host.canonical(file));
     let text = match host.read(file) {
         Ok(text) => text,
         Err(e) => {
@@ -86,8 +151,30 @@ pub(crate) fn walk(
             return safe;
         }
     };
+    state.bytes += text.len();
+    if state.bytes > MAX_TOTAL_BYTES {
+        state.capped.get_or_insert_with(|| {
+            format!("the plugstack tree is over {MAX_TOTAL_BYTES} bytes: the doctor reads at most {MAX_TOTAL_BYTES} bytes (stopped at {file})")
+        });
+        return true;
+    }
+    state.stack.push(host.canonical(file));
+    let safe = read_lines(host, file, &text, depth, report, out, state);
+    state.stack.pop();
+    safe
+}
+
+fn read_lines(
+    host: &mut dyn Host,
+    file: &str,
+    text: &str,
+    depth: usize,
+    report: &mut Report,
+    out: &mut Vec<Loaded>,
+    state: &mut Walk,
+) -> bool {
     let mut safe = true;
-    for (line, parsed) in parse_plugstack(&text) {
+    for (line, parsed) in parse_plugstack(text) {
         let at = format!("{file}:{line}");
         match parsed {
             StackLine::Invalid(text) => report.add(
@@ -110,7 +197,25 @@ pub(crate) fn walk(
                     report.add(Level::Ok, format!("{at}: include {pattern} (no file matches)"));
                 }
                 for included in files {
-                    safe &= walk(host, &included, depth + 1, report, out);
+                    if state.capped.is_some() {
+                        break;
+                    }
+                    let canonical = host.canonical(&included);
+                    if state.stack.contains(&canonical) {
+                        state.loops.0 += 1;
+                        if state.loops.1.is_empty() {
+                            state.loops.1 = format!("{at}: include {included}");
+                        }
+                        continue;
+                    }
+                    if state.visited.contains(&canonical) {
+                        state.repeats.0 += 1;
+                        if state.repeats.1.is_empty() {
+                            state.repeats.1 = format!("{at}: include {included}");
+                        }
+                        continue;
+                    }
+                    safe &= walk_one(host, &included, depth + 1, report, out, state);
                 }
             }
             StackLine::Plugin { required, path, args } => out.push(Loaded { at, required, path, args }),

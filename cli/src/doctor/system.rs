@@ -26,6 +26,12 @@ impl Host for System {
         std::env::var(name).ok()
     }
 
+    fn canonical(&mut self, path: &str) -> String {
+        std::fs::canonicalize(path)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| path.to_string())
+    }
+
     fn read(&mut self, path: &str) -> std::io::Result<String> {
         let data = read_bounded(path, MAX_CONF)?;
         String::from_utf8(data).map_err(|_| invalid("is not text (UTF-8)"))

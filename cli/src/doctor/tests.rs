@@ -11,6 +11,8 @@ struct Fake {
     files: HashMap<String, String>,
     plugins: HashMap<String, PluginFile>,
     slurm: Option<u32>,
+    /// How often each file was read.
+    reads: HashMap<String, usize>,
 }
 
 impl Fake {
@@ -21,6 +23,7 @@ impl Fake {
             files: HashMap::new(),
             plugins: HashMap::new(),
             slurm: Some(0x180b05),
+            reads: HashMap::new(),
         };
         f.file(
             "/etc/slurm/slurm.conf",
@@ -66,6 +69,7 @@ impl Host for Fake {
         None
     }
     fn read(&mut self, path: &str) -> std::io::Result<String> {
+        *self.reads.entry(path.to_string()).or_default() += 1;
         self.files
             .get(path)
             .cloned()
@@ -288,4 +292,61 @@ fn show_config_pairs() {
     );
     assert_eq!(c["mpiparams"], "ports=12000-12999");
     assert_eq!(c["plugstackconfig"], "/etc/slurm/plugstack.conf");
+}
+
+/// n plugstack files each including `DIR/*.conf` (themselves and each
+/// other): before, every path through the tree was read again, n^8 reads
+/// (n=5: 14.6 s and 339 MB). Each file is now read once, the loop told in
+/// one line.
+#[test]
+fn an_include_fan_out_reads_each_file_once() {
+    let mut f = Fake::healthy();
+    let n = 6;
+    for k in 0..n {
+        f.file(
+            &format!("/etc/slurm/plugstack.conf.d/fan{k}.conf"),
+            "include /etc/slurm/plugstack.conf.d/*.conf\n",
+        );
+    }
+    let start = std::time::Instant::now();
+    let r = f.run();
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    for (path, reads) in &f.reads {
+        assert_eq!(*reads, 1, "{path} read {reads} times");
+    }
+    // plugstack.conf, the snippet and the n fan files (and slurm.conf).
+    let plugstack = f.reads.keys().filter(|p| p.contains("plugstack")).count();
+    assert_eq!(plugstack, n + 2, "{:?}", f.reads);
+    let loops: Vec<&str> = fails(&r)
+        .into_iter()
+        .filter(|l| l.contains("includes itself"))
+        .collect();
+    assert_eq!(loops.len(), 1, "{}", r.render());
+    // The plugin's own line is still found, once.
+    let text = r.render();
+    assert_eq!(
+        text.matches("tf-cluster.conf:2: required").count(),
+        1,
+        "{text}"
+    );
+}
+
+/// More files than the cap: one line naming it, and no more read.
+#[test]
+fn a_plugstack_tree_of_too_many_files_is_cut_with_one_line() {
+    let mut f = Fake::healthy();
+    for k in 0..300 {
+        f.file(
+            &format!("/etc/slurm/plugstack.conf.d/many{k:03}.conf"),
+            "# nothing\n",
+        );
+    }
+    let r = f.run();
+    let plugstack = f.reads.keys().filter(|p| p.contains("plugstack")).count();
+    assert!(plugstack <= 256, "{plugstack} plugstack files read");
+    let capped: Vec<&str> = fails(&r)
+        .into_iter()
+        .filter(|l| l.contains("at most 256 files"))
+        .collect();
+    assert_eq!(capped.len(), 1, "{}", r.render());
 }

@@ -77,12 +77,14 @@ fn torch_and_jax_from_the_same_layout() {
         ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
         ("SLURM_JOB_ID", "7"),
         ("SLURM_STEP_ID", "0"),
-        // srun's word: the template's names are in 10.98.0.0/29, and the
-        // user exported TP_SOCKET_IFNAME (kept: not set again).
+        // srun's word: the template's names are in 10.98.0.0/29; the user
+        // exported TP_SOCKET_IFNAME, which the step's environment holds
+        // (kept: not set again).
         (
             "SLURM_TF_CLUSTER_NET",
             "1;7.0;10.98.0.0/29;TP_SOCKET_IFNAME",
         ),
+        ("TP_SOCKET_IFNAME", "eth0"),
     ];
     let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
     let mut settings = Settings {
