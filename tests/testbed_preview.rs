@@ -240,7 +240,8 @@ fn preview_in_an_salloc_shell_is_the_step() {
     check(&stdout, &context);
 }
 
-/// From a batch script (`sbatch -N2 -n4 --gpus-per-node=2`, run on the
+/// From a batch script (`sbatch -N2 --ntasks-per-node=2 --gpus-per-node=2`: one GPU of its
+/// own per task, which the plugin sets and the preview must show; run on the
 /// job's first node): the job's GPUs too.
 #[test]
 fn preview_in_a_batch_script_is_the_step() {
@@ -253,7 +254,7 @@ fn preview_in_a_batch_script_is_the_step() {
             "sbatch",
             "--wait",
             "-N2",
-            "-n4",
+            "--ntasks-per-node=2",
             "--gpus-per-node=2",
             "-o",
             &out_file,
