@@ -92,7 +92,9 @@
 # Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, networks tfc and
 # tfc-ib, run dir docker/run; another prefix P gives P-ctl …, networks P and P-ib,
 # docker/run-P),
-# TFC_SUITE (bookworm), TFC_IMAGE_STAGE (full), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
+# TFC_SUITE (bookworm), TFC_IMAGE_STAGE (full, see below), TFC_IMAGE (tfc-node:$TFC_SUITE),
+# TFC_BASE_IMAGE (debian:$TFC_SUITE: the base; another tag, e.g. a fresh one to time a build
+# from nothing, is made by docker/base-image.sh too), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
 #
@@ -116,6 +118,8 @@ full) IMAGE=${TFC_IMAGE:-tfc-node:$SUITE} ;;
 slurm) IMAGE=${TFC_IMAGE:-tfc-node-slurm:$SUITE} ;;
 *) echo "testbed: error: TFC_IMAGE_STAGE must be full or slurm, not '$STAGE'" >&2; exit 1 ;;
 esac
+# The Debian image it is built on (docker/base-image.sh makes it when absent).
+BASE=${TFC_BASE_IMAGE:-debian:$SUITE}
 # Whether the image has slurmdbd and MariaDB (build_image tells): else no accounting.
 ACCOUNTING=1
 # TFC_PREFIX names an independent testbed (containers, network, run dir), so
@@ -271,7 +275,7 @@ stage_lines() {
 }
 
 build_image() {
-    bash "$here/base-image.sh" "$SUITE" || die "base image debian:$SUITE is missing and could not be created"
+    bash "$here/base-image.sh" "$SUITE" "$BASE" || die "base image $BASE is missing and could not be created"
     mkdir -p "$RUN"
     # Stage full repeats stage slurm's lines so that they find its layers in the cache
     # (docker/node/Dockerfile says why): a change to one copy only is refused.
@@ -289,7 +293,8 @@ build_image() {
     local ctx
     ctx=$(mktemp -d "${TMPDIR:-/tmp}/tfc-node-context.XXXXXX")
     cp -a "$here/node/." "$ctx/"
-    if ! docker build --network host --build-arg "SUITE=$SUITE" --build-arg "EXTRA_CA_CERTS=$extra_ca" \
+    if ! docker build --network host --build-arg "SUITE=$SUITE" --build-arg "BASE=$BASE" \
+        --build-arg "EXTRA_CA_CERTS=$extra_ca" \
         --target "$STAGE" -t "$IMAGE" "$ctx" >"$RUN/build.log" 2>&1; then
         rm -rf "$ctx"
         tail -n 30 "$RUN/build.log" >&2
