@@ -279,8 +279,9 @@ build_image() {
     mkdir -p "$RUN"
     # Stage full repeats stage slurm's lines so that they find its layers in the cache
     # (docker/node/Dockerfile says why): a change to one copy only is refused.
-    if [ -z "$(stage_lines "$here/node/Dockerfile" slurm)" ] ||
-        [ "$(stage_lines "$here/node/Dockerfile" slurm)" != "$(stage_lines "$here/node/Dockerfile" full)" ]; then
+    local first
+    first=$(stage_lines "$here/node/Dockerfile" slurm)
+    if [ -z "$first" ] || [ "$first" != "$(stage_lines "$here/node/Dockerfile" full)" ]; then
         die "docker/node/Dockerfile: stage full must begin with stage slurm's lines, word for word"
     fi
     note "building image $IMAGE (stage $STAGE)"
