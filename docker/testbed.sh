@@ -306,7 +306,8 @@ build_image() {
     # whether the image can keep accounts (slurmdbd and MariaDB).
     local facts
     facts=$(docker run --rm --entrypoint /bin/sh "$IMAGE" -c \
-        '/usr/sbin/slurmd -V; [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ] && echo accounting')
+        '/usr/sbin/slurmd -V; if [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ]; then
+             echo accounting; fi')
     SLURM_VERSION=$(head -n 1 <<<"$facts" | awk '{ print $NF }')
     [[ $SLURM_VERSION =~ ^[0-9]+\.[0-9]+ ]] || die "cannot tell the Slurm version of $IMAGE ('$SLURM_VERSION')"
     if grep -qx accounting <<<"$facts"; then ACCOUNTING=1; else ACCOUNTING=0; fi
