@@ -86,10 +86,12 @@ slurm=$(docker/testbed.sh exec srun --version </dev/null | awk '{ print $2 }')
 cat <<EOF
 
 The testbed stays up (Slurm $slurm, 3 nodes of 4 fake GPUs). Go on:
-  $tb exec srun -N3 --ntasks-per-node=2 --tf-cluster=ps:1,worker:5 env   # as alice
-  $tb exec tf-cluster explain --help     # the CLI twin, on the submit host
-  $tb exec bash                          # a shell on the submit host (ctl)
-  $tb down                               # remove it
+  $tb exec srun -N3 --ntasks-per-node=2 --tf-cluster=ps:1,worker:5 printenv TF_CONFIG
+        (any srun, sbatch or salloc, as user alice on the submit host)
+  $tb exec tf-cluster explain -N3 --ntasks-per-node=2 --tf-cluster=ps:1,worker:5
+        (the CLI twin: what a step would get, before running it)
+  $tb exec bash        (a shell on the submit host)
+  $tb down             (removes the testbed)
 The options: docs/user-guide.md. No TensorFlow, PyTorch or JAX in this image: the
 test image has them (bash tests/run.sh; docs/testing.md).
 
