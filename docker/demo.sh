@@ -6,9 +6,9 @@
 # task got. The testbed stays up for your own steps (printed at the end).
 #
 # At once: the image (base image, Slurm from Debian) and the part of the Rust build
-# that needs no Slurm header (the core, the CLI and their dependencies); then the
-# plugin against the image's own Slurm headers (as docker/matrix.sh builds it), the
-# package (packaging/deb.sh), `testbed.sh up`. Logs and builds: target/demo-SUITE/.
+# that needs no Slurm header (the core, the CLI, bindgen and the other dependencies);
+# then the plugin against the image's own Slurm headers (as docker/matrix.sh builds
+# it), the package (packaging/deb.sh), `testbed.sh up`. Logs, builds: target/demo-SUITE/.
 #
 # Environment: TFC_SUITE (bookworm: Slurm 22.05; trixie 24.11, forky 26.05),
 # TFC_PREFIX (tfc: the testbed's name, see docker/testbed.sh), TFC_BASE_IMAGE.
@@ -38,11 +38,15 @@ say "building the Slurm-only image tfc-node-slurm:$suite and the plugin side by 
     echo "$((SECONDS - s))" >"$dir/image.secs"
 ) >"$dir/image.log" 2>&1 &
 image_pid=$!
-# The core and the CLI (and every dependency of theirs) need no Slurm header.
+# Meanwhile all that needs no Slurm header: the core, the CLI, the plugin's
+# dependencies and its build script (bindgen), which then stops for want of the
+# headers (it runs again once they are there).
 t=$SECONDS
-CARGO_TARGET_DIR=$dir cargo build --release -p tf-cluster-core -p tf-cluster-cli \
-    >"$dir/cargo.log" 2>&1 || { kill "$image_pid"; fail "cargo build" "$dir/cargo.log"; }
-took "cargo: the core and the CLI" $((SECONDS - t))
+nohdr=$repo/$dir/no-headers-yet
+SLURM_INCLUDE_DIR=$nohdr CARGO_TARGET_DIR=$dir cargo build --release --keep-going \
+    >"$dir/cargo.log" 2>&1 || grep -qF "$nohdr/slurm/spank.h not found" "$dir/cargo.log" ||
+    { kill "$image_pid"; fail "cargo build" "$dir/cargo.log"; }
+took "cargo: all but the plugin" $((SECONDS - t))
 t=$SECONDS
 wait "$image_pid" || fail "the image build" "$dir/image.log"
 took "image + Slurm headers (beside cargo)" "$(cat "$dir/image.secs")"
