@@ -21,7 +21,7 @@ export TFC_SUITE=$suite TFC_IMAGE_STAGE=slurm
 export TFC_DEB_DIR=$repo/$dir/deb TFC_PLUGIN_DIR=$repo/$dir/release
 t0=$SECONDS
 times=()
-took() { times+=("$(printf '%-44s %4ds' "$1" "$2")"); }
+took() { times+=("$(printf '%-48s %4ds' "$1" "$2")"); }
 say() { echo "demo: $*" >&2; }
 fail() { say "$1 FAILED; the end of $2:"; tail -n 30 "$2" >&2; exit 1; }
 
@@ -33,6 +33,9 @@ mkdir -p "$dir"
 
 say "building the Slurm-only image tfc-node-slurm:$suite and the plugin side by side"
 (
+    s=$SECONDS
+    bash docker/base-image.sh "$suite" "${TFC_BASE_IMAGE:-debian:$suite}"
+    echo "$((SECONDS - s))" >"$dir/base.secs"
     s=$SECONDS
     docker/testbed.sh headers "$dir/include"
     echo "$((SECONDS - s))" >"$dir/image.secs"
@@ -49,8 +52,9 @@ SLURM_INCLUDE_DIR=$nohdr CARGO_TARGET_DIR=$dir cargo build --release --keep-goin
 took "cargo: all but the plugin" $((SECONDS - t))
 t=$SECONDS
 wait "$image_pid" || fail "the image build" "$dir/image.log"
-took "image + Slurm headers (beside cargo)" "$(cat "$dir/image.secs")"
-took "  … waited for it after cargo" $((SECONDS - t))
+took "  beside it: base image (debootstrap if absent)" "$(cat "$dir/base.secs")"
+took "  beside it: image (stage slurm), Slurm headers" "$(cat "$dir/image.secs")"
+took "then waited for the image" $((SECONDS - t))
 
 # The plugin against the image's own Slurm, and the package every container installs.
 t=$SECONDS
