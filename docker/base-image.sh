@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Make sure the Debian base image `debian:<suite>` exists locally.
+# Make sure the Debian base image `debian:<suite>` (or TAG) exists locally:
+#   docker/base-image.sh [SUITE [TAG]]   SUITE bookworm, TAG debian:SUITE
 # Where a registry is reachable, `docker pull` would do; this machine has none, so
 # when the image is absent we debootstrap the suite and `docker import` it under the
-# conventional tag. The Dockerfiles then stay ordinary `FROM debian:<suite>` lines.
+# conventional tag. docker/node/Dockerfile's FROM names it (its ARG BASE).
 set -euo pipefail
 suite=${1:-bookworm}
-tag="debian:${suite}"
+tag=${2:-debian:$suite}
 
 if docker image inspect "$tag" >/dev/null 2>&1; then
     exit 0

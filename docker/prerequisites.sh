@@ -8,10 +8,13 @@
 #   valgrind      the memory checks (tests/memcheck.sh)
 #   rpm           rpmbuild and rpm: the RPM is built and inspected (packaging/rpm.sh, tests/packages.rs)
 #   docker        runs the testbed
+# With arguments, only those packages (docker/demo.sh: what the demo needs).
 set -euo pipefail
 
+pkgs=("$@")
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(libslurm-dev libclang1-14 libclang-common-14-dev debootstrap valgrind rpm)
 need=()
-for pkg in libslurm-dev libclang1-14 libclang-common-14-dev debootstrap valgrind rpm; do
+for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

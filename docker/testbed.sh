@@ -92,15 +92,36 @@
 # Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, networks tfc and
 # tfc-ib, run dir docker/run; another prefix P gives P-ctl …, networks P and P-ib,
 # docker/run-P),
-# TFC_SUITE (bookworm), TFC_IMAGE (tfc-node:$TFC_SUITE), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
+# TFC_SUITE (bookworm), TFC_IMAGE_STAGE (full, see below), TFC_IMAGE (tfc-node:$TFC_SUITE),
+# TFC_BASE_IMAGE (debian:$TFC_SUITE: the base; another tag, e.g. a fresh one to time a build
+# from nothing, is made by docker/base-image.sh too), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
+#
+# TFC_IMAGE_STAGE=slurm builds and runs only the first stage of docker/node/Dockerfile
+# (`docker build --target slurm`, image tfc-node-slurm:$TFC_SUITE): Slurm, munge and
+# the small tools, a few minutes to build where the full image (the default stage, full:
+# TensorFlow, PyTorch, JAX, MariaDB…) takes twenty; docker/demo.sh uses it. What that
+# image lacks is left out at start-up: without slurmdbd and MariaDB, slurm.conf's
+# accounting lines are dropped (no sacct; `up` waits for no database); without
+# busybox-static and squashfs-tools the container tests' images are not made. The
+# tests need the full image.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(dirname "$here")
 SUITE=${TFC_SUITE:-bookworm}
-IMAGE=${TFC_IMAGE:-tfc-node:$SUITE}
+# The stage of docker/node/Dockerfile: full (the tests') or slurm (the demo's).
+STAGE=${TFC_IMAGE_STAGE:-full}
+case "$STAGE" in
+full) IMAGE=${TFC_IMAGE:-tfc-node:$SUITE} ;;
+slurm) IMAGE=${TFC_IMAGE:-tfc-node-slurm:$SUITE} ;;
+*) echo "testbed: error: TFC_IMAGE_STAGE must be full or slurm, not '$STAGE'" >&2; exit 1 ;;
+esac
+# The Debian image it is built on (docker/base-image.sh makes it when absent).
+BASE=${TFC_BASE_IMAGE:-debian:$SUITE}
+# Whether the image has slurmdbd and MariaDB (build_image tells): else no accounting.
+ACCOUNTING=1
 # TFC_PREFIX names an independent testbed (containers, network, run dir), so
 # several can run side by side, e.g. one per Slurm version.
 PREFIX=${TFC_PREFIX:-tfc}
@@ -192,9 +213,16 @@ write_config() {
     # The configuration is in docker/config/; only what depends on the Slurm
     # release or on TFC_TOPOLOGY is chosen here.
     local config=$here/config topology=${TFC_TOPOLOGY:-}
-    cp "$config/slurm.conf" "$RUN/etc/slurm.conf.new"
+    if [ "$ACCOUNTING" = 1 ]; then
+        cp "$config/slurm.conf" "$RUN/etc/slurm.conf.new"
+    else
+        # No slurmdbd in the image: no accounting (Slurm's default), said in the file.
+        sed -E 's/^(AccountingStorage(Type|Host)=.*)/# \1   (not in this image: no accounting)/' \
+            "$config/slurm.conf" >"$RUN/etc/slurm.conf.new"
+    fi
     local gres=${TFC_GRES:-}
     if [ -n "$gres" ]; then
+        # shellcheck disable=SC2012 # file names of our own config: no odd characters
         [ -f "$config/gres/$gres.conf" ] ||
             die "TFC_GRES must be empty or one of $(ls "$config/gres" | sed 's/\.conf$//' | tr '\n' ' '), not '$gres'"
         cp "$config/gres/$gres.conf" "$RUN/etc/gres.conf.new"
@@ -203,6 +231,7 @@ write_config() {
     fi
     rm -f "$RUN/etc/topology.conf"
     if [ -n "$topology" ]; then
+        # shellcheck disable=SC2012 # file names of our own config: no odd characters
         [ -f "$config/topology/$topology/topology.conf" ] ||
             die "TFC_TOPOLOGY must be empty or one of $(ls "$config/topology" | tr '\n' ' '), not '$topology'"
         if [ "$topology" = block ] && ! version_at_least 23.11; then
@@ -238,10 +267,24 @@ write_config() {
     rm -f "$tmp"
 }
 
+# The lines of the Dockerfile's stage $2 (from its FROM line, that line excluded, to
+# `# end of stage slurm`).
+stage_lines() {
+    awk -v s="$2" '$1 == "FROM" && $NF == s { on = 1; next } on && /^# end of stage slurm$/ { exit }
+        on { print }' "$1"
+}
+
 build_image() {
-    bash "$here/base-image.sh" "$SUITE" || die "base image debian:$SUITE is missing and could not be created"
+    bash "$here/base-image.sh" "$SUITE" "$BASE" || die "base image $BASE is missing and could not be created"
     mkdir -p "$RUN"
-    note "building image $IMAGE"
+    # Stage full repeats stage slurm's lines so that they find its layers in the cache
+    # (docker/node/Dockerfile says why): a change to one copy only is refused.
+    local first
+    first=$(stage_lines "$here/node/Dockerfile" slurm)
+    if [ -z "$first" ] || [ "$first" != "$(stage_lines "$here/node/Dockerfile" full)" ]; then
+        die "docker/node/Dockerfile: stage full must begin with stage slurm's lines, word for word"
+    fi
+    note "building image $IMAGE (stage $STAGE)"
     # CA certificates the host added to its trust store (a TLS-inspecting proxy's,
     # say) reach pip's downloads from PyPI in the TensorFlow layer; none: no effect.
     local extra_ca
@@ -251,17 +294,24 @@ build_image() {
     local ctx
     ctx=$(mktemp -d "${TMPDIR:-/tmp}/tfc-node-context.XXXXXX")
     cp -a "$here/node/." "$ctx/"
-    if ! docker build --network host --build-arg "SUITE=$SUITE" --build-arg "EXTRA_CA_CERTS=$extra_ca" \
-        -t "$IMAGE" "$ctx" >"$RUN/build.log" 2>&1; then
+    if ! docker build --network host --build-arg "SUITE=$SUITE" --build-arg "BASE=$BASE" \
+        --build-arg "EXTRA_CA_CERTS=$extra_ca" \
+        --target "$STAGE" -t "$IMAGE" "$ctx" >"$RUN/build.log" 2>&1; then
         rm -rf "$ctx"
         tail -n 30 "$RUN/build.log" >&2
         die "docker build of $IMAGE failed (full log: $RUN/build.log)"
     fi
     rm -rf "$ctx"
-    # `slurm-wlm 24.11.5` -> 24.11.5: the config written depends on it.
-    SLURM_VERSION=$(docker run --rm --entrypoint /usr/sbin/slurmd "$IMAGE" -V | awk '{ print $NF }')
+    # `slurm-wlm 24.11.5` -> 24.11.5: the config written depends on it, and on
+    # whether the image can keep accounts (slurmdbd and MariaDB).
+    local facts
+    facts=$(docker run --rm --entrypoint /bin/sh "$IMAGE" -c \
+        '/usr/sbin/slurmd -V; if [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ]; then
+             echo accounting; fi')
+    SLURM_VERSION=$(head -n 1 <<<"$facts" | awk '{ print $NF }')
     [[ $SLURM_VERSION =~ ^[0-9]+\.[0-9]+ ]] || die "cannot tell the Slurm version of $IMAGE ('$SLURM_VERSION')"
-    note "$IMAGE runs Slurm $SLURM_VERSION"
+    if grep -qx accounting <<<"$facts"; then ACCOUNTING=1; else ACCOUNTING=0; fi
+    note "$IMAGE runs Slurm $SLURM_VERSION$([ $ACCOUNTING = 1 ] || echo ', without accounting (no slurmdbd)')"
 }
 
 # True when the image's Slurm is at least major.minor $1 (e.g. 24.11).
@@ -332,6 +382,7 @@ start_container() {
     [ "$role" = node ] && args+=(--security-opt seccomp=unconfined)
     # The package (if any): entrypoint.sh installs /opt/tfc-deb/tf-cluster_*.deb.
     if [ -n "$(deb_file)" ]; then args+=(-v "$(dirname "$(deb_file)"):/opt/tfc-deb:ro"); fi
+    # shellcheck disable=SC2206 # TFC_NODE_FLAGS: words, as documented
     [ "$role" = node ] && args+=(${TFC_NODE_FLAGS-})
     rm -rf "${RUN:?}/log/$host" "${RUN:?}/plugstack.d/$host"
     mkdir -p "$RUN/log/$host" "$RUN/plugstack.d/$host" "$RUN/etc/plugstack.conf.d"
@@ -362,6 +413,7 @@ wait_idle() {
             return 0
         fi
         # Reused containers: a node drained by an earlier test is put back into service.
+        # shellcheck disable=SC2013 # node names: one word each
         for n in $(awk '$2 ~ /^drain/ { print $1 }' <<<"$out"); do
             case " $resumed " in *" $n "*) continue ;; esac
             note "warning: $n is drained ($(docker exec "$CTL" sinfo -h -n "$n" -o '%E')): resuming it"
@@ -427,7 +479,7 @@ cmd_up() {
         done
     fi
     wait_idle
-    wait_accounting
+    if [ "$ACCOUNTING" = 1 ]; then wait_accounting; fi
     note "up: node[1-3] idle ($((SECONDS - t0))s$([ $reuse = 0 ] || echo ', containers reused'))"
 }
 
@@ -476,6 +528,7 @@ tty_flags() {
 cmd_exec() {
     [ $# -gt 0 ] || die "usage: testbed.sh exec CMD [ARGS..]"
     require_up
+    # shellcheck disable=SC2046 # tty_flags: zero or one word
     exec docker exec $(tty_flags) -u alice -w /home/alice \
         -e USER=alice -e LOGNAME=alice -e HOME=/home/alice "$CTL" "$@"
 }
@@ -483,6 +536,7 @@ cmd_exec() {
 cmd_admin() {
     [ $# -gt 0 ] || die "usage: testbed.sh admin CMD [ARGS..]"
     require_up
+    # shellcheck disable=SC2046 # tty_flags: zero or one word
     exec docker exec $(tty_flags) "$CTL" "$@"
 }
 
@@ -490,6 +544,7 @@ cmd_node_exec() {
     [ $# -gt 1 ] || die "usage: testbed.sh node-exec NODE CMD [ARGS..]"
     local c=$PREFIX-${1#"$PREFIX"-}; shift
     running "$c" || die "$c is not running"
+    # shellcheck disable=SC2046 # tty_flags: zero or one word
     exec docker exec $(tty_flags) "$c" "$@"
 }
 
