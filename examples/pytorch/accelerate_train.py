@@ -55,7 +55,8 @@ def main():
             optimizer.step()
         accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
 
-    print(f"rank {rank}/{world} on {socket.gethostname()}: done, loss {loss.item():.4f}", flush=True)
+    host = socket.gethostname()
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

@@ -69,7 +69,8 @@ def main():
         if rank == 0 and not CPU:
             print(f"epoch {epoch}: loss {loss.item():.4f}", flush=True)
 
-    print(f"rank {rank}/{world} on {socket.gethostname()}: done, loss {loss.item():.4f}", flush=True)
+    host = socket.gethostname()
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     dist.destroy_process_group()
 
 

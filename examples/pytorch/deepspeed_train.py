@@ -63,7 +63,8 @@ def main():
         engine.backward(loss)  # DeepSpeed reduces the gradients over all ranks
         engine.step()
 
-    print(f"rank {rank}/{world} on {socket.gethostname()}: done, loss {loss.item():.4f}", flush=True)
+    host = socket.gethostname()
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     torch.distributed.destroy_process_group()
 
 

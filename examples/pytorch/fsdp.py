@@ -79,7 +79,8 @@ def main():
         if rank == 0 and not CPU and step % 100 == 0:
             print(f"step {step}: loss {loss.item():.4f}", flush=True)
 
-    print(f"rank {rank}/{world} on {socket.gethostname()}: done, loss {loss.item():.4f}", flush=True)
+    host = socket.gethostname()
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     dist.destroy_process_group()
 
 
