@@ -27,10 +27,7 @@ const FILES: [(&str, &str); 7] = [
         include_str!("fixtures/tensorflow/mwms.sbatch"),
     ),
     ("mwms.py", include_str!("fixtures/tensorflow/mwms.py")),
-    (
-        "ps.sbatch",
-        include_str!("fixtures/tensorflow/ps.sbatch"),
-    ),
+    ("ps.sbatch", include_str!("fixtures/tensorflow/ps.sbatch")),
     ("ps.py", include_str!("fixtures/tensorflow/ps.py")),
     (
         "evaluator.sbatch",
