@@ -9,11 +9,11 @@ use common::{Run, assert_no_node_drained, exec, exec_for, messages, parse_run, s
 
 const DIR: &str = "/home/alice/findings";
 
-/// ddp.py (examples/pytorch), for the torchrun case.
+/// ddp.py (tests/fixtures/pytorch), for the torchrun case.
 fn install_ddp() {
     common::install(
         DIR,
-        &[("ddp.py", include_str!("../examples/pytorch/ddp.py"))],
+        &[("ddp.py", include_str!("fixtures/pytorch/ddp.py"))],
         "",
     );
 }

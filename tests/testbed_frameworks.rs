@@ -1,7 +1,7 @@
 //! Real PyTorch and JAX clients on the testbed: Debian's python3-torch (system
 //! python3) and jax[cpu] (the image's /opt/jax venv) start from the variables
-//! `--torch-cluster` and `--jax-cluster` inject. The programs (examples/pytorch,
-//! examples/jax) contain no cluster code: `init_process_group("gloo")` and
+//! `--torch-cluster` and `--jax-cluster` inject. The programs (tests/fixtures/pytorch,
+//! tests/fixtures/jax) contain no cluster code: `init_process_group("gloo")` and
 //! `jax.distributed.initialize()` with no arguments.
 //!
 //! Every task first prints the probe (common::PROBE: its Slurm rank, host,
@@ -21,12 +21,12 @@ use serde_json::Value;
 const DIR: &str = "/home/alice/fw-tests";
 
 const FILES: [(&str, &str); 3] = [
-    ("ddp.py", include_str!("../examples/pytorch/ddp.py")),
+    ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
     (
         "two-steps.sh",
-        include_str!("../examples/pytorch/two-steps.sh"),
+        include_str!("fixtures/pytorch/two-steps.sh"),
     ),
-    ("allreduce.py", include_str!("../examples/jax/allreduce.py")),
+    ("allreduce.py", include_str!("fixtures/jax/allreduce.py")),
 ];
 
 /// Slurm's node index of the task and whether TORCHELASTIC_RUN_ID is set.
@@ -411,7 +411,7 @@ fn torch_jax_and_tf_ports_are_distinct() {
     );
 }
 
-/// Runs examples/pytorch/two-steps.sh MODE in a 3-node allocation: steps A
+/// Runs tests/fixtures/pytorch/two-steps.sh MODE in a 3-node allocation: steps A
 /// and B, both one task on each of the same 3 nodes (the cost of the test is
 /// the processes importing torch), B while A holds its port.
 fn two_steps(mode: &str) -> (Step, Step, bool, u32) {

@@ -2,7 +2,7 @@
 //! the plugin's PET_* variables), PyTorch Lightning (SLURMEnvironment with the
 //! plugin's MASTER_ADDR/MASTER_PORT) and Hugging Face Accelerate (`accelerate
 //! launch` as its Slurm example runs it). The jobs are the example batch
-//! scripts of examples/pytorch as the docs show them.
+//! scripts of tests/fixtures/pytorch as the docs show them.
 //!
 //! Rank 0 is put on node3, not the node list's first host: the batch script's
 //! srun gets `-m arbitrary` and a host file through its environment
@@ -26,30 +26,30 @@ use serde_json::Value;
 const DIR: &str = "/home/alice/launcher-tests";
 
 const FILES: [(&str, &str); 7] = [
-    ("ddp.py", include_str!("../examples/pytorch/ddp.py")),
+    ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
     (
         "torchrun.sbatch",
-        include_str!("../examples/pytorch/torchrun.sbatch"),
+        include_str!("fixtures/pytorch/torchrun.sbatch"),
     ),
     (
         "lightning.sbatch",
-        include_str!("../examples/pytorch/lightning.sbatch"),
+        include_str!("fixtures/pytorch/lightning.sbatch"),
     ),
     (
         "lightning_train.py",
-        include_str!("../examples/pytorch/lightning_train.py"),
+        include_str!("fixtures/pytorch/lightning_train.py"),
     ),
     (
         "accelerate.sbatch",
-        include_str!("../examples/pytorch/accelerate.sbatch"),
+        include_str!("fixtures/pytorch/accelerate.sbatch"),
     ),
     (
         "accelerate_train.py",
-        include_str!("../examples/pytorch/accelerate_train.py"),
+        include_str!("fixtures/pytorch/accelerate_train.py"),
     ),
     (
         "two-steps.sh",
-        include_str!("../examples/pytorch/two-steps.sh"),
+        include_str!("fixtures/pytorch/two-steps.sh"),
     ),
 ];
 
@@ -239,7 +239,7 @@ fn torchrun_one_training_over_all_nodes() {
     eprintln!("torchrun 3 x 2 on {host}:{port}: weights {weights}");
 }
 
-/// Two torchrun steps at once on the same nodes (examples/pytorch/two-steps.sh
+/// Two torchrun steps at once on the same nodes (tests/fixtures/pytorch/two-steps.sh
 /// torchrun): B trains while A holds its rendezvous port. Each step's
 /// launchers meet on their own reserved port, under their own id.
 #[test]
@@ -390,13 +390,13 @@ fn docs_show_and_link_the_launcher_scripts() {
     let shows = |doc: &str, name: &str| {
         assert!(
             read(doc).contains(file(name).trim_end()),
-            "{doc} does not show examples/pytorch/{name} as it is"
+            "{doc} does not show tests/fixtures/pytorch/{name} as it is"
         );
     };
     let links = |doc: &str, to: &str, name: &str| {
         assert!(
-            read(doc).contains(&format!("]({to}examples/pytorch/{name})")),
-            "{doc} does not link examples/pytorch/{name}"
+            read(doc).contains(&format!("]({to}tests/fixtures/pytorch/{name})")),
+            "{doc} does not link tests/fixtures/pytorch/{name}"
         );
     };
     shows("README.md", "torchrun.sbatch");

@@ -31,7 +31,7 @@ fn install() {
             DIR,
             &[(
                 "submitit_ddp.py",
-                include_str!("../examples/pytorch/submitit_ddp.py"),
+                include_str!("fixtures/pytorch/submitit_ddp.py"),
             )],
             "printf 'node3\\nnode1\\nnode2\\n' > hostfile-3\n\
              echo \"export SLURM_DISTRIBUTION=arbitrary SLURM_HOSTFILE=$PWD/hostfile-3\" > node3-first.sh\n",

@@ -4,7 +4,7 @@
 //! status read through sacct from the testbed's real accounting (slurmdbd and
 //! MariaDB on ctl).
 //!
-//! Every job trains examples/pytorch/ddp.py with gloo; the expected weights
+//! Every job trains tests/fixtures/pytorch/ddp.py with gloo; the expected weights
 //! come from the same program run by a plain two-process torchrun on the
 //! submit host, outside Slurm and the plugin. Where each rendezvous met is
 //! read from the workers (MASTER_ADDR/MASTER_PORT, which torchrun's agent
@@ -40,7 +40,7 @@ fn setup() -> &'static Setup {
     SETUP.get_or_init(|| {
         common::install(
             DIR,
-            &[("ddp.py", include_str!("../examples/pytorch/ddp.py"))],
+            &[("ddp.py", include_str!("fixtures/pytorch/ddp.py"))],
             "",
         );
         common::pip_venv(

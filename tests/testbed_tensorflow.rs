@@ -1,6 +1,6 @@
 //! Real TensorFlow (tensorflow-cpu in the testbed image's /opt/tf) trains from
 //! the TF_CONFIG the plugin injects. The jobs are the example sbatch scripts
-//! and Python programs of examples/tensorflow/, run verbatim: the programs
+//! and Python programs of tests/fixtures/tensorflow/, run verbatim: the programs
 //! contain no cluster code, every task learns its role from
 //! `TFConfigClusterResolver`.
 //!
@@ -20,29 +20,26 @@ use serde_json::Value;
 /// Where the scripts are put on the shared /home.
 const DIR: &str = "/home/alice/tf-tests";
 
-/// (file name, contents) of everything the jobs need: examples/tensorflow/.
+/// (file name, contents) of everything the jobs need: tests/fixtures/tensorflow/.
 const FILES: [(&str, &str); 7] = [
     (
         "mwms.sbatch",
-        include_str!("../examples/tensorflow/mwms.sbatch"),
+        include_str!("fixtures/tensorflow/mwms.sbatch"),
     ),
-    ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
-    (
-        "ps.sbatch",
-        include_str!("../examples/tensorflow/ps.sbatch"),
-    ),
-    ("ps.py", include_str!("../examples/tensorflow/ps.py")),
+    ("mwms.py", include_str!("fixtures/tensorflow/mwms.py")),
+    ("ps.sbatch", include_str!("fixtures/tensorflow/ps.sbatch")),
+    ("ps.py", include_str!("fixtures/tensorflow/ps.py")),
     (
         "evaluator.sbatch",
-        include_str!("../examples/tensorflow/evaluator.sbatch"),
+        include_str!("fixtures/tensorflow/evaluator.sbatch"),
     ),
     (
         "evaluator.py",
-        include_str!("../examples/tensorflow/evaluator.py"),
+        include_str!("fixtures/tensorflow/evaluator.py"),
     ),
     (
         "show_resolver.py",
-        include_str!("../examples/tensorflow/show_resolver.py"),
+        include_str!("fixtures/tensorflow/show_resolver.py"),
     ),
 ];
 
@@ -299,13 +296,13 @@ fn docs_show_and_link_the_tested_scripts() {
     let shows = |doc: &str, name: &str| {
         assert!(
             read(doc).contains(file(name).trim_end()),
-            "{doc} does not show examples/tensorflow/{name} as it is"
+            "{doc} does not show tests/fixtures/tensorflow/{name} as it is"
         );
     };
     let links = |doc: &str, to: &str, name: &str| {
         assert!(
-            read(doc).contains(&format!("]({to}examples/tensorflow/{name})")),
-            "{doc} does not link examples/tensorflow/{name}"
+            read(doc).contains(&format!("]({to}tests/fixtures/tensorflow/{name})")),
+            "{doc} does not link tests/fixtures/tensorflow/{name}"
         );
     };
     shows("README.md", "mwms.sbatch");

@@ -55,7 +55,7 @@ fn block_layouts_start_where_the_topology_says() {
 /// Where the TensorFlow program is put on the shared /home.
 const DIR: &str = "/home/alice/tf-topology";
 
-/// Real TensorFlow MultiWorkerMirroredStrategy (examples/tensorflow/mwms.py,
+/// Real TensorFlow MultiWorkerMirroredStrategy (tests/fixtures/tensorflow/mwms.py,
 /// the README's program, verbatim, beside the show_resolver.py it imports)
 /// from a plain `srun --tf-cluster` on 3 nodes: rank 0, the chief worker,
 /// runs where Slurm put it (26.05: node2, not node1), every worker's resolver
@@ -83,10 +83,10 @@ fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
     common::install(
         DIR,
         &[
-            ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
+            ("mwms.py", include_str!("fixtures/tensorflow/mwms.py")),
             (
                 "show_resolver.py",
-                include_str!("../examples/tensorflow/show_resolver.py"),
+                include_str!("fixtures/tensorflow/show_resolver.py"),
             ),
         ],
         "",

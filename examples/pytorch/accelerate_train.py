@@ -1,75 +1,62 @@
-"""Hugging Face Accelerate on CPU (gloo) across nodes, with no cluster code.
+"""Hugging Face Accelerate, started by one `accelerate launch` per node, no cluster code.
 
-    srun --torch-cluster bash -c 'accelerate launch --multi_gpu --num_machines $SLURM_NNODES \
-        --num_processes $((SLURM_NNODES * 2)) --rdzv_backend c10d \
-        --main_process_ip $MASTER_ADDR --main_process_port $MASTER_PORT accelerate_train.py'
+`accelerate launch` starts one process per GPU through torchrun; Accelerator() then reads the
+variables torchrun gives each of them. Replace the model and the data with yours.
 
-`accelerate launch` starts torchrun's agent; Accelerator() then reads the
-torchrun variables of its worker. Every process trains the same small model on
-its own shard of a seeded synthetic regression problem and prints one line
-
-    RESULT {"rank": .., "world_size": .., "first_loss": .., "last_loss": .., "weights_sha256": ..}
-
-Accelerate averages the gradients, so every process ends with identical weights.
+TF_CLUSTER_EXAMPLE_CPU=1 runs it on CPU: gloo instead of NCCL, a tiny synthetic data set and
+3 steps.
 """
 
-import hashlib
-import json
 import os
 import socket
 
 import torch
 from accelerate import Accelerator, PartialState
+from torch.utils.data import DataLoader, TensorDataset
 
-STEPS = 30
-BATCH = 32
+CPU = os.environ.get("TF_CLUSTER_EXAMPLE_CPU") == "1"
+EPOCHS = 1 if CPU else 10
+MAX_STEPS = 3 if CPU else None
+BATCH = 8 if CPU else 256
+
+
+def synthetic_data(samples):
+    """A regression problem: y = x . w + noise (the same on every process)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(samples, 32, generator=gen)
+    y = x @ torch.linspace(-1, 1, 32).unsqueeze(1) + 0.01 * torch.randn(samples, 1, generator=gen)
+    return TensorDataset(x, y)
 
 
 def main():
-    # On GPU nodes Accelerate's defaults (NCCL). Without GPUs (the testbed),
-    # gloo: Accelerate would otherwise take MPI where torch has it (Debian's
-    # does), which only works under mpirun.
-    cpu = not torch.cuda.is_available()
-    PartialState(cpu=cpu, backend="gloo" if cpu else None)
-    accelerator = Accelerator(cpu=cpu)
+    if CPU:
+        # gloo: on CPU Accelerate would otherwise take MPI where torch has it, which only works
+        # under mpirun.
+        PartialState(cpu=True, backend="gloo")
+    accelerator = Accelerator(cpu=CPU)
     rank, world = accelerator.process_index, accelerator.num_processes
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    model, opt = accelerator.prepare(model, opt)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(synthetic_data(BATCH * 64 if CPU else 100_000), batch_size=BATCH)
+    # prepare() moves the model to this process's GPU, wraps it in DDP and gives each process
+    # its share of the data.
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
-    gen = torch.Generator().manual_seed(1000 + rank)
-    w_true = torch.arange(1.0, 9.0).unsqueeze(1) / 8
-    losses = []
-    for _ in range(STEPS):
-        x = torch.randn(BATCH, 8, generator=gen)
-        y = x @ w_true + 0.01 * torch.randn(BATCH, 1, generator=gen)
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        accelerator.backward(loss)
-        opt.step()
-        losses.append(loss.item())
+    loss = torch.zeros(())
+    for epoch in range(EPOCHS):
+        for step, (x, y) in enumerate(loader):
+            if MAX_STEPS is not None and step == MAX_STEPS:
+                break
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+        accelerator.print(f"epoch {epoch}: loss {loss.item():.4f}")
 
-    digest = hashlib.sha256()
-    for p in accelerator.unwrap_model(model).parameters():
-        digest.update(p.detach().contiguous().numpy().tobytes())
-    env = os.environ.get
-    # One write per line: the node's processes share the launcher's stdout.
-    line = "RESULT " + json.dumps({
-        "rank": rank,
-        "world_size": world,
-        "host": socket.gethostname(),
-        "distributed_type": str(accelerator.distributed_type),
-        "local_rank": env("LOCAL_RANK"),
-        "group_rank": env("GROUP_RANK"),
-        "master_addr": env("MASTER_ADDR"),
-        "master_port": env("MASTER_PORT"),
-        "first_loss": losses[0],
-        "last_loss": losses[-1],
-        "weights_sha256": digest.hexdigest(),
-    }) + "\n"
-    os.write(1, line.encode())
+    host = socket.gethostname()
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

@@ -1,93 +1,76 @@
-"""DistributedDataParallel on CPU (gloo), with no cluster code.
+"""PyTorch DistributedDataParallel, one process per GPU, no cluster code.
 
-    srun -N3 --ntasks-per-node=2 --torch-cluster python3 ddp.py
+Started by srun with --torch-cluster (ddp.sbatch) or by torchrun (torchrun.sbatch): either way
+every process finds MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK in its
+environment, so init_process_group() needs no argument. Replace the model and the data with
+yours.
 
-init_process_group("gloo") takes everything from the environment (the torchrun
-contract: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), as tf-cluster sets it.
-Every rank trains the same small model on its own shard of a seeded synthetic
-regression problem and prints one line
-
-    RESULT {"rank": .., "world_size": .., "first_loss": .., "last_loss": .., "weights_sha256": ..}
-
-with the torchrun variables it saw. DDP averages the gradients, so every rank
-ends with identical weights.
+TF_CLUSTER_EXAMPLE_CPU=1 runs it on CPU: gloo instead of NCCL, a tiny synthetic data set and
+3 steps.
 """
 
-import argparse
-import hashlib
-import json
 import os
 import socket
-import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-STEPS = 30
-BATCH = 32
+CPU = os.environ.get("TF_CLUSTER_EXAMPLE_CPU") == "1"
+EPOCHS = 1 if CPU else 10
+MAX_STEPS = 3 if CPU else None
+BATCH = 8 if CPU else 256
+
+
+def synthetic_data(samples):
+    """A regression problem: y = x . w + noise (the same on every rank)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(samples, 32, generator=gen)
+    y = x @ torch.linspace(-1, 1, 32).unsqueeze(1) + 0.01 * torch.randn(samples, 1, generator=gen)
+    return TensorDataset(x, y)
 
 
 def main():
-    # --wait-for PATH (tests only): after training, keep the process group, and
-    # so rank 0's store on MASTER_PORT, alive until PATH exists (at most 480 s:
-    # the other step starts torch on a loaded machine meanwhile).
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--wait-for", metavar="PATH")
-    args = parser.parse_args()
-
-    dist.init_process_group("gloo")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if CPU:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    else:
+        # With --torch-cluster every process of a node sees the node's GPUs: local rank k
+        # takes the k-th.
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    torch.manual_seed(0)  # the same initial model everywhere (DDP broadcasts it anyway)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+    ).to(device)
+    model = DistributedDataParallel(model, device_ids=None if CPU else [local_rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 
-    # Each rank's own data: y = x . w_true + noise, seeded by rank.
-    gen = torch.Generator().manual_seed(1000 + rank)
-    w_true = torch.arange(1.0, 9.0).unsqueeze(1) / 8
-    losses = []
-    for _ in range(STEPS):
-        x = torch.randn(BATCH, 8, generator=gen)
-        y = x @ w_true + 0.01 * torch.randn(BATCH, 1, generator=gen)
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    data = synthetic_data(BATCH * world * 3 if CPU else 100_000)
+    sampler = DistributedSampler(data)  # each rank its own share
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
 
-    digest = hashlib.sha256()
-    for p in model.parameters():
-        digest.update(p.detach().contiguous().numpy().tobytes())
-    env = os.environ.get
-    print("RESULT " + json.dumps({
-        "rank": rank,
-        "world_size": world,
-        "host": socket.gethostname(),
-        "local_rank": env("LOCAL_RANK"),
-        "local_world_size": env("LOCAL_WORLD_SIZE"),
-        "group_rank": env("GROUP_RANK"),
-        "group_world_size": env("GROUP_WORLD_SIZE"),
-        "master_addr": env("MASTER_ADDR"),
-        "master_port": env("MASTER_PORT"),
-        # What the plugin gave the launcher (torchrun's agent passes it on), and
-        # the ports Slurm reserved for this step: which of them the rendezvous used.
-        "pet_master_addr": env("PET_MASTER_ADDR"),
-        "pet_master_port": env("PET_MASTER_PORT"),
-        "pet_rdzv_id": env("PET_RDZV_ID"),
-        "resv_ports": env("SLURM_STEP_RESV_PORTS"),
-        "job_id": env("SLURM_JOB_ID"),
-        "torch": torch.__version__,
-        "first_loss": losses[0],
-        "last_loss": losses[-1],
-        "weights_sha256": digest.hexdigest(),
-    }), flush=True)
-    dist.barrier()
-    if args.wait_for:
-        deadline = time.monotonic() + 480
-        while not os.path.exists(args.wait_for) and time.monotonic() < deadline:
-            time.sleep(0.2)
+    loss = torch.zeros(())
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for step, (x, y) in enumerate(loader):
+            if MAX_STEPS is not None and step == MAX_STEPS:
+                break
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()  # DDP averages the gradients over all ranks
+            optimizer.step()
+        if rank == 0 and not CPU:
+            print(f"epoch {epoch}: loss {loss.item():.4f}", flush=True)
+
+    host = socket.gethostname()
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     dist.destroy_process_group()
 
 

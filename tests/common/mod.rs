@@ -611,7 +611,7 @@ pub fn assert_no_node_drained() {
 
 /// CA certificates the host added to its trust store (a TLS-inspecting
 /// proxy's), for pip in the testbed, as the node image's build does.
-fn extra_ca() -> String {
+pub fn extra_ca() -> String {
     let mut pem = String::new();
     let mut dirs = vec![PathBuf::from("/usr/local/share/ca-certificates")];
     while let Some(dir) = dirs.pop() {

@@ -1,0 +1,319 @@
+//! The templates of examples/ run on the CPU testbed through their documented switch,
+//! `TF_CLUSTER_EXAMPLE_CPU=1`, as user alice: each sbatch script as it is, submitted from the
+//! folder holding its program, with a smaller shape given on sbatch's command line (which wins
+//! over the script's `#SBATCH` lines: the testbed's 2 cores run every process) and `VENV`
+//! naming the image's Python environment. The testbed's nodes have fake GPUs (gres), so the
+//! scripts' `--gpus-per-node` is granted; the CPU builds of the frameworks ignore them.
+//!
+//! The programs print nothing for the tests: each rank's last line,
+//! `rank R/W on HOST: done, loss X`, is read from the job's output file, from outside.
+//!
+//! DeepSpeed is not installed on the testbed: its template is only compiled
+//! (`python3 -m py_compile`), with every other program, and every script checked with `bash -n`.
+//! Keras 3 runs on the JAX backend in a venv of alice's layered over the image's /opt/jax
+//! (which has no keras): keras from PyPI, as other tests install their launchers.
+//!
+//! Lightning and Accelerate need the image's /opt/pt (trixie, forky); the whole file runs on
+//! forky only (docker/matrix.sh runs the ignored tests there).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::exec;
+
+const DIR: &str = "/home/alice/templates";
+
+const PYTORCH: [(&str, &str); 10] = [
+    ("ddp.sbatch", include_str!("../examples/pytorch/ddp.sbatch")),
+    ("ddp.py", include_str!("../examples/pytorch/ddp.py")),
+    (
+        "torchrun.sbatch",
+        include_str!("../examples/pytorch/torchrun.sbatch"),
+    ),
+    (
+        "fsdp.sbatch",
+        include_str!("../examples/pytorch/fsdp.sbatch"),
+    ),
+    ("fsdp.py", include_str!("../examples/pytorch/fsdp.py")),
+    (
+        "lightning.sbatch",
+        include_str!("../examples/pytorch/lightning.sbatch"),
+    ),
+    (
+        "lightning_train.py",
+        include_str!("../examples/pytorch/lightning_train.py"),
+    ),
+    (
+        "accelerate.sbatch",
+        include_str!("../examples/pytorch/accelerate.sbatch"),
+    ),
+    (
+        "accelerate_train.py",
+        include_str!("../examples/pytorch/accelerate_train.py"),
+    ),
+    (
+        "deepspeed.sbatch",
+        include_str!("../examples/pytorch/deepspeed.sbatch"),
+    ),
+];
+const DEEPSPEED_PY: (&str, &str) = (
+    "deepspeed_train.py",
+    include_str!("../examples/pytorch/deepspeed_train.py"),
+);
+const JAX: [(&str, &str); 2] = [
+    ("train.sbatch", include_str!("../examples/jax/train.sbatch")),
+    ("train.py", include_str!("../examples/jax/train.py")),
+];
+const KERAS: [(&str, &str); 2] = [
+    (
+        "train.sbatch",
+        include_str!("../examples/keras/train.sbatch"),
+    ),
+    ("train.py", include_str!("../examples/keras/train.py")),
+];
+const TENSORFLOW: [(&str, &str); 2] = [
+    (
+        "mwms.sbatch",
+        include_str!("../examples/tensorflow/mwms.sbatch"),
+    ),
+    ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
+];
+
+/// Alice's venv for Keras 3 on JAX: the image's /opt/jax (jax[cpu]) seen through a .pth file,
+/// keras from PyPI.
+const KERAS_VENV: &str = "/home/alice/keras-jax";
+
+/// Writes every template to DIR/FRAMEWORK once per test process.
+fn install() {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        let mut pytorch = PYTORCH.to_vec();
+        pytorch.push(DEEPSPEED_PY);
+        common::install(&format!("{DIR}/pytorch"), &pytorch, "");
+        common::install(&format!("{DIR}/jax"), &JAX, "");
+        common::install(&format!("{DIR}/keras"), &KERAS, "");
+        common::install(&format!("{DIR}/tensorflow"), &TENSORFLOW, "");
+    });
+}
+
+/// One rank's last line.
+#[derive(Debug)]
+struct Done {
+    world: u32,
+    host: String,
+    loss: f64,
+}
+
+/// Every `rank R/W on HOST: done, loss X` line of `output` (anywhere in a line: srun's label
+/// or a launcher's prefix may stand before it), by rank; a rank twice fails.
+fn done_lines(output: &str) -> BTreeMap<u32, Done> {
+    let mut found = BTreeMap::new();
+    for line in output.lines() {
+        let Some(at) = line.find("rank ") else {
+            continue;
+        };
+        let rest = &line[at + "rank ".len()..];
+        let Some((head, loss)) = rest.split_once(": done, loss ") else {
+            continue;
+        };
+        let Some((ranks, host)) = head.split_once(" on ") else {
+            continue;
+        };
+        let Some((rank, world)) = ranks.split_once('/') else {
+            continue;
+        };
+        let (Ok(rank), Ok(world)) = (rank.parse::<u32>(), world.parse::<u32>()) else {
+            continue;
+        };
+        let loss: f64 = loss
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{line:?}: {e}\n{output}"));
+        let done = Done {
+            world,
+            host: host.to_string(),
+            loss,
+        };
+        assert!(
+            found.insert(rank, done).is_none(),
+            "rank {rank} twice:\n{output}"
+        );
+    }
+    found
+}
+
+/// `env TF_CLUSTER_EXAMPLE_CPU=1 VENV=… sbatch --wait SHAPE DIR/FOLDER/SCRIPT` from that
+/// folder; checks that the job succeeded and that ranks 0..world each ended with a finite
+/// loss, spread over `nodes` hosts.
+fn run(folder: &str, script: &str, venv: Option<&str>, shape: &[&str], world: u32, nodes: usize) {
+    install();
+    let dir = format!("{DIR}/{folder}");
+    let out_file = format!("{dir}/{script}-{}.out", std::process::id());
+    let venv = format!("VENV={}", venv.unwrap_or(""));
+    let script_path = format!("{dir}/{script}");
+    let mut cmd = vec![
+        "env",
+        "TF_CLUSTER_EXAMPLE_CPU=1",
+        venv.as_str(),
+        "TF_CPP_MIN_LOG_LEVEL=2",
+        "sbatch",
+        "--wait",
+        "-o",
+        out_file.as_str(),
+        "-D",
+        dir.as_str(),
+        // A hung job must not outlive the test.
+        "--time=5",
+    ];
+    cmd.extend_from_slice(shape);
+    cmd.push(script_path.as_str());
+    let submitted = common::exec_for(360, &cmd);
+    let output = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
+    exec(&["rm", "-f", &out_file]);
+    let context = format!(
+        "{folder}/{script}: sbatch {:?}: {}\n---- job output ----\n{output}",
+        submitted.status.code(),
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    assert!(submitted.status.success(), "{context}");
+    let done = done_lines(&output);
+    let ranks: Vec<u32> = done.keys().copied().collect();
+    assert_eq!(ranks, (0..world).collect::<Vec<_>>(), "{context}");
+    for (rank, d) in &done {
+        assert_eq!(d.world, world, "rank {rank}: {d:?}\n{context}");
+        assert!(d.loss.is_finite(), "rank {rank}: {d:?}\n{context}");
+    }
+    let hosts: BTreeSet<&str> = done.values().map(|d| d.host.as_str()).collect();
+    assert_eq!(hosts.len(), nodes, "hosts {hosts:?}\n{context}");
+}
+
+/// 2 nodes, `tasks` tasks and as many (fake) GPUs on each.
+fn shape(tasks: &'static str, gpus: &'static str) -> [&'static str; 3] {
+    ["--nodes=2", tasks, gpus]
+}
+
+/// DDP started by srun, 2 processes per node: rank, world and rank 0's address from
+/// --torch-cluster.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn pytorch_ddp() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=2", "--gpus-per-node=2");
+    run("pytorch", "ddp.sbatch", None, &s, 4, 2);
+}
+
+/// One torchrun per node, one worker per GPU Slurm gave the node (SLURM_GPUS_ON_NODE = 2).
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn pytorch_torchrun() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=2");
+    run("pytorch", "torchrun.sbatch", None, &s, 4, 2);
+}
+
+/// FSDP over 2 ranks on 2 nodes (gloo on CPU).
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn pytorch_fsdp() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=1");
+    run("pytorch", "fsdp.sbatch", None, &s, 2, 2);
+}
+
+/// Lightning's SLURMEnvironment, devices and nodes from Slurm's variables.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn pytorch_lightning() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=1");
+    run("pytorch", "lightning.sbatch", Some("/opt/pt"), &s, 2, 2);
+}
+
+/// One `accelerate launch` per node, one process per (fake) GPU.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn pytorch_accelerate() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=1");
+    run("pytorch", "accelerate.sbatch", Some("/opt/pt"), &s, 2, 2);
+}
+
+/// JAX: jax.distributed.initialize() with no argument, 2 processes on 2 nodes.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn jax_multi_host() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=1");
+    run("jax", "train.sbatch", Some("/opt/jax"), &s, 2, 2);
+}
+
+/// Keras 3 on JAX: keras.distribution over 2 processes on 2 nodes.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn keras_on_jax() {
+    let _t = common::testbed();
+    keras_venv();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=1");
+    run("keras", "train.sbatch", Some(KERAS_VENV), &s, 2, 2);
+}
+
+/// TensorFlow MultiWorkerMirroredStrategy, one worker on each of 2 nodes.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn tensorflow_mwms() {
+    let _t = common::testbed();
+    let s = shape("--ntasks-per-node=1", "--gpus-per-node=1");
+    run("tensorflow", "mwms.sbatch", Some("/opt/tf"), &s, 2, 2);
+}
+
+/// Every program compiles with the testbed's Python (DeepSpeed's is only compiled: DeepSpeed
+/// is not installed there) and every script is valid bash.
+#[test]
+#[ignore = "templates: runs on forky only: docker/matrix.sh includes ignored tests there"]
+fn every_template_compiles() {
+    let _t = common::testbed();
+    install();
+    let script = format!(
+        "set -e; cd {DIR}; for f in */*.py; do python3 -m py_compile \"$f\"; done; \
+         for f in */*.sbatch; do bash -n \"$f\"; done; echo compiled */*.py */*.sbatch"
+    );
+    let out = exec(&["bash", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("pytorch/deepspeed_train.py"),
+        "not compiled: {stdout}"
+    );
+}
+
+/// KERAS_VENV: a venv on /opt/jax's interpreter that sees /opt/jax's packages (a .pth file)
+/// and has keras from PyPI; kept when it already imports both.
+fn keras_venv() {
+    common::install(
+        KERAS_VENV,
+        &[("extra-ca.pem", &common::extra_ca())],
+        "cat /etc/ssl/certs/ca-certificates.crt extra-ca.pem > pip-ca.pem\n",
+    );
+    let v = KERAS_VENV;
+    let check = "import os; os.environ[\"KERAS_BACKEND\"] = \"jax\"; import jax, keras";
+    let setup = format!(
+        "set -e; [ -x {v}/bin/python ] || $(readlink -f /opt/jax/bin/python) -m venv {v}\n\
+         {v}/bin/python -c '{check}' 2>/dev/null && exit 0\n\
+         purelib() {{ \"$1\" -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'; }}\n\
+         purelib /opt/jax/bin/python > \"$(purelib {v}/bin/python)/opt-jax.pth\"\n\
+         {v}/bin/pip install -q --disable-pip-version-check --cert {v}/pip-ca.pem keras==3.15.1\n\
+         {v}/bin/python -c '{check}'"
+    );
+    let out = common::exec_for(600, &["bash", "-c", &setup]);
+    assert!(
+        out.status.success(),
+        "installing keras: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
