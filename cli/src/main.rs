@@ -215,7 +215,12 @@ impl Options {
     /// framework when the options turn every one off (`--tf-off`,
     /// `--tf-cluster=off` alone).
     fn settings(&self) -> Result<Settings> {
-        let mut settings = Settings::default();
+        // The job's restart count, as srun reads it: the ids the CLI shows
+        // are those the step's tasks get.
+        let mut settings = Settings {
+            restart_count: core::step::restart_count(&mut ProcessEnv)?,
+            ..Settings::default()
+        };
         // No framework option: TensorFlow's, as with `--tf-cluster`.
         if !self.frameworks.is_empty() {
             settings.frameworks = Frameworks::default();

@@ -102,6 +102,9 @@ impl Node {
         if let Some(node) = &self.step.network {
             vars.extend(network::vars(self.settings.frameworks, node));
         }
+        if let Some(id) = self.step.run_id(self.settings.restart_count) {
+            vars.push((super::step::RUN_ID_VAR, id));
+        }
         let injection = Injection {
             list: vars.into_iter().map(|(n, v)| (n.into(), v)).collect(),
         };

@@ -28,6 +28,7 @@ pub static FRAMEWORK: Framework = Framework {
             settings.roles = RoleSpec::parse(spec)?;
             Ok(())
         },
+        site_default: false,
     }),
     help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
     skip_when_inherited: true,
