@@ -379,10 +379,13 @@ mod tests {
         assert!(crate::core::frameworks::check_value(&jax::FRAMEWORK, OFF).is_ok());
         assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, OFF).is_ok());
         assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
+        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "elastic:2").is_ok());
         let e = crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
+        assert!(e.to_string().starts_with("--torch-cluster=\"yes\": use static, elastic"));
+        let e = crate::core::frameworks::check_value(&jax::FRAMEWORK, "yes").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--torch-cluster takes no value but off (not \"yes\")"
+            "--jax-cluster takes no value but off (not \"yes\")"
         );
     }
 }
