@@ -38,6 +38,9 @@ impl Node {
         let layout = Layout::build(&step, settings.host_template.as_deref())?;
         for f in settings.frameworks.iter() {
             frameworks::check_limit(f, layout.num_tasks())?;
+            if let Some(check) = f.check_layout {
+                check(&settings, &layout)?;
+            }
         }
         let this_node = layout.this_node(&step)?;
         let needs = frameworks::needs(&settings, &layout);

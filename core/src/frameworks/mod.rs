@@ -66,6 +66,9 @@ pub struct Framework {
     pub ports: fn(&Layout) -> u32,
     /// srun's check before anything is launched.
     pub check_before_launch: fn(&Settings, &Launch) -> Result<()>,
+    /// The same rules checked against the layout, wherever a node is
+    /// prepared (each node of the step, the CLI's preview).
+    pub check_layout: Option<fn(&Settings, &Layout) -> Result<()>>,
     /// How its tasks see the node's GPUs.
     pub gpus: GpuRule,
     /// The part of its variables every task of a node shares, rendered

@@ -78,8 +78,9 @@ impl Rendezvous {
 
 /// The elastic mode's rules, checked by srun before launch (`reserved`:
 /// whether Slurm reserved the step's ports, None when srun cannot tell) and
-/// by every rendering (the tasks, the CLI's preview) with what the layout
-/// says: one launcher per node, 1 ≤ MIN ≤ the step's nodes.
+/// wherever a node is prepared (every node of the step, the CLI's preview)
+/// with what the layout says: one launcher per node, 1 ≤ MIN ≤ the step's
+/// nodes.
 pub fn check_elastic(
     settings: &Settings,
     tasks: u32,
@@ -123,6 +124,9 @@ pub static FRAMEWORK: Framework = Framework {
     // MASTER_PORT.
     ports: |_| 1,
     check_before_launch,
+    check_layout: Some(|settings, layout| {
+        check_elastic(settings, layout.num_tasks(), layout.num_nodes(), None)
+    }),
     gpus: GpuRule::Whole,
     shared: None,
     render,
@@ -204,7 +208,6 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
         }
         Rendezvous::Elastic { min, max_restarts } => {
             let nodes = layout.num_nodes();
-            check_elastic(task.settings, layout.num_tasks(), nodes, None)?;
             // c10d's store on rank 0's node, told so by is_host (c10d would
             // otherwise compare the endpoint with gethostname(), which Slurm's
             // node names need not match); node ranks follow c10d's order.

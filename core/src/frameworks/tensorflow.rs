@@ -37,6 +37,7 @@ pub static FRAMEWORK: Framework = Framework {
     // Local task k takes the k-th port of its node.
     ports: Layout::max_local,
     check_before_launch,
+    check_layout: None,
     gpus: GpuRule::Slice,
     shared: Some(cluster),
     render,
