@@ -353,7 +353,10 @@ mod tests {
             ..Word::default()
         };
         assert_eq!(requeued.encode(42, 0), "42.0;restart=1");
-        assert_eq!(Word::decode(Some("42.0;restart=1"), 42, 0).unwrap(), requeued);
+        assert_eq!(
+            Word::decode(Some("42.0;restart=1"), 42, 0).unwrap(),
+            requeued
+        );
         assert_eq!(
             Word::decode(Some("42.3;no-tres-bind"), 42, 3).unwrap(),
             unbound
@@ -381,7 +384,10 @@ mod tests {
         assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
         assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "elastic:2").is_ok());
         let e = crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
-        assert!(e.to_string().starts_with("--torch-cluster=\"yes\": use static, elastic"));
+        assert!(
+            e.to_string()
+                .starts_with("--torch-cluster=\"yes\": use static, elastic")
+        );
         let e = crate::core::frameworks::check_value(&jax::FRAMEWORK, "yes").unwrap_err();
         assert_eq!(
             e.to_string(),

@@ -42,9 +42,8 @@ impl Rendezvous {
     /// `static`, `elastic`, `elastic:MIN` or `elastic:MIN:RESTARTS`; the
     /// empty value (the bare option) keeps `current` (the site's default).
     pub fn parse(value: &str, current: Rendezvous) -> Result<Rendezvous> {
-        let bad = |why: &str| -> Result<Rendezvous> {
-            bail!("--torch-cluster={}: {why}", shown(value))
-        };
+        let bad =
+            |why: &str| -> Result<Rendezvous> { bail!("--torch-cluster={}: {why}", shown(value)) };
         let mut parts = value.split(':');
         match parts.next() {
             Some("") if value.is_empty() => return Ok(current),

@@ -613,12 +613,15 @@ fn torch_rendezvous_values() {
     }
 }
 
-
 /// A task of `srun -N3 --ntasks-per-node=1 -m arbitrary --resv-ports
 /// --torch-cluster=… torchrun …` in step 4242.7, with the host file
 /// node3,node1,node2: rank 0 runs on node3, rank 1 on node1, rank 2 on
 /// node2. `extra`: more of the task's variables.
-fn launcher(procid: &str, node: &str, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+fn launcher(
+    procid: &str,
+    node: &str,
+    extra: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
     let mut vars = vec![
         ("SLURM_PROCID", procid),
         ("SLURM_STEP_NUM_TASKS", "3"),
@@ -736,7 +739,11 @@ fn ids_carry_the_jobs_restart_count() {
         settings.restart_count = 1;
         let task = resolve_vars(&settings, launcher("1", "node1", &[])).unwrap();
         assert_eq!(task.get("PET_RDZV_ID"), Some("4242.7.r1"), "{value:?}");
-        assert_eq!(task.get("TF_CLUSTER_RUN_ID"), Some("4242.7.r1"), "{value:?}");
+        assert_eq!(
+            task.get("TF_CLUSTER_RUN_ID"),
+            Some("4242.7.r1"),
+            "{value:?}"
+        );
         settings.restart_count = 12;
         let task = resolve_vars(&settings, launcher("1", "node1", &[])).unwrap();
         assert_eq!(task.get("PET_RDZV_ID"), Some("4242.7.r12"), "{value:?}");
@@ -751,7 +758,12 @@ fn ids_carry_the_jobs_restart_count() {
     assert_eq!(task.get("PET_RDZV_ID"), None);
     // No ids known (the CLI's preview outside a job): no run id.
     let mut anonymous = launcher("1", "node2", &[]);
-    anonymous.retain(|(n, _)| !matches!(*n, "SLURM_JOB_ID" | "SLURM_STEP_ID" | "SLURM_TF_CLUSTER_MAP"));
+    anonymous.retain(|(n, _)| {
+        !matches!(
+            *n,
+            "SLURM_JOB_ID" | "SLURM_STEP_ID" | "SLURM_TF_CLUSTER_MAP"
+        )
+    });
     let task = resolve_vars(&tf, anonymous).unwrap();
     assert_eq!(task.get("TF_CLUSTER_RUN_ID"), None);
 }
