@@ -84,7 +84,8 @@ Where the facts come from:
       SLURM_STEP_TASKS_PER_NODE, SLURM_NODEID, SLURM_GTIDS, SLURMD_NODENAME,
       SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE, SLURM_HOSTFILE,
       SLURM_STEP_RESV_PORTS, CUDA_VISIBLE_DEVICES and the other device lists,
-      SLURM_GPUS_ON_NODE, SLURMD_TRES_BIND, SLURM_JOB_ID, SLURM_STEP_ID;
+      SLURM_GPUS_ON_NODE, SLURMD_TRES_BIND, SLURM_JOB_ID, SLURM_STEP_ID,
+      SLURM_RESTART_COUNT (as srun reads it: the run's ids);
   inside an allocation (an salloc shell, a batch script: SLURM_JOB_ID set):
       the step a plain srun would start there, from the job's SLURM_JOB_ID,
       SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_NTASKS_PER_NODE,
@@ -215,7 +216,12 @@ impl Options {
     /// framework when the options turn every one off (`--tf-off`,
     /// `--tf-cluster=off` alone).
     fn settings(&self) -> Result<Settings> {
-        let mut settings = Settings::default();
+        // The job's restart count, as srun reads it: the ids the CLI shows
+        // are those the step's tasks get.
+        let mut settings = Settings {
+            restart_count: core::step::restart_count(&mut ProcessEnv)?,
+            ..Settings::default()
+        };
         // No framework option: TensorFlow's, as with `--tf-cluster`.
         if !self.frameworks.is_empty() {
             settings.frameworks = Frameworks::default();

@@ -162,6 +162,44 @@ fn torch_cluster_shows_torchruns_arguments() {
     );
 }
 
+/// `--torch-cluster=elastic:1` inside a step of a requeued job (SLURM_RESTART_COUNT=2): the c10d
+/// rendezvous on rank 0's node, ids with the restart count; a step of two tasks on a node is
+/// refused as srun refuses it.
+#[test]
+fn elastic_torchrun_in_a_requeued_job() {
+    let env = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_STEP_NUM_TASKS", "2"),
+        ("SLURM_STEP_NODELIST", "t02n[13,41]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_RESTART_COUNT", "2"),
+    ];
+    let vars = json_of(&cli(&["env", "--torch-cluster=elastic:1"], &env));
+    for (name, value) in [
+        ("PET_NNODES", "1:2"),
+        ("PET_RDZV_ENDPOINT", "t02n13:8888"),
+        ("PET_RDZV_ID", "4242.0.r2"),
+        ("PET_RDZV_BACKEND", "c10d"),
+        ("PET_RDZV_CONF", "is_host=0"),
+        ("PET_LOCAL_ADDR", "t02n41"),
+        ("PET_MAX_RESTARTS", "3"),
+        ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+        ("TF_CLUSTER_RUN_ID", "4242.0.r2"),
+    ] {
+        assert_eq!(vars[name], value, "{name}: {vars}");
+    }
+    assert!(vars.get("PET_NODE_RANK").is_none(), "{vars}");
+    let out = cli(&["explain", "--torch-cluster=elastic"], &BASIC);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "tf-cluster: --torch-cluster=elastic runs one torchrun per node, but the step has 4 tasks on 2 nodes: use --ntasks-per-node=1\n"
+    );
+}
+
 /// With a network named, `env` and `explain` show this node's interface on
 /// it in the frameworks' variables; a variable the user exported is kept.
 #[test]

@@ -578,7 +578,7 @@ fn opt_outs_are_accepted() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
-        "tf-cluster: --torch-cluster takes no value but off (not \"yes\")\n"
+        "tf-cluster: --torch-cluster=\"yes\": use static, elastic, elastic:MIN or elastic:MIN:RESTARTS (or off)\n"
     );
 }
 

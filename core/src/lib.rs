@@ -96,11 +96,14 @@ impl Injection {
     }
 }
 
+pub use frameworks::Launch;
+
 /// What srun checks before anything is launched, knowing the step's task
-/// count and the allocation's node list (the step runs on some of its
-/// nodes): the step's size, and each framework its own limits.
-pub fn check_before_launch(settings: &Settings, tasks: u32, nodelist: Option<&str>) -> Result<()> {
-    frameworks::check_before_launch(settings, &frameworks::Launch { tasks, nodelist })
+/// count, the allocation's node list (the step runs on some of its nodes)
+/// and, when it can tell, the step's node count and whether Slurm reserved
+/// its ports: the step's size, and each framework its own limits.
+pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
+    frameworks::check_before_launch(settings, launch)
 }
 
 /// One line for the logs at debug level: what the task was given and why.

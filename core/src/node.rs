@@ -38,6 +38,9 @@ impl Node {
         let layout = Layout::build(&step, settings.host_template.as_deref())?;
         for f in settings.frameworks.iter() {
             frameworks::check_limit(f, layout.num_tasks())?;
+            if let Some(check) = f.check_layout {
+                check(&settings, &layout)?;
+            }
         }
         let this_node = layout.this_node(&step)?;
         let needs = frameworks::needs(&settings, &layout);
@@ -101,6 +104,9 @@ impl Node {
         }
         if let Some(node) = &self.step.network {
             vars.extend(network::vars(self.settings.frameworks, node));
+        }
+        if let Some(id) = self.step.run_id(self.settings.restart_count) {
+            vars.push((super::step::RUN_ID_VAR, id));
         }
         let injection = Injection {
             list: vars.into_iter().map(|(n, v)| (n.into(), v)).collect(),

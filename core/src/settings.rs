@@ -5,6 +5,7 @@
 
 use super::MAX_GPUS;
 use super::error::{Result, bail, shown};
+use super::frameworks::pytorch::Rendezvous;
 use super::network::Network;
 use super::number::parse_u32;
 use super::roles::RoleSpec;
@@ -30,6 +31,14 @@ pub struct Settings {
     /// Also set every variable as `APPTAINERENV_<NAME>` and
     /// `SINGULARITYENV_<NAME>` ([`crate::Injection`]).
     pub apptainer_env: bool,
+    /// torchrun's rendezvous (`--torch-cluster=elastic[:MIN[:RESTARTS]]`,
+    /// or `torch-cluster=…` in plugstack.conf).
+    pub torch: Rendezvous,
+    /// The job's restart count (0: its first incarnation), as srun learnt it
+    /// from its environment's SLURM_RESTART_COUNT: not an option, srun's
+    /// word carries it to the tasks, and every id the plugin writes
+    /// includes it.
+    pub restart_count: u32,
 }
 
 impl Default for Settings {
@@ -47,6 +56,8 @@ impl Default for Settings {
             host_template: None,
             network: None,
             apptainer_env: false,
+            torch: Rendezvous::Static,
+            restart_count: 0,
         }
     }
 }
@@ -220,16 +231,24 @@ fn gpu_count(v: &str) -> std::result::Result<u32, String> {
 }
 
 impl Settings {
-    /// Site defaults from the plugstack.conf arguments (`port-base=9000 …`).
+    /// Site defaults from the plugstack.conf arguments (`port-base=9000 …`,
+    /// and a framework option's default where its argument takes one:
+    /// `torch-cluster=elastic`, which asks for no framework).
     pub fn from_admin_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Settings> {
         let mut settings = Settings::default();
         for arg in args {
             let Some((key, value)) = arg.split_once('=') else {
                 bail!("plugstack.conf argument {} is not key=value", shown(arg));
             };
-            settings
-                .set(key, value)
-                .map_err(|e| super::Error::new(format!("plugstack.conf argument {e}")))?;
+            let site_default = crate::FRAMEWORKS
+                .iter()
+                .filter(|f| f.option == key)
+                .find_map(|f| f.arg.as_ref().filter(|a| a.site_default));
+            match site_default {
+                Some(arg) => (arg.set)(&mut settings, value),
+                None => settings.set(key, value),
+            }
+            .map_err(|e| super::Error::new(format!("plugstack.conf argument {e}")))?;
         }
         Ok(settings)
     }
@@ -314,6 +333,41 @@ mod tests {
         ] {
             let s = Settings::from_admin_args([format!("host-template={good}").as_str()]);
             assert_eq!(s.unwrap().host_template.as_deref(), Some(good));
+        }
+    }
+
+    /// `torch-cluster=elastic:2` in plugstack.conf: the rendezvous a bare
+    /// `--torch-cluster` gets, asking for no framework by itself; the
+    /// step's own value wins.
+    #[test]
+    fn the_site_may_make_torchrun_elastic() {
+        use crate::frameworks::pytorch::{self, Rendezvous};
+        let s = Settings::from_admin_args(["torch-cluster=elastic:2", "port-base=9000"]).unwrap();
+        let elastic = Rendezvous::Elastic {
+            min: Some(2),
+            max_restarts: 3,
+        };
+        assert_eq!(s.torch, elastic);
+        assert_eq!(s.port_base, 9000);
+        assert_eq!(s.frameworks, Settings::default().frameworks);
+        let arg = pytorch::FRAMEWORK.arg.as_ref().unwrap();
+        let mut bare = s.clone();
+        (arg.set)(&mut bare, "").unwrap();
+        assert_eq!(bare.torch, elastic);
+        let mut own = s.clone();
+        (arg.set)(&mut own, "static").unwrap();
+        assert_eq!(own.torch, Rendezvous::Static);
+        assert_eq!(Settings::default().torch, Rendezvous::Static);
+        for (arg, want) in [
+            (
+                "torch-cluster=elastic:0",
+                "plugstack.conf argument --torch-cluster=\"elastic:0\": MIN, the fewest nodes, must be 1 or more",
+            ),
+            // TensorFlow's roles are the step's, never a site's.
+            ("tf-cluster=ps:1", "unknown key \"tf-cluster\""),
+        ] {
+            let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
+            assert!(e.contains(want), "{arg}: {e}");
         }
     }
 

@@ -144,7 +144,32 @@ pub struct Step {
     pub network: Option<NodeNetwork>,
 }
 
+/// The variable that names one run of a step: the job (a heterogeneous
+/// job's first component), the step and the job's restart count, the same
+/// in every task of the step. Scripts key logs and checkpoints on it.
+pub const RUN_ID_VAR: &str = "TF_CLUSTER_RUN_ID";
+
+/// The job's restart count as srun reads it: SLURM_RESTART_COUNT, which
+/// Slurm sets (only when non-zero) in a requeued job's batch step, and every
+/// srun of its script inherits. 0 without it.
+pub fn restart_count(source: &mut impl Source) -> Result<u32> {
+    Ok(number(source, "SLURM_RESTART_COUNT")?.unwrap_or(0))
+}
+
 impl Step {
+    /// The id of this run of the step, after `restarts` restarts of the job:
+    /// `JOB.STEP` for its first incarnation, `JOB.STEP.rK` after K restarts
+    /// (a requeued job keeps its id and starts its step ids at 0 again, so
+    /// JOB.STEP alone would repeat). None when the ids are unknown.
+    pub fn run_id(&self, restarts: u32) -> Option<String> {
+        let (job, step) = self.job_step?;
+        let job = self.het_job_id.unwrap_or(job);
+        Some(match restarts {
+            0 => format!("{job}.{step}"),
+            k => format!("{job}.{step}.r{k}"),
+        })
+    }
+
     /// Reads the step from `source`.
     pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Gathered> {
         // The step's size first: nothing larger than the plugin lays out is

@@ -171,7 +171,7 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
 
 /// What srun says of its step beside the task map, in one variable:
 /// `JOB.STEP[;leave-out=OPTION,…][;no-resv-ports][;tres-bind=TEXT|;no-tres-bind]
-/// [;off-overridden]`, e.g. `4242.3;leave-out=tf-cluster;no-tres-bind`. A
+/// [;off-overridden][;restart=K]`, e.g. `4242.3;leave-out=tf-cluster;no-tres-bind`. A
 /// `SLURM_` name: srun passes it even with --export=NONE. Only the tasks of
 /// that very step read it. srun sets it for every step that asks for the
 /// plugin, so a value the user exported or an outer step left never reaches
@@ -196,6 +196,8 @@ pub struct Word {
     /// A `--tf-off` the step only inherited, beaten by a framework option
     /// given to this srun.
     pub off_overridden: bool,
+    /// The job's restart count as srun learnt it (0: the first incarnation).
+    pub restart_count: u32,
 }
 
 /// The step's GPU binding as slurmctld recorded it.
@@ -236,6 +238,9 @@ impl Word {
         if self.off_overridden {
             text.push_str(";off-overridden");
         }
+        if self.restart_count > 0 {
+            text.push_str(&format!(";restart={}", self.restart_count));
+        }
         text
     }
 
@@ -263,6 +268,9 @@ impl Word {
                         word.left_out = word.left_out.with(f);
                     }
                 }
+                Some(("restart", k)) => {
+                    word.restart_count = crate::core::number::parse_u32(k).ok_or_else(bad)?;
+                }
                 Some(("tres-bind", bind)) if !bind.is_empty() => {
                     word.tres_bind = Some(StepBind::Bound(bind.to_string()));
                 }
@@ -284,6 +292,7 @@ pub fn task_settings(spank: &Spank) -> Result<Option<(Settings, Word)>> {
     let Some(mut settings) = step_settings(spank, word.off_overridden)? else {
         return Ok(None);
     };
+    settings.restart_count = word.restart_count;
     let asked = settings.frameworks;
     settings.frameworks = Frameworks::default();
     for f in asked.iter().filter(|&f| !word.left_out.contains(f)) {
@@ -321,11 +330,12 @@ mod tests {
             no_resv_ports: true,
             tres_bind: Some(StepBind::Bound("gres/gpu:per_task:1".into())),
             off_overridden: true,
+            restart_count: 2,
         };
         let text = word.encode(42, 3);
         assert_eq!(
             text,
-            "42.3;leave-out=tf-cluster,jax-cluster;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden"
+            "42.3;leave-out=tf-cluster,jax-cluster;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden;restart=2"
         );
         assert_eq!(Word::decode(Some(&text), 42, 3).unwrap(), word);
         assert_eq!(Word::decode(Some(&text), 42, 4).unwrap(), Word::default());
@@ -337,6 +347,16 @@ mod tests {
             ..Word::default()
         };
         assert_eq!(unbound.encode(42, 3), "42.3;no-tres-bind");
+        // A requeued job's restart count reaches every task.
+        let requeued = Word {
+            restart_count: 1,
+            ..Word::default()
+        };
+        assert_eq!(requeued.encode(42, 0), "42.0;restart=1");
+        assert_eq!(
+            Word::decode(Some("42.0;restart=1"), 42, 0).unwrap(),
+            requeued
+        );
         assert_eq!(
             Word::decode(Some("42.3;no-tres-bind"), 42, 3).unwrap(),
             unbound
@@ -347,6 +367,9 @@ mod tests {
             "42.3;leave-out=tf-cluster,nope",
             "42.3;ports",
             "42.3;tres-bind=",
+            "42.3;restart=",
+            "42.3;restart=-1",
+            "42.3;restart=x",
         ] {
             assert!(Word::decode(Some(bad), 42, 3).is_err(), "{bad}");
         }
@@ -359,10 +382,16 @@ mod tests {
         assert!(crate::core::frameworks::check_value(&jax::FRAMEWORK, OFF).is_ok());
         assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, OFF).is_ok());
         assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
+        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "elastic:2").is_ok());
         let e = crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("--torch-cluster=\"yes\": use static, elastic")
+        );
+        let e = crate::core::frameworks::check_value(&jax::FRAMEWORK, "yes").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--torch-cluster takes no value but off (not \"yes\")"
+            "--jax-cluster takes no value but off (not \"yes\")"
         );
     }
 }

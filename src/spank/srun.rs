@@ -128,8 +128,18 @@ impl Srun {
     fn decide(&self, spank: &Spank, settings: &Settings) -> Result<()> {
         let job = spank.job_id()?;
         let step = spank.step_id()?;
+        // The job's restart count, learnt once for the whole step from
+        // srun's environment (a requeued job's batch step has
+        // SLURM_RESTART_COUNT; the SPANK item S_SLURM_RESTART_COUNT is
+        // always 0) and carried to every task in the word, so every node
+        // writes the same ids.
+        let restart_count = match core::step::restart_count(&mut ProcessEnv) {
+            Ok(n) => n,
+            Err(e) => return self.refuse(spank, e),
+        };
         let mut word = options::Word {
             off_overridden: self.off_overridden(),
+            restart_count,
             ..options::Word::default()
         };
         word.hand_to_tasks(job, step);
@@ -277,13 +287,26 @@ fn map_for(
         Err(e) => {
             let tasks = spank.total_task_count()?;
             let nodelist = std::env::var("SLURM_NODELIST").ok();
-            core::check_before_launch(settings, tasks, nodelist.as_deref())?;
+            let launch = core::Launch {
+                tasks,
+                nodelist: nodelist.as_deref(),
+                ..core::Launch::default()
+            };
+            core::check_before_launch(settings, &launch)?;
             log::info!("{e}: the tasks rebuild the layout");
             return Ok(Verdict::None.encode(job, step));
         }
     };
     let (map, hosts_text) = component.into_map(job, step)?;
-    core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
+    core::check_before_launch(
+        settings,
+        &core::Launch {
+            tasks: map.runs.len(),
+            nodelist: Some(&hosts_text),
+            nodes: Some(map.hosts.len() as u32),
+            reserved_ports: info.as_ref().map(|i| i.resv_ports.is_some()),
+        },
+    )?;
     check_gpus(settings, &map, info.as_ref())?;
     let value = if fault::active("map_garbage", Some(spank)) {
         format!("1;{job}.{step};{hosts_text};garbage")
@@ -339,7 +362,11 @@ fn het_map_for(
             Err(e) => {
                 let tasks = number(&mut ProcessEnv, "SLURM_NTASKS")?
                     .ok_or_else(|| Error::new("heterogeneous step without SLURM_NTASKS"))?;
-                core::check_before_launch(settings, tasks, None)?;
+                let launch = core::Launch {
+                    tasks,
+                    ..core::Launch::default()
+                };
+                core::check_before_launch(settings, &launch)?;
                 log::info!("{e}: the tasks rebuild the layout");
                 return Ok(Verdict::None.encode(job, step));
             }
@@ -347,7 +374,17 @@ fn het_map_for(
     }
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
-    core::check_before_launch(settings, map.runs.len(), Some(&hosts_text))?;
+    core::check_before_launch(
+        settings,
+        &core::Launch {
+            tasks: map.runs.len(),
+            nodelist: Some(&hosts_text),
+            nodes: Some(map.hosts.len() as u32),
+            // Component 0's record: the components must agree on ports
+            // (checked below).
+            reserved_ports: info.as_ref().map(|i| i.resv_ports.is_some()),
+        },
+    )?;
     check_gpus(settings, &map, info.as_ref())?;
     // Ports: each component's tasks name every task's address, so local
     // task i must get the same port in every component. srun's word reaches

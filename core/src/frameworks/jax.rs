@@ -21,6 +21,7 @@ pub static FRAMEWORK: Framework = Framework {
     // The coordinator's port.
     ports: |_| 1,
     check_before_launch,
+    check_layout: None,
     gpus: GpuRule::OwnIds,
     shared: None,
     render,

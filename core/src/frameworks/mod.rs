@@ -66,6 +66,9 @@ pub struct Framework {
     pub ports: fn(&Layout) -> u32,
     /// srun's check before anything is launched.
     pub check_before_launch: fn(&Settings, &Launch) -> Result<()>,
+    /// The same rules checked against the layout, wherever a node is
+    /// prepared (each node of the step, the CLI's preview).
+    pub check_layout: Option<fn(&Settings, &Layout) -> Result<()>>,
     /// How its tasks see the node's GPUs.
     pub gpus: GpuRule,
     /// The part of its variables every task of a node shares, rendered
@@ -93,6 +96,9 @@ pub struct Arg {
     /// Checks the value and sets what it says; the empty value is the bare
     /// option.
     pub set: fn(&mut Settings, &str) -> Result<()>,
+    /// plugstack.conf may give its default (`torch-cluster=elastic`), which
+    /// the bare option keeps: it does not ask for the framework.
+    pub site_default: bool,
 }
 
 /// How a framework's common program picks its GPUs.
@@ -109,10 +115,15 @@ pub enum GpuRule {
 }
 
 /// What srun knows before launch.
+#[derive(Default)]
 pub struct Launch<'a> {
     pub tasks: u32,
     /// The allocation's node list (the step runs on some of its nodes).
     pub nodelist: Option<&'a str>,
+    /// The step's node count, when known.
+    pub nodes: Option<u32>,
+    /// Whether Slurm reserved ports for the step, when known.
+    pub reserved_ports: Option<bool>,
 }
 
 /// One task as a framework renders it.

@@ -3,26 +3,129 @@
 //! (`PET_*`) for a launcher per task (`srun --ntasks-per-node=1
 //! --torch-cluster torchrun --nproc-per-node=G train.py`).
 //!
+//! Two rendezvous for the launchers: `static` (the default: torchrun's
+//! static rendezvous, Slurm's order, no restart) and `elastic[:MIN[:RESTARTS]]`
+//! (torchrun's c10d rendezvous on rank 0's node and a reserved port: agents
+//! meet again after a worker fails or a node is lost, down to MIN nodes).
+//!
 //! What it needs of the layout: rank 0's host, this task's node (its count
 //! and its place in the order of first ranks) and the step's size: O(ranks)
 //! once, nothing per other rank, so no limit below the layout's own.
 
-use super::{Framework, GpuRule, Launch, Task, Vars};
+use super::{Arg, Framework, GpuRule, Launch, Task, Vars};
+use crate::error::{bail, shown};
 use crate::network;
+use crate::number::parse_u32;
 use crate::settings::Settings;
 use crate::{MAX_TASKS, Result};
+
+/// torchrun's restarts of a node's workers in the elastic mode, unless
+/// `elastic:MIN:RESTARTS` says otherwise.
+pub const DEFAULT_MAX_RESTARTS: u32 = 3;
+
+/// The launchers' rendezvous (`--torch-cluster=static|elastic[:MIN[:RESTARTS]]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// torchrun's static rendezvous: node ranks in Slurm's order, no restart.
+    #[default]
+    Static,
+    /// torchrun's c10d rendezvous, one launcher per node.
+    Elastic {
+        /// Fewest nodes the training goes on with (None: all of the step's).
+        min: Option<u32>,
+        /// torchrun's `--max-restarts`.
+        max_restarts: u32,
+    },
+}
+
+impl Rendezvous {
+    /// `static`, `elastic`, `elastic:MIN` or `elastic:MIN:RESTARTS`; the
+    /// empty value (the bare option) keeps `current` (the site's default).
+    pub fn parse(value: &str, current: Rendezvous) -> Result<Rendezvous> {
+        let bad =
+            |why: &str| -> Result<Rendezvous> { bail!("--torch-cluster={}: {why}", shown(value)) };
+        let mut parts = value.split(':');
+        match parts.next() {
+            Some("") if value.is_empty() => return Ok(current),
+            Some("static") if value == "static" => return Ok(Rendezvous::Static),
+            Some("elastic") => {}
+            _ => {
+                return bad("use static, elastic, elastic:MIN or elastic:MIN:RESTARTS (or off)");
+            }
+        }
+        let min = match parts.next() {
+            None => None,
+            Some(text) => match parse_u32(text) {
+                Some(0) => return bad("MIN, the fewest nodes, must be 1 or more"),
+                Some(n) => Some(n),
+                None => return bad("MIN, the fewest nodes, is not a number"),
+            },
+        };
+        let max_restarts = match parts.next() {
+            None => DEFAULT_MAX_RESTARTS,
+            Some(text) => match parse_u32(text) {
+                Some(n) => n,
+                None => return bad("RESTARTS is not a number"),
+            },
+        };
+        if parts.next().is_some() {
+            return bad("at most elastic:MIN:RESTARTS");
+        }
+        Ok(Rendezvous::Elastic { min, max_restarts })
+    }
+}
+
+/// The elastic mode's rules, checked by srun before launch (`reserved`:
+/// whether Slurm reserved the step's ports, None when srun cannot tell) and
+/// wherever a node is prepared (every node of the step, the CLI's preview)
+/// with what the layout says: one launcher per node, 1 ≤ MIN ≤ the step's
+/// nodes.
+pub fn check_elastic(
+    settings: &Settings,
+    tasks: u32,
+    nodes: u32,
+    reserved: Option<bool>,
+) -> Result<()> {
+    let Rendezvous::Elastic { min, .. } = settings.torch else {
+        return Ok(());
+    };
+    if reserved == Some(false) {
+        bail!(
+            "--torch-cluster=elastic needs a port Slurm reserved for the step (srun --resv-ports, MpiParams=ports in slurm.conf)"
+        );
+    }
+    if tasks != nodes {
+        bail!(
+            "--torch-cluster=elastic runs one torchrun per node, but the step has {tasks} tasks on {nodes} nodes: use --ntasks-per-node=1"
+        );
+    }
+    if let Some(min) = min.filter(|&m| m > nodes) {
+        bail!("--torch-cluster=elastic:{min}: MIN is more than the step's {nodes} nodes");
+    }
+    Ok(())
+}
 
 pub static FRAMEWORK: Framework = Framework {
     name: "PyTorch",
     option: "torch-cluster",
-    arg: None,
-    help: "set PyTorch's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE and torchrun's PET_* arguments",
+    arg: Some(Arg {
+        name: "static|elastic[:MIN[:RESTARTS]]",
+        set: |settings, value| {
+            settings.torch = Rendezvous::parse(value, settings.torch)?;
+            Ok(())
+        },
+        site_default: true,
+    }),
+    help: "set PyTorch's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE and torchrun's PET_* arguments; =elastic[:MIN[:RESTARTS]]: torchrun's c10d rendezvous, one torchrun per node, going on with MIN nodes or more (default all) after RESTARTS restarts (default 3)",
     skip_when_inherited: false,
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
     // MASTER_PORT.
     ports: |_| 1,
     check_before_launch,
+    check_layout: Some(|settings, layout| {
+        check_elastic(settings, layout.num_tasks(), layout.num_nodes(), None)
+    }),
     gpus: GpuRule::Whole,
     shared: None,
     render,
@@ -34,49 +137,97 @@ pub static FRAMEWORK: Framework = Framework {
     summary,
 };
 
-fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {
-    Ok(())
+fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
+    match launch.nodes {
+        Some(nodes) => check_elastic(settings, launch.tasks, nodes, launch.reserved_ports),
+        None => Ok(()),
+    }
+}
+
+/// How many GPUs the task sees, when it runs alone on its node (a launcher
+/// per node): the list the plugin gives it, else Slurm's, else Slurm's count
+/// of the step's GPUs on the node. None without GPUs.
+fn node_gpus(task: &Task) -> Result<Option<usize>> {
+    if task.layout.count(task.placement.node) != 1 {
+        return Ok(None);
+    }
+    let count = match task.gpus.vars.first() {
+        Some((_, list)) if list.is_empty() => 0,
+        Some((_, list)) => list.split(',').count(),
+        None if !task.step.visible_gpus.is_unset() => task.step.visible_gpus.count()?,
+        None => task.step.gpus_on_node.unwrap_or(0) as usize,
+    };
+    Ok((count > 0).then_some(count))
 }
 
 fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     let layout = task.layout;
     let p = task.placement;
-    let master_addr = layout.address(layout.placement(0)?.node).into_owned();
+    let host_node = layout.placement(0)?.node;
+    let master_addr = layout.address(host_node).into_owned();
     let master_port = task.ports[0].to_string();
     let world = layout.num_tasks().to_string();
     let rank = task.rank.to_string();
-    // torchrun reads each argument it is not given from PET_<NAME>
-    // (torch/distributed/argparse_util.py), and a directly started rank
-    // reads none of them. Each task is one launcher: with one task per
-    // node, its rank is the node's rank in the order of first ranks. The
-    // static rendezvous keeps Slurm's order (node rank k holds ranks
-    // k·G … k·G+G-1) and needs no election; its store is rank 0's launcher.
-    let launcher = [
-        ("PET_NNODES", world.clone()),
-        ("PET_NODE_RANK", rank.clone()),
-        ("PET_MASTER_ADDR", master_addr.clone()),
-        ("PET_MASTER_PORT", master_port.clone()),
-        ("PET_RDZV_ENDPOINT", format!("{master_addr}:{master_port}")),
-    ];
     vars.extend([
-        ("MASTER_ADDR", master_addr),
-        ("MASTER_PORT", master_port),
-        ("RANK", rank),
-        ("WORLD_SIZE", world),
+        ("MASTER_ADDR", master_addr.clone()),
+        ("MASTER_PORT", master_port.clone()),
+        ("RANK", rank.clone()),
+        ("WORLD_SIZE", world.clone()),
         ("LOCAL_RANK", p.local.to_string()),
         ("LOCAL_WORLD_SIZE", layout.count(p.node).to_string()),
         ("GROUP_RANK", layout.group_of(p.node).to_string()),
         ("GROUP_WORLD_SIZE", layout.num_nodes().to_string()),
     ]);
-    vars.extend(launcher);
-    // A rendezvous id unique to the step (c10d's, if the user picks it), the
-    // same in every component of a heterogeneous step: torch prefixes its
-    // store keys with it, and each component has its own job id.
-    if let Some((job, step)) = task.step.job_step {
-        let job = task.step.het_job_id.unwrap_or(job);
-        vars.push(("PET_RDZV_ID", format!("{job}.{step}")));
+    // torchrun reads each argument it is not given from PET_<NAME>
+    // (torch/distributed/argparse_util.py), and a directly started rank
+    // reads none of them.
+    let endpoint = format!("{master_addr}:{master_port}");
+    // A rendezvous id unique to the step and to the job's incarnation (a
+    // requeued job starts its step ids at 0 again), the same in every
+    // component of a heterogeneous step: torch prefixes its store keys
+    // with it.
+    let rdzv_id = task.step.run_id(task.settings.restart_count);
+    let nproc = node_gpus(task)?;
+    match task.settings.torch {
+        Rendezvous::Static => {
+            // Each task is one launcher: with one task per node, its rank is
+            // the node's rank in the order of first ranks. The static
+            // rendezvous keeps Slurm's order (node rank k holds ranks
+            // k·G … k·G+G-1) and needs no election; its store is rank 0's
+            // launcher.
+            vars.extend([
+                ("PET_NNODES", world),
+                ("PET_NODE_RANK", rank),
+                ("PET_MASTER_ADDR", master_addr),
+                ("PET_MASTER_PORT", master_port),
+                ("PET_RDZV_ENDPOINT", endpoint),
+            ]);
+            vars.extend(rdzv_id.map(|id| ("PET_RDZV_ID", id)));
+            vars.push(("PET_RDZV_BACKEND", "static".to_string()));
+        }
+        Rendezvous::Elastic { min, max_restarts } => {
+            let nodes = layout.num_nodes();
+            // c10d's store on rank 0's node, told so by is_host (c10d would
+            // otherwise compare the endpoint with gethostname(), which Slurm's
+            // node names need not match); node ranks follow c10d's order.
+            let is_host = u8::from(p.node == host_node);
+            vars.extend([
+                ("PET_NNODES", format!("{}:{nodes}", min.unwrap_or(nodes))),
+                ("PET_RDZV_ENDPOINT", endpoint),
+            ]);
+            vars.extend(rdzv_id.map(|id| ("PET_RDZV_ID", id)));
+            vars.extend([
+                ("PET_RDZV_BACKEND", "c10d".to_string()),
+                ("PET_RDZV_CONF", format!("is_host={is_host}")),
+                ("PET_LOCAL_ADDR", layout.address(p.node).into_owned()),
+                ("PET_MAX_RESTARTS", max_restarts.to_string()),
+                // The agents' shared store keeps a previous round's keys, and
+                // restarted workers then fail to connect to their peers.
+                ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1".to_string()),
+            ]);
+        }
     }
-    vars.push(("PET_RDZV_BACKEND", "static".to_string()));
+    vars.extend(nproc.map(|n| ("PET_NPROC_PER_NODE", n.to_string())));
     Ok(())
 }
 
@@ -89,17 +240,25 @@ fn row(task: &Task) -> Vec<String> {
     ]
 }
 
-/// torchrun's arguments, the same for every launcher but its node rank.
+/// torchrun's arguments, the same for every launcher but its node rank
+/// (static) or its is_host and local address (elastic).
 fn summary(task: &Task) -> Option<String> {
     let mut vars = Vars::new();
     render(task, &mut vars).ok()?;
+    let per_launcher = ["PET_NODE_RANK", "PET_RDZV_CONF", "PET_LOCAL_ADDR"];
     let pet: Vec<String> = vars
         .iter()
-        .filter(|(n, _)| n.starts_with("PET_") && *n != "PET_NODE_RANK")
+        .filter(|(n, _)| n.starts_with("PET_") && !per_launcher.contains(n))
         .map(|(n, v)| format!("{n}={v}"))
         .collect();
-    Some(format!(
-        "torchrun, one launcher per rank (PET_NODE_RANK=RANK): {}",
-        pet.join(" ")
-    ))
+    Some(match task.settings.torch {
+        Rendezvous::Static => format!(
+            "torchrun, one launcher per rank (PET_NODE_RANK=RANK): {}",
+            pet.join(" ")
+        ),
+        Rendezvous::Elastic { .. } => format!(
+            "torchrun, one elastic launcher per node (PET_RDZV_CONF=is_host=1 on rank 0's node, is_host=0 elsewhere; PET_LOCAL_ADDR the node's address): {} TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1",
+            pet.join(" ")
+        ),
+    })
 }

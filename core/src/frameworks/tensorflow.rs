@@ -28,6 +28,7 @@ pub static FRAMEWORK: Framework = Framework {
             settings.roles = RoleSpec::parse(spec)?;
             Ok(())
         },
+        site_default: false,
     }),
     help: "set TF_CONFIG and CUDA_VISIBLE_DEVICES for TensorFlow, e.g. ps:1,worker:3 (default: all workers)",
     skip_when_inherited: true,
@@ -36,6 +37,7 @@ pub static FRAMEWORK: Framework = Framework {
     // Local task k takes the k-th port of its node.
     ports: Layout::max_local,
     check_before_launch,
+    check_layout: None,
     gpus: GpuRule::Slice,
     shared: Some(cluster),
     render,

@@ -128,6 +128,8 @@ fn torch_and_jax_from_the_same_layout() {
             // stays theirs.
             ("NCCL_SOCKET_IFNAME", "=ib0"),
             ("GLOO_SOCKET_IFNAME", "ib0"),
+            // The run's id: job 7, step 0, the job's first incarnation.
+            ("TF_CLUSTER_RUN_ID", "7.0"),
         ]
     );
     // With TF_CONFIG too, TF's tasks take ports 0 and 1 of each node:
@@ -338,14 +340,18 @@ fn limits_name_their_numbers() {
         frameworks: Frameworks::only(&pytorch::FRAMEWORK).with(&jax::FRAMEWORK),
         ..Settings::default()
     };
-    crate::check_before_launch(&settings, 262_144, None).unwrap();
-    let e = crate::check_before_launch(&settings, 262_145, None).unwrap_err();
+    let tasks = |tasks| crate::Launch {
+        tasks,
+        ..crate::Launch::default()
+    };
+    crate::check_before_launch(&settings, &tasks(262_144)).unwrap();
+    let e = crate::check_before_launch(&settings, &tasks(262_145)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the step has 262145 tasks; tf-cluster lays out at most 262144"
     );
     let tf = Settings::default();
-    let e = crate::check_before_launch(&tf, 21_846, None).unwrap_err();
+    let e = crate::check_before_launch(&tf, &tasks(21_846)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the step has 21846 tasks; TF_CONFIG for more than 21845 cannot fit in one environment variable"
@@ -528,9 +534,372 @@ fn option_values_as_srun_takes_them() {
     }
     assert!(check_value(&tensorflow::FRAMEWORK, "ps:1,worker:3").is_ok());
     assert!(check_value(&tensorflow::FRAMEWORK, "ps:1,,worker:3").is_err());
+    let e = check_value(&jax::FRAMEWORK, "yes").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--jax-cluster takes no value but off (not \"yes\")"
+    );
+    for good in ["static", "elastic", "elastic:1", "elastic:3:0"] {
+        assert!(check_value(&pytorch::FRAMEWORK, good).is_ok(), "{good}");
+    }
     let e = check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
     assert_eq!(
         e.to_string(),
-        "--torch-cluster takes no value but off (not \"yes\")"
+        "--torch-cluster=\"yes\": use static, elastic, elastic:MIN or elastic:MIN:RESTARTS (or off)"
+    );
+}
+
+/// `--torch-cluster=VALUE` as srun reads it: MIN at least 1 (the step's
+/// node count when not given), RESTARTS 3 when not given.
+#[test]
+fn torch_rendezvous_values() {
+    use pytorch::Rendezvous::{self, Elastic, Static};
+    let site = Elastic {
+        min: Some(2),
+        max_restarts: 1,
+    };
+    for (value, want) in [
+        ("", Static),
+        ("static", Static),
+        (
+            "elastic",
+            Elastic {
+                min: None,
+                max_restarts: 3,
+            },
+        ),
+        (
+            "elastic:2",
+            Elastic {
+                min: Some(2),
+                max_restarts: 3,
+            },
+        ),
+        (
+            "elastic:1:0",
+            Elastic {
+                min: Some(1),
+                max_restarts: 0,
+            },
+        ),
+        (
+            "elastic:4:10",
+            Elastic {
+                min: Some(4),
+                max_restarts: 10,
+            },
+        ),
+    ] {
+        assert_eq!(Rendezvous::parse(value, Static).unwrap(), want, "{value}");
+    }
+    // The bare option keeps the site's default.
+    assert_eq!(Rendezvous::parse("", site).unwrap(), site);
+    assert_eq!(Rendezvous::parse("static", site).unwrap(), Static);
+    for (value, why) in [
+        ("elastic:0", "MIN, the fewest nodes, must be 1 or more"),
+        ("elastic:", "MIN, the fewest nodes, is not a number"),
+        ("elastic:-1", "MIN, the fewest nodes, is not a number"),
+        ("elastic:two", "MIN, the fewest nodes, is not a number"),
+        ("elastic:2:", "RESTARTS is not a number"),
+        ("elastic:2:+1", "RESTARTS is not a number"),
+        ("elastic:1:2:3", "at most elastic:MIN:RESTARTS"),
+        ("static:1", "use static, elastic"),
+        ("Elastic", "use static, elastic"),
+        ("elastic2", "use static, elastic"),
+    ] {
+        let e = Rendezvous::parse(value, Static).unwrap_err().to_string();
+        let want = format!("--torch-cluster=\"{value}\": {why}");
+        assert!(e.starts_with(&want), "{value}: {e}");
+    }
+}
+
+/// A task of `srun -N3 --ntasks-per-node=1 -m arbitrary --resv-ports
+/// --torch-cluster=… torchrun …` in step 4242.7, with the host file
+/// node3,node1,node2: rank 0 runs on node3, rank 1 on node1, rank 2 on
+/// node2. `extra`: more of the task's variables.
+fn launcher(
+    procid: &str,
+    node: &str,
+    extra: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
+    let mut vars = vec![
+        ("SLURM_PROCID", procid),
+        ("SLURM_STEP_NUM_TASKS", "3"),
+        ("SLURM_STEP_NODELIST", "node[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+        ("SLURMD_NODENAME", node),
+        ("SLURM_GTIDS", procid),
+        ("SLURM_STEP_RESV_PORTS", "13000-13001"),
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_STEP_ID", "7"),
+        ("SLURM_TF_CLUSTER_MAP", "1;4242.7;node[1-3];2,0,1"),
+    ];
+    vars.extend_from_slice(extra);
+    vars.into_iter().map(|(k, v)| (k, v.to_string())).collect()
+}
+
+fn resolve_vars(settings: &Settings, vars: Vec<(&'static str, String)>) -> Result<Injection> {
+    let step = Step::gather(settings, &mut Vars(vars.into_iter().collect()))?.step()?;
+    resolve(settings, &step)
+}
+
+fn torch(value: &str) -> Settings {
+    let mut settings = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK),
+        ..Settings::default()
+    };
+    (pytorch::FRAMEWORK.arg.as_ref().unwrap().set)(&mut settings, value).unwrap();
+    settings
+}
+
+/// `--torch-cluster=elastic:2:5` with 2 GPUs per node: c10d's rendezvous on
+/// rank 0's node (node3) and the step's first reserved port, its store on
+/// that node's launcher alone, every launcher its own address, 2 to 3
+/// nodes, 5 restarts, a worker per GPU.
+#[test]
+fn elastic_torchrun_per_node() {
+    let settings = torch("elastic:2:5");
+    let gpus = [("CUDA_VISIBLE_DEVICES", "0,1")];
+    let rank0 = resolve_vars(&settings, launcher("0", "node3", &gpus)).unwrap();
+    assert_eq!(
+        vars_of(&rank0),
+        [
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("MASTER_ADDR", "node3"),
+            ("MASTER_PORT", "13000"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "3"),
+            ("LOCAL_RANK", "0"),
+            ("LOCAL_WORLD_SIZE", "1"),
+            ("GROUP_RANK", "0"),
+            ("GROUP_WORLD_SIZE", "3"),
+            ("PET_NNODES", "2:3"),
+            ("PET_RDZV_ENDPOINT", "node3:13000"),
+            ("PET_RDZV_ID", "4242.7"),
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("PET_RDZV_CONF", "is_host=1"),
+            ("PET_LOCAL_ADDR", "node3"),
+            ("PET_MAX_RESTARTS", "5"),
+            ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+            ("PET_NPROC_PER_NODE", "2"),
+            ("TF_CLUSTER_RUN_ID", "4242.7"),
+        ]
+    );
+    // node1 (rank 1) is not the store's host; no node rank, no static
+    // rendezvous arguments: c10d orders the nodes itself.
+    let rank1 = resolve_vars(&settings, launcher("1", "node1", &gpus)).unwrap();
+    for (name, want) in [
+        ("PET_RDZV_CONF", "is_host=0"),
+        ("PET_LOCAL_ADDR", "node1"),
+        ("PET_RDZV_ENDPOINT", "node3:13000"),
+        ("PET_NNODES", "2:3"),
+        ("PET_NPROC_PER_NODE", "2"),
+    ] {
+        assert_eq!(rank1.get(name), Some(want), "{name}");
+    }
+    for name in ["PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT"] {
+        assert_eq!(rank1.get(name), None, "{name}");
+    }
+    // `elastic`: MIN is the step's node count, 3 restarts; no GPUs, no
+    // PET_NPROC_PER_NODE (torchrun's own default).
+    let plain = resolve_vars(&torch("elastic"), launcher("2", "node2", &[])).unwrap();
+    for (name, want) in [
+        ("PET_NNODES", "3:3"),
+        ("PET_MAX_RESTARTS", "3"),
+        ("PET_RDZV_CONF", "is_host=0"),
+        ("PET_LOCAL_ADDR", "node2"),
+    ] {
+        assert_eq!(plain.get(name), Some(want), "{name}");
+    }
+    assert_eq!(plain.get("PET_NPROC_PER_NODE"), None);
+    assert_eq!(plain.get("CUDA_VISIBLE_DEVICES"), None);
+}
+
+/// With a host template, the endpoint and each launcher's address are the
+/// nodes' names on the fast network.
+#[test]
+fn elastic_addresses_follow_the_host_template() {
+    let mut settings = torch("elastic");
+    settings.set("host-template", "{}-ib").unwrap();
+    let net = [("SLURM_TF_CLUSTER_NET", "1;4242.7;10.98.0.0/29;")];
+    let rank1 = resolve_vars(&settings, launcher("1", "node1", &net)).unwrap();
+    assert_eq!(rank1.get("PET_RDZV_ENDPOINT"), Some("node3-ib:13000"));
+    assert_eq!(rank1.get("PET_LOCAL_ADDR"), Some("node1-ib"));
+    assert_eq!(rank1.get("MASTER_ADDR"), Some("node3-ib"));
+}
+
+/// A requeued job (its second incarnation, restart count 1) starts its
+/// step ids at 0 again: every id the plugin writes carries the count, in
+/// either rendezvous and for every framework; the first incarnation's ids
+/// stay JOB.STEP.
+#[test]
+fn ids_carry_the_jobs_restart_count() {
+    for value in ["", "elastic"] {
+        let mut settings = torch(value);
+        settings.restart_count = 1;
+        let task = resolve_vars(&settings, launcher("1", "node1", &[])).unwrap();
+        assert_eq!(task.get("PET_RDZV_ID"), Some("4242.7.r1"), "{value:?}");
+        assert_eq!(
+            task.get("TF_CLUSTER_RUN_ID"),
+            Some("4242.7.r1"),
+            "{value:?}"
+        );
+        settings.restart_count = 12;
+        let task = resolve_vars(&settings, launcher("1", "node1", &[])).unwrap();
+        assert_eq!(task.get("PET_RDZV_ID"), Some("4242.7.r12"), "{value:?}");
+    }
+    let tf = Settings {
+        restart_count: 3,
+        ..Settings::default()
+    };
+    let task = resolve_vars(&tf, launcher("2", "node2", &[])).unwrap();
+    assert!(task.get("TF_CONFIG").is_some());
+    assert_eq!(task.get("TF_CLUSTER_RUN_ID"), Some("4242.7.r3"));
+    assert_eq!(task.get("PET_RDZV_ID"), None);
+    // No ids known (the CLI's preview outside a job): no run id.
+    let mut anonymous = launcher("1", "node2", &[]);
+    anonymous.retain(|(n, _)| {
+        !matches!(
+            *n,
+            "SLURM_JOB_ID" | "SLURM_STEP_ID" | "SLURM_TF_CLUSTER_MAP"
+        )
+    });
+    let task = resolve_vars(&tf, anonymous).unwrap();
+    assert_eq!(task.get("TF_CLUSTER_RUN_ID"), None);
+}
+
+/// A heterogeneous step's run id is the first component's job id in every
+/// component, with the restart count.
+#[test]
+fn a_het_steps_run_id_names_the_first_component() {
+    let step = Step {
+        job_step: Some((16, 0)),
+        het_job_id: Some(15),
+        ..Step::default()
+    };
+    assert_eq!(step.run_id(0).as_deref(), Some("15.0"));
+    assert_eq!(step.run_id(2).as_deref(), Some("15.0.r2"));
+    assert_eq!(Step::default().run_id(1), None);
+}
+
+/// srun reads the restart count from its environment's SLURM_RESTART_COUNT
+/// (absent before the first requeue).
+#[test]
+fn the_restart_count_is_slurms_variable() {
+    let count = |vars: &[(&'static str, &str)]| {
+        let vars = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        crate::step::restart_count(&mut Vars(vars))
+    };
+    assert_eq!(count(&[]).unwrap(), 0);
+    assert_eq!(count(&[("SLURM_RESTART_COUNT", "2")]).unwrap(), 2);
+    let e = count(&[("SLURM_RESTART_COUNT", "-1")]).unwrap_err();
+    assert_eq!(e.to_string(), "SLURM_RESTART_COUNT is \"-1\", not a number");
+}
+
+/// PET_NPROC_PER_NODE: the GPUs a node's one launcher sees (the plugin's
+/// list, else Slurm's, else SLURM_GPUS_ON_NODE), in either rendezvous; not
+/// set on a node that runs several tasks.
+#[test]
+fn workers_per_node_from_the_nodes_gpus() {
+    for value in ["", "elastic"] {
+        let settings = torch(value);
+        let four = [("CUDA_VISIBLE_DEVICES", "4,5,6,7")];
+        let task = resolve_vars(&settings, launcher("0", "node3", &four)).unwrap();
+        assert_eq!(task.get("PET_NPROC_PER_NODE"), Some("4"), "{value:?}");
+        // --tf-gpus-per-node=2: the launcher sees 2 of them.
+        let mut two = settings.clone();
+        two.set("gpus-per-node", "2").unwrap();
+        let task = resolve_vars(&two, launcher("0", "node3", &four)).unwrap();
+        assert_eq!(task.get("CUDA_VISIBLE_DEVICES"), Some("4,5"), "{value:?}");
+        assert_eq!(task.get("PET_NPROC_PER_NODE"), Some("2"), "{value:?}");
+        // --tf-auto-set-gpu=false: Slurm's list.
+        let mut slurms = settings.clone();
+        slurms.set("auto-set-gpu", "false").unwrap();
+        let task = resolve_vars(&slurms, launcher("0", "node3", &four)).unwrap();
+        assert_eq!(task.get("CUDA_VISIBLE_DEVICES"), None, "{value:?}");
+        assert_eq!(task.get("PET_NPROC_PER_NODE"), Some("4"), "{value:?}");
+        let on_node = [("SLURM_GPUS_ON_NODE", "8")];
+        let task = resolve_vars(&slurms, launcher("0", "node3", &on_node)).unwrap();
+        assert_eq!(task.get("PET_NPROC_PER_NODE"), Some("8"), "{value:?}");
+    }
+    // Two tasks on a node: direct ranks, or launchers sharing the node's
+    // GPUs: none is told to start a worker per GPU.
+    let vars = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_STEP_NUM_TASKS", "2"),
+        ("SLURM_STEP_NODELIST", "node1"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2"),
+        ("SLURM_NODEID", "0"),
+        ("SLURM_GTIDS", "0,1"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+    ];
+    let vars = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let task = resolve_vars(&torch(""), vars).unwrap();
+    assert_eq!(task.get("CUDA_VISIBLE_DEVICES"), Some("0,1"));
+    assert_eq!(task.get("PET_NPROC_PER_NODE"), None);
+}
+
+/// srun's refusals before launch, in one line each: a reserved port, one
+/// task per node, MIN at most the step's nodes; none for the static
+/// rendezvous, none where srun cannot tell.
+#[test]
+fn elastic_refusals_before_launch() {
+    let launch = |tasks, nodes, reserved| crate::Launch {
+        tasks,
+        nodelist: Some("node[1-3]"),
+        nodes,
+        reserved_ports: reserved,
+    };
+    let check = |value: &str, l: &crate::Launch| {
+        crate::check_before_launch(&torch(value), l).map_err(|e| e.to_string())
+    };
+    check("elastic", &launch(3, Some(3), Some(true))).unwrap();
+    check("elastic:3", &launch(3, Some(3), Some(true))).unwrap();
+    check("elastic:1", &launch(1, Some(1), Some(true))).unwrap();
+    check("elastic", &launch(3, None, None)).unwrap();
+    check("elastic", &launch(3, Some(3), None)).unwrap();
+    for value in ["", "static"] {
+        check(value, &launch(6, Some(3), Some(false))).unwrap();
+    }
+    assert_eq!(
+        check("elastic", &launch(3, Some(3), Some(false))).unwrap_err(),
+        "--torch-cluster=elastic needs a port Slurm reserved for the step (srun --resv-ports, MpiParams=ports in slurm.conf)"
+    );
+    assert_eq!(
+        check("elastic:2", &launch(6, Some(3), Some(true))).unwrap_err(),
+        "--torch-cluster=elastic runs one torchrun per node, but the step has 6 tasks on 3 nodes: use --ntasks-per-node=1"
+    );
+    assert_eq!(
+        check("elastic:4", &launch(3, Some(3), Some(true))).unwrap_err(),
+        "--torch-cluster=elastic:4: MIN is more than the step's 3 nodes"
+    );
+    // Refused as the option is read: MIN 0.
+    let mut settings = torch("");
+    let e = (pytorch::FRAMEWORK.arg.as_ref().unwrap().set)(&mut settings, "elastic:0");
+    assert!(e.is_err());
+}
+
+/// What srun refuses, each task (and the CLI's preview, which renders the
+/// same way) refuses too, from the layout.
+#[test]
+fn elastic_refusals_when_rendered() {
+    let e = resolve_vars(&torch("elastic:4"), launcher("1", "node1", &[])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--torch-cluster=elastic:4: MIN is more than the step's 3 nodes"
+    );
+    let vars = [
+        ("SLURM_PROCID", "1"),
+        ("SLURM_STEP_NUM_TASKS", "4"),
+        ("SLURM_STEP_NODELIST", "node[1-2]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+        ("SLURM_NODEID", "0"),
+        ("SLURM_GTIDS", "0,1"),
+    ];
+    let vars = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let e = resolve_vars(&torch("elastic"), vars).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--torch-cluster=elastic runs one torchrun per node, but the step has 4 tasks on 2 nodes: use --ntasks-per-node=1"
     );
 }
