@@ -232,9 +232,18 @@ fn parse(output: &str, code: Option<i32>) -> Step {
                 "launcher {rank} twice:\n{output}"
             );
         }
-        if let Some((_, json)) = line.split_once("RESULT ") {
-            let v: Value =
-                serde_json::from_str(json).unwrap_or_else(|e| panic!("{json:?}: {e}\n{output}"));
+        // Each RESULT as one JSON value from where it starts: a node's two
+        // workers share its stdout, and a line's newline is a write of its
+        // own, so one line may hold `…}RESULT {…}` or end in another's text.
+        for (_, json) in line
+            .match_indices("RESULT ")
+            .map(|(i, m)| (i, &line[i + m.len()..]))
+        {
+            let v: Value = serde_json::Deserializer::from_str(json)
+                .into_iter::<Value>()
+                .next()
+                .and_then(|v| v.ok())
+                .unwrap_or_else(|| panic!("{json:?}: not a JSON value\n{output}"));
             let rank = v["rank"].as_u64().expect("rank");
             assert!(
                 results.insert(rank, v).is_none(),

@@ -206,7 +206,7 @@ fn a_step_opts_out_of_inherited_frameworks() {
     assert!(text.contains("all_off=0"), "{text}");
     assert!(!text.contains("bad_value=0"), "{text}");
     assert!(
-        text.contains("--torch-cluster takes no value but off (not \"yes\")"),
+        text.contains("--torch-cluster=\"yes\": use static, elastic, elastic:MIN or elastic:MIN:RESTARTS (or off)"),
         "{text}"
     );
     let lines = torch_lines(&text);

@@ -280,7 +280,7 @@ fn map_for(
         None => options::StepBind::None,
     });
     if let Some(components) = het_components()? {
-        return het_map_for(spank, settings, job, step, &components, info, word);
+        return het_map_for(spank, settings, job, step, &components, info);
     }
     let (component, took) = match fetch(spank, job, step) {
         Ok(got) => got,
@@ -352,7 +352,6 @@ fn het_map_for(
     step: u32,
     components: &[(u32, core::hostlist::HostList)],
     info: Option<step_info_rpc::StepInfo>,
-    word: &mut options::Word,
 ) -> Result<String> {
     let start = std::time::Instant::now();
     let mut layouts = Vec::with_capacity(components.len());
@@ -386,27 +385,6 @@ fn het_map_for(
         },
     )?;
     check_gpus(settings, &map, info.as_ref())?;
-    // Ports: each component's tasks name every task's address, so local
-    // task i must get the same port in every component. srun's word reaches
-    // component 0 alone (it leaves a SLURM_STEP_RESV_PORTS Slurm only passed
-    // on); the others read the variable as Slurm sets it: their own
-    // reservation, else srun's. With every component's record, a step whose
-    // components would disagree is refused here; without, the tasks take
-    // the variable as it comes.
-    let records: Option<Vec<Option<String>>> = std::iter::once(info)
-        .chain(
-            components
-                .iter()
-                .skip(1)
-                .map(|&(c, _)| step_info(spank, c, step)),
-        )
-        .map(|i| i.map(|i| i.resv_ports))
-        .collect();
-    if let Some(reserved) = records {
-        word.no_resv_ports = reserved[0].is_none();
-        let passed_on = std::env::var("SLURM_STEP_RESV_PORTS").ok();
-        core::ports::check_het_ports(&reserved, passed_on.as_deref())?;
-    }
     let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
     let value = map.encode(&hosts_text);
