@@ -186,7 +186,7 @@ fn a_flags_value_is_checked_as_on_the_command_line() {
     assert!(!bad.status.success(), "{stderr}");
     assert!(lines(&bad).is_empty(), "{:?}", lines(&bad));
     assert!(
-        stderr.contains("tf-cluster: --torch-cluster takes no value but off"),
+        stderr.contains("tf-cluster: --torch-cluster=\"0\": use static, elastic, elastic:MIN or elastic:MIN:RESTARTS (or off)"),
         "{stderr}"
     );
 }
