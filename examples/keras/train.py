@@ -32,7 +32,10 @@ def main():
 
     me, processes = jax.process_index(), jax.process_count()
     devices = keras.distribution.list_devices()  # every device of every process
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    # Each process feeds its own share of the data (below), already split per process.
+    keras.distribution.set_distribution(
+        keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
+    )
 
     keras.utils.set_random_seed(0)  # the same initial weights everywhere
     model = keras.Sequential(
