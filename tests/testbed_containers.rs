@@ -92,6 +92,21 @@ impl Step {
         self
     }
 
+    /// [`Step::vars_of`] with every port as `PORT` (two steps get
+    /// different reserved ports; the rest must be equal).
+    fn without_ports(&self, names: &[&str]) -> BTreeMap<u32, BTreeMap<String, Option<String>>> {
+        self.vars_of(names)
+            .into_iter()
+            .map(|(rank, vars)| {
+                let vars = vars
+                    .into_iter()
+                    .map(|(n, v)| (n.to_string(), v.map(|v| without_ports(n, v))))
+                    .collect();
+                (rank, vars)
+            })
+            .collect()
+    }
+
     /// The variables every task got, by rank, restricted to `names`.
     fn vars_of<'a>(
         &'a self,
@@ -294,18 +309,7 @@ fn same_as_on_the_host(args: &[&str], names: &[&str]) -> (Step, Step) {
     let image = srun(&strs(&in_image(args)));
     image.assert_ran(4, "busybox");
     let all: Vec<&str> = GPU_VARS.iter().chain(names).copied().collect();
-    let seen = |step: &Step| -> BTreeMap<u32, BTreeMap<String, Option<String>>> {
-        step.vars_of(&all)
-            .into_iter()
-            .map(|(rank, vars)| {
-                let vars = vars
-                    .into_iter()
-                    .map(|(n, v)| (n.to_string(), v.map(|v| without_ports(n, v))))
-                    .collect();
-                (rank, vars)
-            })
-            .collect()
-    };
+    let seen = |step: &Step| step.without_ports(&all);
     assert_eq!(
         seen(&image),
         seen(&host),
@@ -996,18 +1000,7 @@ fn an_images_slurm_variables_do_not_move_a_task() {
         .chain(&JAX_VARS[..1])
         .copied()
         .collect();
-    let seen = |step: &Step| -> BTreeMap<u32, BTreeMap<String, Option<String>>> {
-        step.vars_of(&names)
-            .into_iter()
-            .map(|(rank, vars)| {
-                let vars = vars
-                    .into_iter()
-                    .map(|(n, v)| (n.to_string(), v.map(|v| without_ports(n, v))))
-                    .collect();
-                (rank, vars)
-            })
-            .collect()
-    };
+    let seen = |step: &Step| step.without_ports(&names);
     assert_eq!(seen(&image), seen(&host), "{}", image.stderr);
     for (&rank, t) in &image.tasks {
         assert_eq!(t.var("SLURM_PROCID"), Some("77"), "the image's own stays");
