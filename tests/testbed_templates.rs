@@ -105,40 +105,44 @@ struct Done {
     loss: f64,
 }
 
-/// Every `rank R/W on HOST: done, loss X` line of `output` (anywhere in a line: srun's label
-/// or a launcher's prefix may stand before it), by rank; a rank twice fails.
+/// Every `rank R/W on HOST: done, loss X` of `output` (anywhere in a line: srun's label or a
+/// launcher's prefix may stand before it, and a node's workers share its stdout, where a line's
+/// newline is a write of its own, so one line may hold two: `…loss 6.86rank 0/4 …`), by rank;
+/// a rank twice fails.
 fn done_lines(output: &str) -> BTreeMap<u32, Done> {
     let mut found = BTreeMap::new();
     for line in output.lines() {
-        let Some(at) = line.find("rank ") else {
-            continue;
-        };
-        let rest = &line[at + "rank ".len()..];
-        let Some((head, loss)) = rest.split_once(": done, loss ") else {
-            continue;
-        };
-        let Some((ranks, host)) = head.split_once(" on ") else {
-            continue;
-        };
-        let Some((rank, world)) = ranks.split_once('/') else {
-            continue;
-        };
-        let (Ok(rank), Ok(world)) = (rank.parse::<u32>(), world.parse::<u32>()) else {
-            continue;
-        };
-        let loss: f64 = loss
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("{line:?}: {e}\n{output}"));
-        let done = Done {
-            world,
-            host: host.to_string(),
-            loss,
-        };
-        assert!(
-            found.insert(rank, done).is_none(),
-            "rank {rank} twice:\n{output}"
-        );
+        for (at, _) in line.match_indices("rank ") {
+            let rest = &line[at + "rank ".len()..];
+            let Some((head, tail)) = rest.split_once(": done, loss ") else {
+                continue;
+            };
+            let Some((ranks, host)) = head.split_once(" on ") else {
+                continue;
+            };
+            let Some((rank, world)) = ranks.split_once('/') else {
+                continue;
+            };
+            let (Ok(rank), Ok(world)) = (rank.parse::<u32>(), world.parse::<u32>()) else {
+                continue;
+            };
+            // The loss: its number, up to where another's line may begin.
+            let end = tail
+                .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | 'e' | '+')))
+                .unwrap_or(tail.len());
+            let loss: f64 = tail[..end]
+                .parse()
+                .unwrap_or_else(|e| panic!("{line:?}: {e}\n{output}"));
+            let done = Done {
+                world,
+                host: host.to_string(),
+                loss,
+            };
+            assert!(
+                found.insert(rank, done).is_none(),
+                "rank {rank} twice:\n{output}"
+            );
+        }
     }
     found
 }
@@ -316,4 +320,18 @@ fn keras_venv() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Two workers' lines run together on a shared stdout are both read
+/// (seen with torchrun on forky: `…loss 6.8638rank 0/4 …`); needs no testbed.
+#[test]
+fn done_lines_read_two_workers_on_one_line() {
+    let found = done_lines(
+        "0: rank 1/4 on node1: done, loss 6.8638rank 0/4 on node1: done, loss 6.7465\n1: rank 3/4 on node2: done, loss 2.5282\n",
+    );
+    assert_eq!(found.keys().copied().collect::<Vec<_>>(), [0, 1, 3]);
+    assert_eq!(found[&1].loss, 6.8638);
+    assert_eq!(found[&0].loss, 6.7465);
+    assert_eq!(found[&3].host, "node2");
+    assert_eq!(found[&0].world, 4);
 }
