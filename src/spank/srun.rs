@@ -100,11 +100,13 @@ impl Srun {
     /// check the step, fetch its task map, and hand the tasks the map or a
     /// verdict. It fails only when srun made its own allocation.
     pub fn local_user_init(&self, spank: &Spank) -> i32 {
+        // Decided once: the step's settings and srun's word both follow it.
+        let off_overridden = self.off_overridden();
         let rc = guard(
             "local_user_init",
             Some(spank),
-            || match options::step_settings(spank, self.off_overridden()) {
-                Ok(Some(settings)) => self.decide(spank, &settings),
+            || match options::step_settings(spank, off_overridden) {
+                Ok(Some(settings)) => self.decide(spank, &settings, off_overridden),
                 Ok(None) => {
                     // A word the user exported would reach the tasks (a
                     // variable removed here still does): emptied, it names
@@ -125,7 +127,7 @@ impl Srun {
     /// variable. A step that does not fit leaves out the frameworks it only
     /// inherited with a leave-unfitting-steps-alone option, those only: the
     /// others are decided again without them.
-    fn decide(&self, spank: &Spank, settings: &Settings) -> Result<()> {
+    fn decide(&self, spank: &Spank, settings: &Settings, off_overridden: bool) -> Result<()> {
         let job = spank.job_id()?;
         let step = spank.step_id()?;
         // The job's restart count, learnt once for the whole step from
@@ -138,7 +140,7 @@ impl Srun {
             Err(e) => return self.refuse(spank, e),
         };
         let mut word = options::Word {
-            off_overridden: self.off_overridden(),
+            off_overridden,
             restart_count,
             ..options::Word::default()
         };
