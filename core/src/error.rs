@@ -40,7 +40,7 @@ impl std::error::Error for Error {}
 /// `return Err(Error::new(format!(...)))` in one line.
 macro_rules! bail {
     ($($arg:tt)*) => {
-        return Err($crate::Error::new(format!($($arg)*)))
+        return Err($crate::error::Error::new(format!($($arg)*)))
     };
 }
 pub(crate) use bail;

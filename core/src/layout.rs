@@ -13,7 +13,8 @@ use super::hostlist::HostList;
 use super::runs::Runs;
 use super::step::{FromSrun, Step};
 use super::task_map::TaskMap;
-use super::{Result, check_size};
+use super::error::Result;
+use super::limits::check_size;
 
 /// The step's layout.
 #[derive(Debug)]

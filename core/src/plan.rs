@@ -5,12 +5,12 @@
 //! It knows no framework: what they need comes in as data ([`Needs`]), and
 //! each framework's variables are rendered from it (crate::frameworks).
 
-use super::error::Error;
+use super::error::{Error, Result};
 use super::gpus::{GpuBind, GpuPlan, NodeGpus, Rules, Visible};
 use super::layout::Layout;
 use super::settings::Settings;
 use super::step::Step;
-use super::{Result, ports};
+use super::ports;
 
 /// What the step's frameworks need of the node, in table order.
 pub struct Needs {

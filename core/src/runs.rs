@@ -11,7 +11,7 @@
 
 use std::fmt::Write;
 
-use super::MAX_TASKS;
+use super::limits::MAX_TASKS;
 use super::error::{Result, bail, shown};
 use super::number::parse_u32;
 

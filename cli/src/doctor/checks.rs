@@ -4,7 +4,8 @@
 use tf_cluster_core::Settings;
 
 use super::plugstack::Loaded;
-use super::{Level, PluginFile, Report};
+use super::host::PluginFile;
+use super::report::{Level, Report};
 
 /// `24.11.5` from 0x180b05.
 pub fn version_text(v: u32) -> String {
