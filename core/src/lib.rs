@@ -40,7 +40,7 @@ pub mod task_map;
 pub mod tasks_per_node;
 pub mod tf_config;
 
-pub use error::{Error, Result};
+pub use error::{Error, Kind, Result};
 pub use frameworks::{FRAMEWORKS, Framework, Frameworks, Launch, check_before_launch};
 pub use injection::{APPTAINER_PREFIXES, Injection};
 pub use layout::{Layout, check_het_rebuild};

@@ -346,8 +346,6 @@ fn origin_of(settings: &Settings, network: &Network) -> String {
     }
 }
 
-
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -653,5 +651,4 @@ mod tests {
             "{e}"
         );
     }
-
 }

@@ -53,10 +53,7 @@ pub trait Probe {
     /// The addresses of `host`, for a node srun handed no network. By
     /// default /etc/hosts only: a bounded read, where DNS could hang.
     fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
-        Ok(etc_hosts_lookup(
-            &os::read_user_file("/etc/hosts")?,
-            host,
-        ))
+        Ok(etc_hosts_lookup(&os::read_user_file("/etc/hosts")?, host))
     }
 }
 

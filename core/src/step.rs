@@ -384,12 +384,6 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string()))
         }
-        fn gpu_count(&mut self) -> Result<u32> {
-            Ok(0)
-        }
-        fn read_file(&mut self, path: &str) -> Result<String> {
-            bail!("no file {path} here")
-        }
     }
 
     /// Every component's task finds the same heterogeneous job id (the first

@@ -29,9 +29,9 @@
 
 use super::error::{Error, Result, bail, shown};
 use super::hostlist::HostList;
+use super::limits::{MAX_NODES, MAX_TASKS};
 use super::number::parse_u32;
 use super::runs::Runs;
-use super::limits::{MAX_NODES, MAX_TASKS};
 
 /// The variable srun sets and every task of the step inherits.
 /// (A `SLURM_` name: srun passes those to the tasks even with --export=NONE.)

@@ -70,13 +70,13 @@ use super::handle::{Env, Spank};
 use super::hooks::guard;
 use super::options::{self, StepBind};
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
-use crate::core::gpus::plan::bound_behind_container;
+use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::network::Interface;
+use crate::core::interfaces::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::plan::TaskBinding;
 use crate::core::step::number;
-use crate::core::{self, Error, Gathered, Node, Result, Source, Step, task_map};
+use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step, task_map};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -107,8 +107,8 @@ enum Prepared {
     /// The step did not ask for the plugin, srun left it alone, or it is no
     /// step's tasks (batch script, extern step): nothing is set.
     Nothing,
-    /// Every task of the node fails with this message ("": srun already
-    /// said why, once for the step).
+    /// Every task of the node fails with this error (not said again when
+    /// srun already said why, once for the step).
     Failed(Error),
     /// The node's share of the step.
     Ready(Box<Ready>),
@@ -160,7 +160,7 @@ impl Stepd {
             Ok(Ok(prepared)) => prepared,
             Ok(Err(e)) => Prepared::Failed(e),
             // The panic hook said why, once for the node.
-            Err(_) => Prepared::Failed(Error::new("")),
+            Err(_) => Prepared::Failed(Error::reported("user_init panicked")),
         };
         // Before any task is forked, so that every task shares it; only for
         // a step that asked for the plugin.
@@ -197,7 +197,9 @@ impl Stepd {
         let step = match Step::gather(&settings, &mut OnHost(spank, word))? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(Prepared::Nothing),
-            Gathered::Refused => return Ok(Prepared::Failed(Error::new(""))),
+            Gathered::Refused => {
+                return Ok(Prepared::Failed(Error::reported("srun refused this step")));
+            }
         };
         let host_env = spank
             .env()?
@@ -536,6 +538,19 @@ impl Source for OnHost<'_, '_> {
         }
     }
 
+    /// From Slurm itself, not from variables the user could set.
+    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
+        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
+    }
+
+    fn blocks_follow_topology(&self) -> bool {
+        cfg!(slurm_blocks_follow_topology)
+    }
+}
+
+/// The host's GPUs, files (as the user) and interfaces; names from
+/// /etc/hosts only (the default: DNS could hang slurmstepd).
+impl Probe for OnHost<'_, '_> {
     fn gpu_count(&mut self) -> Result<u32> {
         node_gpu_count()
     }
@@ -558,15 +573,6 @@ impl Source for OnHost<'_, '_> {
     fn interfaces(&mut self) -> Result<Vec<Interface>> {
         node_interfaces()
     }
-
-    /// From Slurm itself, not from variables the user could set.
-    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
-        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
-    }
-
-    fn blocks_follow_topology(&self) -> bool {
-        cfg!(slurm_blocks_follow_topology)
-    }
 }
 
 /// The task's environment read in place, for the core's parsers.
@@ -575,14 +581,6 @@ struct TaskEnv<'e, 'a>(&'e Env<'a>);
 impl Source for TaskEnv<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         Ok(self.0.get(name)?.map(str::to_string))
-    }
-
-    fn gpu_count(&mut self) -> Result<u32> {
-        Err(Error::new("the task does not count GPUs"))
-    }
-
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        Err(Error::new(format!("the task reads no file ({path})")))
     }
 }
 

@@ -3,8 +3,8 @@
 
 use tf_cluster_core::Settings;
 
-use super::plugstack::Loaded;
 use super::host::PluginFile;
+use super::plugstack::Loaded;
 use super::report::{Level, Report};
 
 /// `24.11.5` from 0x180b05.

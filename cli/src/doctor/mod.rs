@@ -19,8 +19,8 @@ mod tests;
 use std::path::Path;
 
 use checks::check_plugin;
-pub use host::{Host, PluginFile};
 use host::said;
+pub use host::{Host, PluginFile};
 use plugstack::{dirname, walk};
 pub use report::{Level, Report};
 use slurm_conf::{DEFAULT_SLURM_CONF, parse_show_config, parse_slurm_conf};

@@ -912,8 +912,7 @@ fn elastic_refusals_when_rendered() {
 
 #[test]
 fn every_setting_has_a_key_an_argument_and_help() {
-    let keys: Vec<&str> = crate::settings::SETTINGS
-        .iter().map(|s| s.key).collect();
+    let keys: Vec<&str> = crate::settings::SETTINGS.iter().map(|s| s.key).collect();
     assert_eq!(
         keys,
         [

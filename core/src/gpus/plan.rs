@@ -84,14 +84,30 @@ impl GpuPlan {
         }
         plan.own_ids = rules.own_ids.is_some();
         let given_count = node.visible.count()?;
-        let one_each = rules.one_each();
-        let tasks = if one_each {
+        let tasks = if rules.one_each() {
             node.node_tasks
         } else {
             node.local_tasks
         }
         .max(1);
         plan.tasks = tasks as usize;
+        if plan.keep_binding(rules, &node, given_count, tasks)? {
+            return Ok(plan);
+        }
+        plan.take_lists(settings, &node, given_count)?;
+        plan.share(settings, rules, tasks)?;
+        Ok(plan)
+    }
+
+    /// Slurm's own GPU binding, when it decides the plan: true when it did
+    /// (the plan then leaves the lists, or keeps an exclusive binding).
+    fn keep_binding(
+        &mut self,
+        rules: Rules,
+        node: &NodeGpus,
+        given_count: usize,
+        tasks: u32,
+    ) -> Result<bool> {
         // Whether Slurm's binding keeps tasks apart is checked for the
         // fullest node's tasks, on every node alike. The counts below stay
         // this node's: its GPUs may be fewer than the fullest node's
@@ -104,30 +120,43 @@ impl GpuPlan {
         {
             // Slurm 22.05 sets no device list at all under --gpu-bind=none,
             // though the step has GPUs on the node.
-            if one_each {
+            if rules.one_each() {
                 bail!(
                     "--gpu-bind=none: Slurm gave this task's node {} GPU(s) but no CUDA_VISIBLE_DEVICES (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
                     node.gpus_on_node.unwrap_or_default()
                 );
             }
-            return Ok(GpuPlan::untouched());
+            *self = GpuPlan::untouched();
+            return Ok(true);
         }
-        if let Some(bind) = node.bind.filter(|b| b.per_task()) {
-            if given_count == 0 {
-                // Bound but no list (gres.conf no_gpu_env): nothing to keep.
-                return Ok(GpuPlan::untouched());
-            }
-            if let Some(option) = rules.whole {
-                bail!("{}", torch_bound(option, bind));
-            }
-            if let Some(option) = rules.own_ids {
-                if !bind.exclusive(fullest) {
-                    bail!("{}", jax_shared(option, bind, fullest));
-                }
-                plan.mode = Mode::Bound(given_count);
-            }
-            return Ok(plan);
+        let Some(bind) = node.bind.filter(|b| b.per_task()) else {
+            return Ok(false);
+        };
+        if given_count == 0 {
+            // Bound but no list (gres.conf no_gpu_env): nothing to keep.
+            *self = GpuPlan::untouched();
+            return Ok(true);
         }
+        if let Some(option) = rules.whole {
+            bail!("{}", torch_bound(option, bind));
+        }
+        if let Some(option) = rules.own_ids {
+            if !bind.exclusive(fullest) {
+                bail!("{}", jax_shared(option, bind, fullest));
+            }
+            self.mode = Mode::Bound(given_count);
+        }
+        Ok(true)
+    }
+
+    /// The lists to share: Slurm's (cut to `gpus-per-node`), or ordinals
+    /// for a count the settings or the node's probe give.
+    fn take_lists(
+        &mut self,
+        settings: &Settings,
+        node: &NodeGpus,
+        given_count: usize,
+    ) -> Result<()> {
         match (settings.gpus_per_node, node.visible.is_unset()) {
             (Some(n), _) if given_count > 0 => {
                 if n as usize > given_count {
@@ -144,38 +173,44 @@ impl GpuPlan {
                 // The first n tokens of each list: up to its n-th comma.
                 for (name, list) in &node.visible.lists {
                     let end = token_end(list, given_count, n as usize);
-                    plan.lists.push((name, list[..end].to_string()));
+                    self.lists.push((name, list[..end].to_string()));
                 }
-                plan.count = n as usize;
+                self.count = n as usize;
             }
-            (Some(n), _) => plan.ordinals(n),
+            (Some(n), _) => self.ordinals(n),
             (None, false) => {
-                plan.lists = node.visible.lists.clone();
-                plan.count = given_count;
+                self.lists = node.visible.lists.clone();
+                self.count = given_count;
             }
-            (None, true) => plan.ordinals(node.probed.unwrap_or(0)),
+            (None, true) => self.ordinals(node.probed.unwrap_or(0)),
         }
-        let n = plan.count;
-        if one_each && n > 0 && tasks as usize > n {
+        Ok(())
+    }
+
+    /// How the lists are shared among `tasks` local tasks: each task's
+    /// width and the mode, or a refusal when they do not go round.
+    fn share(&mut self, settings: &Settings, rules: Rules, tasks: u32) -> Result<()> {
+        let n = self.count;
+        if rules.one_each() && n > 0 && tasks as usize > n {
             bail!("{}", oversubscribed(rules, tasks, n));
         }
-        plan.per_task = match settings.gpus_per_task {
+        self.per_task = match settings.gpus_per_task {
             Some(s) => s as usize,
             None => n / tasks as usize,
         };
-        if plan.per_task * tasks as usize > n {
+        if self.per_task * tasks as usize > n {
             bail!(
                 "{} GPU(s) per task × {tasks} task(s) on a node needs {} GPUs, but the node has {n}",
-                plan.per_task,
-                plan.per_task * tasks as usize,
+                self.per_task,
+                self.per_task * tasks as usize,
             );
         }
-        plan.mode = match (plan.per_task, rules.whole.is_some()) {
+        self.mode = match (self.per_task, rules.whole.is_some()) {
             (0, _) => Mode::Leave,
             (_, true) => Mode::Whole,
             (_, false) => Mode::Slice,
         };
-        Ok(plan)
+        Ok(())
     }
 
     /// Tokens `0`, `1`, … `n-1` in CUDA_VISIBLE_DEVICES (the HIP runtime
