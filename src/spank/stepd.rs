@@ -355,7 +355,6 @@ fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
 /// handling off the binding is not read at all.
 fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool) -> Result<()> {
     let env = spank.env()?;
-    let mut view = TaskEnv(&env);
     // Slurm's items and the node's share, never SLURM_PROCID: a container
     // plugin before this one may have imported an image's. S_TASK_GLOBAL_ID
     // is the rank within a heterogeneous step's component: there the
@@ -373,26 +372,47 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
         (None, false)
     };
     // Made ahead for this rank as this local task: only set them here.
-    if let (None, Some((ahead_rank, vars))) = (
+    let ahead = match (
         &bind,
         ready.here.as_ref().and_then(|h| h.get(local as usize)),
     ) {
-        if *ahead_rank == rank {
-            let vars = vars.as_ref().map_err(Clone::clone)?;
-            let mut replaced = Vec::new();
-            for (name, value) in vars {
-                let name = name.to_str().unwrap_or_default();
-                if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
-                    replaced.push(name.to_string());
-                }
-            }
-            for (name, value) in vars {
-                spank.setenv_c(name, value)?;
-            }
-            say_replaced(&replaced);
-            return Ok(());
+        (None, Some((ahead_rank, vars))) if *ahead_rank == rank => {
+            Some(vars.as_ref().map_err(Clone::clone)?)
+        }
+        _ => None,
+    };
+    let made;
+    let vars = match ahead {
+        Some(vars) => vars,
+        None => {
+            made = c_strings(task_vars(&env, ready, rank, local, bind, moved)?)?;
+            &made
+        }
+    };
+    let mut replaced = Vec::new();
+    for (name, value) in vars {
+        let name = name.to_str().unwrap_or_default();
+        if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
+            replaced.push(name.to_string());
         }
     }
+    for (name, value) in vars {
+        spank.setenv_c(name, value)?;
+    }
+    say_replaced(&replaced);
+    Ok(())
+}
+
+/// The variables of a task not made ahead: bound by Slurm (its own GPU list
+/// read here), or beyond the budget made ahead.
+fn task_vars(
+    env: &Env,
+    ready: &Ready,
+    rank: u32,
+    local: u32,
+    bind: Option<GpuBind>,
+    moved: bool,
+) -> Result<core::Injection> {
     let node = &ready.node;
     let bound = match bind {
         Some(bind) if moved => {
@@ -401,19 +421,13 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
         Some(bind) => Some(TaskBinding {
             visible: Visible::read(|name| env.get(name).map(|v| v.map(str::to_string)))?,
             bind,
-            gpus_on_node: number(&mut view, "SLURM_GPUS_ON_NODE")?,
+            gpus_on_node: number(&mut TaskEnv(env), "SLURM_GPUS_ON_NODE")?,
         }),
         None => None,
     };
     let injection = node.task(rank, Some(local), bound.as_ref())?;
     log::debug!("{}", core::explain(node.step(), rank, &injection));
-    let mut replaced = Vec::new();
-    for (name, value) in injection.vars() {
-        if was_replaced(&env, &ready.host_env, name, value.as_bytes())? {
-            replaced.push(name.to_string());
-        }
-    }
-    apply_injection(spank, injection, &replaced)
+    Ok(injection)
 }
 
 /// Whether a plugin before this one set `name` in this task (a container's
@@ -430,7 +444,7 @@ fn was_replaced(
     })
 }
 
-/// The variables as C strings, made once per node.
+/// The variables as C strings: made once per node ahead, or in the task.
 fn c_strings(injection: core::Injection) -> Result<CVars> {
     injection
         .into_vars()
@@ -481,17 +495,6 @@ fn het_leader(job: u32, text: &str) -> Option<u32> {
 
 /// Most components of a heterogeneous job this plugin ends a step in.
 const MAX_HET_COMPONENTS: u32 = 128;
-
-/// Sets the variables; then says which earlier values they replaced.
-fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[String]) -> Result<()> {
-    // By value: in a freshly forked task every new page faults, and a
-    // TF_CONFIG of thousands of tasks is tens of pages.
-    for (name, value) in injection.into_vars() {
-        spank.setenv(&name, value)?;
-    }
-    say_replaced(replaced);
-    Ok(())
-}
 
 /// One line on the user's terminal naming the replaced variables.
 fn say_replaced(replaced: &[String]) {
