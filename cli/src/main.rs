@@ -11,14 +11,9 @@ mod preview;
 
 use std::process::ExitCode;
 
-use clap::parser::ValueSource;
-use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
-use tf_cluster_core::frameworks::{self, ALL_OFF, ALL_OFF_HELP, OFF};
+use clap::{Parser, Subcommand};
 use tf_cluster_core::os::ProcessEnv;
-use tf_cluster_core::settings::SETTINGS;
-use tf_cluster_core::{
-    self as core, Error, FRAMEWORKS, Framework, Frameworks, Result, Settings, Step,
-};
+use tf_cluster_core::{self as core, Error, Result, Settings, Step};
 
 use options::Options;
 use preview::{Place, Shape};
