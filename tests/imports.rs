@@ -3,8 +3,8 @@
 //! assemble (the core's lib.rs, the shell's hooks.rs) are imported by no file.
 //!
 //! A file's imports are every path it names that starts at `crate`, `super`
-//! or `self`, or at a child module named in a `use` (`use gpus::plan`),
-//! tests and re-exports included; `mod x;` declares and is no import. A
+//! or `self`, or at a child module of the file (`use gpus::plan`,
+//! `jax::FRAMEWORK`), tests and re-exports included; `mod x;` declares and is no import. A
 //! folder's mod.rs counts as a file of its own, so a child that takes an item
 //! from it (`use super::Rules`) imports it. Paths into the other crate
 //! (`crate::core::…` in the shell) are not edges of this graph.
@@ -296,11 +296,25 @@ fn imports(text: &str, module: &ModPath, tree: &Tree) -> Vec<Vec<String>> {
                 i = j;
                 continue;
             }
+            // A child module of this file named at the start of a path
+            // outside a `use` (`[&jax::FRAMEWORK]` in frameworks/mod.rs).
+            Token::Ident(first)
+                if toks.get(i + 1) == Some(&Token::PathSep)
+                    && !(i > 0 && toks[i - 1] == Token::PathSep)
+                    && tree.files.contains_key(&child(module, first)) =>
+            {
+                paths.push(child(module, first));
+            }
             _ => {}
         }
         i += 1;
     }
     paths
+}
+
+/// The module path of `file`'s child `name`.
+fn child(file: &ModPath, name: &str) -> ModPath {
+    file.iter().cloned().chain([name.to_string()]).collect()
 }
 
 /// The paths of a `use` tree (`a::{b, c::{d, *}}` → a::b, a::c::d, a::c).
@@ -539,8 +553,8 @@ fn the_cli_reads_one_way() {
 }
 
 /// The checker finds what it is for: a circle through a mod.rs, a path in
-/// a function body, a child named in a `use`, and nothing in comments or
-/// strings.
+/// a function body, a child named in a `use` or in a path, and nothing in
+/// comments or strings.
 #[test]
 fn the_checker_sees_circles_and_ignores_text() {
     let dir = std::env::temp_dir().join(format!("tfc-imports-{}", std::process::id()));
@@ -586,5 +600,25 @@ fn the_checker_sees_circles_and_ignores_text() {
     );
     assert_eq!(has("a circle of 2 files: lib.rs, a.rs"), 1, "{problems:?}");
     assert_eq!(has("lib.rs is imported by a.rs"), 1, "{problems:?}");
+
+    // A crate root calling `child::f()` while the child takes an item
+    // from the root.
+    std::fs::create_dir_all(dir.join("cli/src")).unwrap();
+    write(
+        "cli/src/main.rs",
+        "mod env;\npub struct Options;\nfn main() { env::run(); let x = y::env::z; }\n",
+    );
+    write(
+        "cli/src/env.rs",
+        "pub fn run() { let _ = crate::Options; }\n",
+    );
+    let tree = Tree::new(&dir.join("cli/src"), &[]);
+    assert_eq!(tree.edges()[&m(&[])], BTreeSet::from([m(&["env"])]));
+    let problems = check(&tree, &[]);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0].contains("a circle of 2 files: main.rs, env.rs"),
+        "{problems:?}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -16,10 +16,10 @@ use tf_cluster_core::Result;
 use tf_cluster_core::frameworks::{self, FRAMEWORKS};
 use tf_cluster_core::settings::SETTINGS;
 
-use crate::Options;
 use crate::doctor::plugstack::{dirname, walk};
 use crate::doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_show_config, parse_slurm_conf};
 use crate::doctor::{DEFAULT_PLUGIN_DIRS, Host, PLUGIN_NAME, PluginFile, Report};
+use crate::options::Options;
 
 /// Slurm's prefix of an option handed to sbatch, salloc or srun in the
 /// environment: `SLURM_SPANK_` + SPANK_OPTION_ENV_PREFIX (`_SLURM_SPANK_OPTION_`).
@@ -226,11 +226,10 @@ pub fn main(options: &Options, host: &mut dyn Host) -> (String, Vec<String>, u8)
 mod tests {
     use std::collections::HashMap;
 
-    use clap::Parser;
+    use clap::{Args, FromArgMatches};
 
     use super::*;
     use crate::elf::PluginInfo;
-    use crate::{Cli, Command};
 
     /// A machine with files and plugin .so files, nothing else.
     #[derive(Default)]
@@ -325,12 +324,11 @@ mod tests {
         }
     }
 
+    /// `tf-cluster launcher-env ARGS`, as the subcommand parses them.
     fn options(args: &[&str]) -> Options {
-        let argv = ["tf-cluster", "launcher-env"].iter().chain(args);
-        match Cli::try_parse_from(argv).unwrap().command {
-            Command::LauncherEnv(options) => options,
-            _ => unreachable!(),
-        }
+        let argv = ["launcher-env"].iter().chain(args);
+        let command = Options::augment_args(clap::Command::new("launcher-env"));
+        Options::from_arg_matches(&command.try_get_matches_from(argv).unwrap()).unwrap()
     }
 
     /// The names Slurm reads (spank.c `_opt_env_name`: `_` for anything but

@@ -14,7 +14,10 @@
 use clap::Args;
 use tf_cluster_core::distribution::Distribution;
 use tf_cluster_core::hostlist::HostList;
-use tf_cluster_core::{Error, MAX_NODES, MAX_TASKS, Result, Source, check_size, tasks_per_node};
+use tf_cluster_core::number::parse_u32;
+use tf_cluster_core::{
+    Error, MAX_NODES, MAX_TASKS, Probe, Result, Source, check_size, tasks_per_node,
+};
 
 /// srun's options that shape a step, as srun spells them.
 #[derive(Args, Debug, Default, Clone)]
@@ -130,6 +133,9 @@ impl Source for Synthesised<'_> {
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.clone()))
     }
+}
+
+impl Probe for Synthesised<'_> {
     fn gpu_count(&mut self) -> Result<u32> {
         Ok(0)
     }
@@ -157,8 +163,8 @@ struct Job {
 }
 
 fn count(text: &str, what: &str) -> Result<u32> {
-    match text.parse::<u32>() {
-        Ok(n) if n > 0 && !text.starts_with('+') => Ok(n),
+    match parse_u32(text) {
+        Some(n) if n > 0 => Ok(n),
         _ => Err(Error::new(format!("{what} {text:?}: not a count"))),
     }
 }
@@ -170,8 +176,8 @@ fn env_count(env: &mut impl Source, name: &str) -> Result<Option<u32>> {
 /// `[TYPE:]N` (--gpus-per-node, SLURM_GPUS_PER_NODE): N.
 fn gpus_per_node(text: &str, what: &str) -> Result<u32> {
     let n = text.rsplit(':').next().unwrap_or_default();
-    match n.parse::<u32>() {
-        Ok(n) if !text.starts_with('+') => Ok(n),
+    match parse_u32(n) {
+        Some(n) => Ok(n),
         _ => Err(Error::new(format!(
             "{what} {text:?}: not a GPU count ([TYPE:]N)"
         ))),
@@ -190,7 +196,7 @@ fn gres_gpus(text: &str) -> Result<Option<u32>> {
         let rest: Vec<&str> = parts.collect();
         let n = match rest.as_slice() {
             [] => 1,
-            [n] | [_, n] if n.parse::<u32>().is_ok() => n.parse::<u32>().unwrap(),
+            [n] | [_, n] if parse_u32(n).is_some() => parse_u32(n).unwrap_or_default(),
             [_] => 1,
             _ => {
                 return Err(Error::new(format!("--gres {text:?}: not gpu[:TYPE][:N]")));
@@ -329,7 +335,7 @@ pub fn deal(
 
 /// Lays out the step srun would start here with `shape`, from the job's
 /// variables (`env`) where no option says otherwise.
-pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Preview> {
+pub fn preview(shape: &Shape, env: &mut (impl Source + Probe), place: Place) -> Result<Preview> {
     if shape.gpus_per_task.is_some() {
         return Err(Error::new(
             "srun's --gpus-per-task makes Slurm bind GPUs to each task, which a preview cannot show: preview with --gpus-per-node=N, or run explain in the step (the plugin's own setting is --tf-gpus-per-task)",
@@ -342,8 +348,8 @@ pub fn preview(shape: &Shape, env: &mut impl Source, place: Place) -> Result<Pre
         Place::Login => Job::default(),
     };
     let mut notes = Vec::new();
-    let rank = shape.rank.as_deref().map(|r| match r.parse::<u32>() {
-        Ok(n) if !r.starts_with('+') => Ok(n),
+    let rank = shape.rank.as_deref().map(|r| match parse_u32(r) {
+        Some(n) => Ok(n),
         _ => Err(Error::new(format!("--rank {r:?}: not a rank"))),
     });
     let rank = rank.transpose()?.unwrap_or(0);

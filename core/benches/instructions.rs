@@ -63,7 +63,9 @@ impl tf_cluster_core::Source for Counted<'_> {
         self.names.push(name.to_string());
         self.env.var(name)
     }
+}
 
+impl tf_cluster_core::Probe for Counted<'_> {
     fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
         self.env.gpu_count()
     }

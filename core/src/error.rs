@@ -6,7 +6,20 @@ use std::fmt;
 pub const MAX_MESSAGE: usize = 300;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(String);
+pub struct Error {
+    kind: Kind,
+    message: String,
+}
+
+/// What the caller does with an error: the one place code branches on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A refusal the user reads: the caller says it.
+    Refused,
+    /// Already said once, elsewhere (srun's refusal of the step, the panic
+    /// hook's line): the caller fails without saying it again.
+    Reported,
+}
 
 impl Error {
     /// One readable line whatever the message holds: control characters
@@ -21,17 +34,33 @@ impl Error {
             text.truncate(cut);
             text.push('…');
         }
-        Error(text)
+        Error {
+            kind: Kind::Refused,
+            message: text,
+        }
+    }
+
+    /// A failure already said where it happened: `what` names it for the
+    /// logs of a caller that shows it anyway (tests, debug).
+    pub fn reported(what: &str) -> Self {
+        Error {
+            kind: Kind::Reported,
+            ..Error::new(what)
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     pub fn message(&self) -> &str {
-        &self.0
+        &self.message
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -40,7 +69,7 @@ impl std::error::Error for Error {}
 /// `return Err(Error::new(format!(...)))` in one line.
 macro_rules! bail {
     ($($arg:tt)*) => {
-        return Err($crate::Error::new(format!($($arg)*)))
+        return Err($crate::error::Error::new(format!($($arg)*)))
     };
 }
 pub(crate) use bail;

@@ -8,12 +8,13 @@ use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use super::distribution::{self, Distribution, Placement};
+use super::error::Result;
 use super::error::{bail, shown};
 use super::hostlist::HostList;
+use super::limits::check_size;
 use super::runs::Runs;
 use super::step::{FromSrun, Step};
 use super::task_map::TaskMap;
-use super::{Result, check_size};
 
 /// The step's layout.
 #[derive(Debug)]

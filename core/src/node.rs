@@ -8,14 +8,15 @@
 //! The dependencies run one way: what Slurm says ([`Step`]) → the layout →
 //! the node's plan → each framework's variables (crate::frameworks) → here.
 
-use super::error::bail;
+use super::distribution::Placement;
+use super::error::{Result, bail};
 use super::frameworks::{self, Framework, Gpus, Shared, Task, Vars};
-use super::layout::Layout;
-use super::network;
+use super::injection::Injection;
+use super::layout::{Layout, required};
+use super::limits::ENV_LIMIT;
 use super::plan::{Plan, TaskBinding};
 use super::settings::Settings;
-use super::step::Step;
-use super::{ENV_LIMIT, Injection, Result, distribution::Placement};
+use super::step::{FromSrun, RUN_ID_VAR, Step};
 
 /// A node's share of the step, made once.
 pub struct Node {
@@ -103,10 +104,10 @@ impl Node {
             (f.render)(&self.view(i, f, rank, placement, &gpus), &mut vars)?;
         }
         if let Some(node) = &self.step.network {
-            vars.extend(network::vars(self.settings.frameworks, node));
+            vars.extend(frameworks::network_vars(self.settings.frameworks, node));
         }
         if let Some(id) = self.step.run_id(self.settings.restart_count) {
-            vars.push((super::step::RUN_ID_VAR, id));
+            vars.push((RUN_ID_VAR, id));
         }
         let injection = Injection {
             list: vars.into_iter().map(|(n, v)| (n.into(), v)).collect(),
@@ -235,4 +236,103 @@ impl Node {
 pub struct Explained {
     pub rows: Vec<Vec<String>>,
     pub summaries: Vec<String>,
+}
+
+/// One line for the logs at debug level: what the task was given and why.
+pub fn explain(step: &Step, rank: u32, injection: &Injection) -> String {
+    let layout = match &step.from_srun {
+        FromSrun::Map(_) => "srun's task map",
+        FromSrun::NoMap => "rebuilt (srun could not get the map)",
+        FromSrun::Nothing => "rebuilt (no map from srun)",
+    };
+    let ports = match &step.resv_ports {
+        Some(list) => format!("reserved {list}"),
+        None => "from the port base".into(),
+    };
+    let gpus = match injection.get("CUDA_VISIBLE_DEVICES") {
+        Some(list) => format!("CUDA_VISIBLE_DEVICES={list}"),
+        None => "CUDA_VISIBLE_DEVICES untouched".into(),
+    };
+    let names: Vec<&str> = injection.vars().map(|(name, _)| name).collect();
+    format!(
+        "rank {} on {}: layout {layout}, ports {ports}, {gpus}; set {}",
+        rank,
+        step.nodename.as_deref().unwrap_or("?"),
+        names.join(" ")
+    )
+}
+
+/// Resolves one task: its node's share, then its own part.
+pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
+    let rank = required(step.procid, "SLURM_PROCID")?;
+    Node::prepare(settings.clone(), step.clone())?.task(rank, None, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frameworks::{self, Frameworks};
+    use crate::source::{Probe, Source};
+
+    /// A task's variables, as slurmstepd would show them.
+    struct Vars(Vec<(&'static str, &'static str)>);
+
+    impl Source for Vars {
+        fn var(&mut self, name: &str) -> Result<Option<String>> {
+            Ok(self
+                .0
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string()))
+        }
+    }
+
+    impl Probe for Vars {
+        fn gpu_count(&mut self) -> Result<u32> {
+            Ok(0)
+        }
+    }
+
+    /// `srun -N1 -n2 --torch-cluster --tf-apptainer-env=true`, rank 1: each
+    /// of PyTorch's variables once more under both prefixes; without the
+    /// setting none.
+    #[test]
+    fn resolve_mirrors_only_when_asked() {
+        let task = || {
+            Vars(vec![
+                ("SLURM_PROCID", "1"),
+                ("SLURM_STEP_NUM_TASKS", "2"),
+                ("SLURM_STEP_NODELIST", "n1"),
+                ("SLURM_STEP_TASKS_PER_NODE", "2"),
+                ("SLURM_NODEID", "0"),
+                ("SLURM_GTIDS", "0,1"),
+            ])
+        };
+        let mut settings = Settings {
+            frameworks: Frameworks::only(&frameworks::pytorch::FRAMEWORK),
+            ..Settings::default()
+        };
+        let step = Step::gather(&settings, &mut task())
+            .unwrap()
+            .step()
+            .unwrap();
+        let plain = resolve(&settings, &step).unwrap();
+        assert_eq!(plain.get("RANK"), Some("1"));
+        assert_eq!(plain.get("MASTER_ADDR"), Some("n1"));
+        assert!(plain.vars().all(|(n, _)| !n.contains("ENV_")), "{plain:?}");
+        settings.set("apptainer-env", "true").unwrap();
+        let mirrored = resolve(&settings, &step).unwrap();
+        assert_eq!(mirrored.vars().count(), 3 * plain.vars().count());
+        for (name, value) in plain.vars() {
+            for prefix in ["APPTAINERENV_", "SINGULARITYENV_"] {
+                assert_eq!(
+                    mirrored.get(&format!("{prefix}{name}")),
+                    Some(value),
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(mirrored.get("APPTAINERENV_RANK"), Some("1"));
+        assert_eq!(mirrored.get("SINGULARITYENV_MASTER_ADDR"), Some("n1"));
+    }
 }

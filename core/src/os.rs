@@ -8,42 +8,13 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
 use std::net::IpAddr;
 
-use crate::network::Interface;
-use crate::{Error, Result, Source};
+use crate::error::{Error, Result};
+use crate::interfaces::Interface;
+use crate::limits::MAX_GPUS;
 
-/// This process's environment as a [`Source`]: srun reads its own variables
-/// through the core's parsers, and the CLI reads a task's as the plugin
-/// reads them in slurmstepd.
+/// This process's environment (srun's, the CLI's): its readers are in
+/// crate::source.
 pub struct ProcessEnv;
-
-impl Source for ProcessEnv {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        match std::env::var(name) {
-            Ok(v) => Ok(Some(v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => {
-                Err(Error::new(format!("{name} is not valid UTF-8")))
-            }
-        }
-    }
-
-    fn gpu_count(&mut self) -> Result<u32> {
-        node_gpu_count()
-    }
-
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        read_user_file(path)
-    }
-
-    fn interfaces(&mut self) -> Result<Vec<Interface>> {
-        node_interfaces()
-    }
-
-    /// The CLI is the user's own process: the system's resolver, DNS too.
-    fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
-        resolve_host(host)
-    }
-}
 
 /// The addresses of `host` from the system's resolver (getaddrinfo(3): DNS
 /// too). Called directly, not through std's `ToSocketAddrs`, which holds
@@ -114,7 +85,7 @@ pub const MAX_USER_FILE: u64 = 1 << 20;
 /// directory, else AMD's from amdkfd's topology; 0 without either driver.
 pub fn node_gpu_count() -> Result<u32> {
     let nvidia = match std::fs::read_dir(NVIDIA_GPUS) {
-        Ok(entries) => entries.take(crate::MAX_GPUS as usize + 1).count() as u32,
+        Ok(entries) => entries.take(MAX_GPUS as usize + 1).count() as u32,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => {
             return Err(Error::new(format!(
@@ -135,7 +106,7 @@ fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
         return 0;
     };
     let mut gpus = 0;
-    for entry in entries.take(4 * crate::MAX_GPUS as usize).flatten() {
+    for entry in entries.take(4 * MAX_GPUS as usize).flatten() {
         let Ok(text) = std::fs::read_to_string(entry.path().join("properties")) else {
             continue;
         };
@@ -144,7 +115,7 @@ fn kfd_gpu_count(dir: &std::path::Path) -> u32 {
             gpus += 1;
         }
     }
-    gpus.min(crate::MAX_GPUS + 1)
+    gpus.min(MAX_GPUS + 1)
 }
 
 /// Most interface entries read: far above any node's, a bound on a hostile
@@ -228,14 +199,6 @@ fn interfaces_from(
         out[i].addrs.extend(addr);
     }
     Ok(out)
-}
-
-/// The addresses /etc/hosts gives `host`: a bounded file read, never DNS.
-pub fn etc_hosts(host: &str) -> Result<Vec<IpAddr>> {
-    Ok(crate::network::etc_hosts_lookup(
-        &read_user_file("/etc/hosts")?,
-        host,
-    ))
 }
 
 /// A file the user named, as the calling process can read it: a regular

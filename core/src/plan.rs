@@ -5,12 +5,12 @@
 //! It knows no framework: what they need comes in as data ([`Needs`]), and
 //! each framework's variables are rendered from it (crate::frameworks).
 
-use super::error::Error;
+use super::error::Result;
 use super::gpus::{GpuBind, GpuPlan, NodeGpus, Rules, Visible};
 use super::layout::Layout;
+use super::ports;
 use super::settings::Settings;
 use super::step::Step;
-use super::{Result, ports};
 
 /// What the step's frameworks need of the node, in table order.
 pub struct Needs {
@@ -101,7 +101,8 @@ impl Plan {
         };
         let mut plan = Plan {
             ports,
-            gpus: Err(Error::new("")),
+            // Made just below, from the plan's own counts.
+            gpus: Ok(GpuPlan::untouched()),
             rules: needs.rules,
             probed: step.node_gpus,
             local_tasks,

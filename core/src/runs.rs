@@ -11,8 +11,8 @@
 
 use std::fmt::Write;
 
-use super::MAX_TASKS;
 use super::error::{Result, bail, shown};
+use super::limits::MAX_TASKS;
 use super::number::parse_u32;
 
 /// One term.

@@ -3,11 +3,11 @@
 //! arguments) and per-step values (srun/sbatch/salloc options). Later
 //! sources win: built-in defaults < plugstack.conf < options.
 
-use super::MAX_GPUS;
-use super::error::{Result, bail, shown};
-use super::frameworks::pytorch::Rendezvous;
-use super::network::Network;
+use super::error::{Error, Result, bail, shown};
+use super::interfaces::Network;
+use super::limits::MAX_GPUS;
 use super::number::parse_u32;
+use super::rendezvous::Rendezvous;
 use super::roles::RoleSpec;
 
 /// TensorFlow's default port base.
@@ -64,7 +64,8 @@ impl Default for Settings {
 
 /// The frameworks a step asked for: a set of indices into
 /// crate::frameworks::FRAMEWORKS, whose methods taking a framework live
-/// there (the settings know no framework's code).
+/// there (the settings know no framework's code), as does
+/// `Settings::from_admin_args`, which reads each framework's site default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Frameworks(pub(crate) u8);
 
@@ -231,28 +232,6 @@ fn gpu_count(v: &str) -> std::result::Result<u32, String> {
 }
 
 impl Settings {
-    /// Site defaults from the plugstack.conf arguments (`port-base=9000 …`,
-    /// and a framework option's default where its argument takes one:
-    /// `torch-cluster=elastic`, which asks for no framework).
-    pub fn from_admin_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Settings> {
-        let mut settings = Settings::default();
-        for arg in args {
-            let Some((key, value)) = arg.split_once('=') else {
-                bail!("plugstack.conf argument {} is not key=value", shown(arg));
-            };
-            let site_default = crate::FRAMEWORKS
-                .iter()
-                .filter(|f| f.option == key)
-                .find_map(|f| f.arg.as_ref().filter(|a| a.site_default));
-            match site_default {
-                Some(arg) => (arg.set)(&mut settings, value),
-                None => settings.set(key, value),
-            }
-            .map_err(|e| super::Error::new(format!("plugstack.conf argument {e}")))?;
-        }
-        Ok(settings)
-    }
-
     /// Sets one setting by its key; the error names the key and the value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
         let Some(setting) = SETTINGS.iter().find(|s| s.key == key) else {
@@ -266,40 +245,13 @@ impl Settings {
                     .join(", ")
             );
         };
-        (setting.set)(self, value).map_err(|why| super::Error::new(format!("{key}={why}")))
+        (setting.set)(self, value).map_err(|why| Error::new(format!("{key}={why}")))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_setting_has_a_key_an_argument_and_help() {
-        let keys: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
-        assert_eq!(
-            keys,
-            [
-                "port-base",
-                "gpus-per-node",
-                "gpus-per-task",
-                "auto-set-gpu",
-                "rpc-layer",
-                "host-template",
-                "network",
-                "apptainer-env"
-            ]
-        );
-        for s in &SETTINGS {
-            assert!(!s.arg.is_empty() && !s.help.is_empty(), "{}", s.key);
-        }
-        assert!(Settings::default().set("cluster", "ps:1").is_err());
-        let options: Vec<&str> = crate::frameworks::FRAMEWORKS
-            .iter()
-            .map(|f| f.option)
-            .collect();
-        assert_eq!(options, ["tf-cluster", "torch-cluster", "jax-cluster"]);
-    }
 
     #[test]
     fn admin_args_set_site_defaults() {
@@ -333,41 +285,6 @@ mod tests {
         ] {
             let s = Settings::from_admin_args([format!("host-template={good}").as_str()]);
             assert_eq!(s.unwrap().host_template.as_deref(), Some(good));
-        }
-    }
-
-    /// `torch-cluster=elastic:2` in plugstack.conf: the rendezvous a bare
-    /// `--torch-cluster` gets, asking for no framework by itself; the
-    /// step's own value wins.
-    #[test]
-    fn the_site_may_make_torchrun_elastic() {
-        use crate::frameworks::pytorch::{self, Rendezvous};
-        let s = Settings::from_admin_args(["torch-cluster=elastic:2", "port-base=9000"]).unwrap();
-        let elastic = Rendezvous::Elastic {
-            min: Some(2),
-            max_restarts: 3,
-        };
-        assert_eq!(s.torch, elastic);
-        assert_eq!(s.port_base, 9000);
-        assert_eq!(s.frameworks, Settings::default().frameworks);
-        let arg = pytorch::FRAMEWORK.arg.as_ref().unwrap();
-        let mut bare = s.clone();
-        (arg.set)(&mut bare, "").unwrap();
-        assert_eq!(bare.torch, elastic);
-        let mut own = s.clone();
-        (arg.set)(&mut own, "static").unwrap();
-        assert_eq!(own.torch, Rendezvous::Static);
-        assert_eq!(Settings::default().torch, Rendezvous::Static);
-        for (arg, want) in [
-            (
-                "torch-cluster=elastic:0",
-                "plugstack.conf argument --torch-cluster=\"elastic:0\": MIN, the fewest nodes, must be 1 or more",
-            ),
-            // TensorFlow's roles are the step's, never a site's.
-            ("tf-cluster=ps:1", "unknown key \"tf-cluster\""),
-        ] {
-            let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
-            assert!(e.contains(want), "{arg}: {e}");
         }
     }
 

@@ -4,56 +4,20 @@
 
 use super::distribution::Distribution;
 use super::error::{Error, Result, bail, shown};
-use super::gpus;
+use super::gpus::bind::GpuBind;
+use super::gpus::devices::Visible;
 use super::hostlist::HostList;
-use super::network::{self, NodeNetwork};
+use super::interfaces::NodeNetwork;
+use super::limits::{MAX_NODES, MAX_TASKS, check_size};
+use super::network;
 use super::number::parse_u32;
 use super::settings::Settings;
+use super::source::{Probe, Source};
 use super::task_map::{self, Found, TaskMap, Verdict};
-use super::{MAX_NODES, MAX_TASKS, tasks_per_node};
+use super::tasks_per_node;
 
 /// Components a heterogeneous step may have (Slurm's own limit is 128).
 const MAX_HET_COMPONENTS: u32 = 128;
-
-/// Where the facts come from: slurmstepd's view of the task (the plugin) or
-/// the process environment (the CLI). The node-reading methods are called
-/// only when the step needs them.
-pub trait Source {
-    /// A variable of the task's environment.
-    fn var(&mut self, name: &str) -> Result<Option<String>>;
-    /// The number of GPUs the node has.
-    fn gpu_count(&mut self) -> Result<u32>;
-    /// A file named by the user (SLURM_HOSTFILE), read as the user.
-    fn read_file(&mut self, path: &str) -> Result<String>;
-    /// The task's job and step ids. The plugin asks Slurm (S_JOB_ID,
-    /// S_JOB_STEPID), which no user can forge; by default they are read from
-    /// SLURM_JOB_ID and SLURM_STEP_ID.
-    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
-        let job = self.var("SLURM_JOB_ID")?;
-        let step = self.var("SLURM_STEP_ID")?;
-        Ok(job
-            .as_deref()
-            .and_then(parse_u32)
-            .zip(step.as_deref().and_then(parse_u32)))
-    }
-    /// Whether this Slurm fills the nodes of a block distribution in
-    /// topology order (26.05 on; the plugin knows it from the headers it was
-    /// built with). Then, without srun's map, a task reads
-    /// SLURM_TOPOLOGY_ADDR_PATTERN to refuse what it cannot rebuild.
-    fn blocks_follow_topology(&self) -> bool {
-        false
-    }
-    /// The node's network interfaces (read only when the step names a
-    /// network).
-    fn interfaces(&mut self) -> Result<Vec<network::Interface>> {
-        bail!("the node's network interfaces are not known here")
-    }
-    /// The addresses of `host`, for a node srun handed no network. By
-    /// default /etc/hosts only: a bounded read, where DNS could hang.
-    fn resolve(&mut self, host: &str) -> Result<Vec<std::net::IpAddr>> {
-        crate::os::etc_hosts(host)
-    }
-}
 
 /// What srun said of the step, in [`task_map::VAR`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,9 +77,9 @@ pub struct Step {
     pub resv_ports: Option<String>,
     /// The device variables as Slurm's gres set them (CUDA_VISIBLE_DEVICES,
     /// ROCR_VISIBLE_DEVICES, ZE_AFFINITY_MASK, GPU_DEVICE_ORDINAL).
-    pub visible_gpus: gpus::Visible,
+    pub visible_gpus: Visible,
     /// Slurm's GPU binding of the step's tasks (SLURMD_TRES_BIND).
-    pub gpu_bind: Option<gpus::GpuBind>,
+    pub gpu_bind: Option<GpuBind>,
     /// SLURM_GPUS_ON_NODE: the step's GPUs on this node, a count.
     pub gpus_on_node: Option<u32>,
     /// GPUs found on the node, when nothing else says how many there are.
@@ -171,12 +135,12 @@ impl Step {
     }
 
     /// Reads the step from `source`.
-    pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Gathered> {
+    pub fn gather(settings: &Settings, source: &mut (impl Source + Probe)) -> Result<Gathered> {
         // The step's size first: nothing larger than the plugin lays out is
         // read further.
         let num_tasks = number(source, "SLURM_STEP_NUM_TASKS")?;
         if let Some(n) = num_tasks {
-            crate::check_size(u64::from(n), 0)?;
+            check_size(u64::from(n), 0)?;
         }
         // The step's node list next: srun's map names the same list, which
         // is then expanded once.
@@ -206,10 +170,10 @@ impl Step {
             node_id: number(source, "SLURM_NODEID")?,
             gtids: source.var("SLURM_GTIDS")?.map(|g| gtids(&g)).transpose()?,
             resv_ports: source.var("SLURM_STEP_RESV_PORTS")?,
-            visible_gpus: gpus::Visible::read(|name| source.var(name))?,
+            visible_gpus: Visible::read(|name| source.var(name))?,
             gpu_bind: source
                 .var("SLURMD_TRES_BIND")?
-                .and_then(|b| gpus::GpuBind::parse(&b)),
+                .and_then(|b| GpuBind::parse(&b)),
             gpus_on_node: number(source, "SLURM_GPUS_ON_NODE")?,
             node_gpus: None,
             het_nodelists: Vec::new(),
@@ -241,7 +205,7 @@ impl Step {
                 step.hostfile = Some(hostfile_hosts(&source.read_file(&path)?)?);
             }
         }
-        if gpus::needs_probe(
+        if needs_probe(
             settings,
             &step.visible_gpus,
             step.gpu_bind.as_ref(),
@@ -252,6 +216,23 @@ impl Step {
         step.network = network::for_node(settings, source, job_step, step.nodename.as_deref())?;
         Ok(Gathered::Step(Box::new(step)))
     }
+}
+
+/// Whether the node's GPUs must be counted: only when GPUs are to be set and
+/// neither Slurm nor the settings say how many there are.
+/// (SLURM_GPUS_ON_NODE set: Slurm gave the step GPUs but no list, so a
+/// count of the node's would name GPUs that may not be the step's.)
+pub fn needs_probe(
+    settings: &Settings,
+    visible: &Visible,
+    bind: Option<&GpuBind>,
+    gpus_on_node: Option<u32>,
+) -> bool {
+    settings.auto_set_gpu
+        && !bind.is_some_and(GpuBind::per_task)
+        && settings.gpus_per_node.is_none()
+        && visible.is_unset()
+        && gpus_on_node.is_none()
 }
 
 /// The variable `name` as a plain count.
@@ -402,12 +383,6 @@ mod tests {
                 .iter()
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string()))
-        }
-        fn gpu_count(&mut self) -> Result<u32> {
-            Ok(0)
-        }
-        fn read_file(&mut self, path: &str) -> Result<String> {
-            bail!("no file {path} here")
         }
     }
 

@@ -27,11 +27,11 @@
 //!   with 8 tasks each is `0-511*8`, a cyclic one `0-511x8`, plane=2
 //!   `0-511*2x4`.
 
-use super::error::{Result, bail, shown};
+use super::error::{Error, Result, bail, shown};
 use super::hostlist::HostList;
+use super::limits::{MAX_NODES, MAX_TASKS};
 use super::number::parse_u32;
 use super::runs::Runs;
-use super::{MAX_NODES, MAX_TASKS};
 
 /// The variable srun sets and every task of the step inherits.
 /// (A `SLURM_` name: srun passes those to the tasks even with --export=NONE.)
@@ -253,10 +253,10 @@ impl TaskMap {
         let hosts = match nodelist {
             Some((same, parsed)) if same == hosts => parsed.clone(),
             _ => HostList::parse(hosts, MAX_NODES as usize)
-                .map_err(|e| super::Error::new(format!("{VAR}: {e}")))?,
+                .map_err(|e| Error::new(format!("{VAR}: {e}")))?,
         };
         let runs = Runs::parse(runs, hosts.len())
-            .map_err(|e| super::Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
+            .map_err(|e| Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
         Ok(Found::Ours(TaskMap::from_runs(job, step, hosts, runs)?))
     }
 }

@@ -12,7 +12,7 @@ use super::error::{Result, bail};
 
 /// Slurm's setenv and execve refuse a variable of this many bytes or more,
 /// counting `NAME=`, the value and the NUL.
-pub use crate::ENV_LIMIT;
+pub use crate::limits::ENV_LIMIT;
 
 /// One role of the cluster and the addresses of its tasks, in index order.
 pub struct Job<'a, I> {

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 use tf_cluster_core::roles::RoleSpec;
-use tf_cluster_core::{Error, Injection, Settings, Source, Step, resolve};
+use tf_cluster_core::{Error, Injection, Probe, Settings, Source, Step, resolve};
 
 const CASES: &str = include_str!("data/oracle/cases.jsonl");
 const RESULTS: &str = include_str!("data/oracle/tf_2.21_results.jsonl");
@@ -738,7 +738,9 @@ impl Source for CaseSource<'_> {
     fn var(&mut self, name: &str) -> tf_cluster_core::Result<Option<String>> {
         Ok(self.0.env.get(name).cloned())
     }
+}
 
+impl Probe for CaseSource<'_> {
     fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
         let smi = &self.0.nvidia_smi;
         match smi["mode"].as_str() {
@@ -917,7 +919,9 @@ impl Source for Env<'_> {
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.to_string()))
     }
+}
 
+impl Probe for Env<'_> {
     fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
         Err(Error::new("nvidia-smi must not be needed"))
     }

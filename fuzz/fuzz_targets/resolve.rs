@@ -4,7 +4,7 @@
 //! task, and small enough for one environment variable.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster_core::{Result, Settings, Source, Step, resolve};
+use tf_cluster_core::{Probe, Result, Settings, Source, Step, resolve};
 
 /// Lines of the input are the values of these variables, in order; an empty
 /// line leaves a variable unset. The last lines are settings.
@@ -32,7 +32,9 @@ impl Source for Input<'_> {
         let i = VARS.iter().position(|v| *v == name);
         Ok(i.and_then(|i| self.0.get(i)).filter(|v| !v.is_empty()).map(|v| v.to_string()))
     }
+}
 
+impl Probe for Input<'_> {
     fn gpu_count(&mut self) -> Result<u32> {
         Ok(self.0.len() as u32 % 9)
     }

@@ -102,18 +102,6 @@ impl<'a> Spank<'a> {
         }
     }
 
-    /// Sets a variable of the task's environment (slurmstepd only). The
-    /// value's buffer becomes the C string (no copy when it has room for the
-    /// NUL).
-    pub fn setenv(&self, name: &str, value: String) -> Result<()> {
-        let cname = CString::new(name).map_err(|_| Error::new("variable name with NUL"))?;
-        let cvalue =
-            CString::new(value).map_err(|_| Error::new(format!("{name}: value with NUL")))?;
-        // SAFETY: valid handle and NUL-terminated strings; Slurm copies them.
-        let rc = unsafe { sys::spank_setenv(self.sp, cname.as_ptr(), cvalue.as_ptr(), 1) };
-        check(rc, &format!("spank_setenv({name})"))
-    }
-
     /// Sets a variable from C strings made ahead (slurmstepd only): nothing
     /// is copied but by Slurm.
     pub fn setenv_c(&self, name: &CStr, value: &CStr) -> Result<()> {

@@ -17,7 +17,7 @@ use super::options::{self, Meaning};
 use super::srun::Srun;
 use super::stepd::Stepd;
 use super::{fault, logger};
-use crate::core::{Error, Result, Settings};
+use crate::core::{Error, Kind, Result, Settings};
 
 #[unsafe(no_mangle)]
 pub static plugin_name: [u8; 11] = *b"tf_cluster\0";
@@ -36,7 +36,7 @@ enum Side {
 
 static SIDE: OnceLock<Side> = OnceLock::new();
 
-/// Runs `body`; an error is logged once and becomes -1 (an empty message is
+/// Runs `body`; an error is logged once and becomes -1 (one already reported is
 /// not logged: srun already said why), a panic becomes -1 after the panic
 /// hook logged it.
 pub fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()>) -> c_int {
@@ -47,7 +47,7 @@ pub fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            if !e.message().is_empty() {
+            if e.kind() != Kind::Reported {
                 log::error!("{e}");
             }
             -1

@@ -17,7 +17,7 @@ use crate::core::network;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
 use crate::core::task_map::{self, MAX_LEN, Verdict};
-use crate::core::{self, Error, MAX_NODES, Result, Settings, Source};
+use crate::core::{self, Error, MAX_NODES, Probe, Result, Settings};
 
 /// srun's state, from its start to its `local_user_init`.
 pub struct Srun {

@@ -70,13 +70,13 @@ use super::handle::{Env, Spank};
 use super::hooks::guard;
 use super::options::{self, StepBind};
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
-use crate::core::gpus::plan::bound_behind_container;
+use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::network::Interface;
+use crate::core::interfaces::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::plan::TaskBinding;
 use crate::core::step::number;
-use crate::core::{self, Error, Gathered, Node, Result, Source, Step, task_map};
+use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step, task_map};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -107,8 +107,8 @@ enum Prepared {
     /// The step did not ask for the plugin, srun left it alone, or it is no
     /// step's tasks (batch script, extern step): nothing is set.
     Nothing,
-    /// Every task of the node fails with this message ("": srun already
-    /// said why, once for the step).
+    /// Every task of the node fails with this error (not said again when
+    /// srun already said why, once for the step).
     Failed(Error),
     /// The node's share of the step.
     Ready(Box<Ready>),
@@ -160,7 +160,7 @@ impl Stepd {
             Ok(Ok(prepared)) => prepared,
             Ok(Err(e)) => Prepared::Failed(e),
             // The panic hook said why, once for the node.
-            Err(_) => Prepared::Failed(Error::new("")),
+            Err(_) => Prepared::Failed(Error::reported("user_init panicked")),
         };
         // Before any task is forked, so that every task shares it; only for
         // a step that asked for the plugin.
@@ -197,7 +197,9 @@ impl Stepd {
         let step = match Step::gather(&settings, &mut OnHost(spank, word))? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(Prepared::Nothing),
-            Gathered::Refused => return Ok(Prepared::Failed(Error::new(""))),
+            Gathered::Refused => {
+                return Ok(Prepared::Failed(Error::reported("srun refused this step")));
+            }
         };
         let host_env = spank
             .env()?
@@ -353,7 +355,6 @@ fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
 /// handling off the binding is not read at all.
 fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool) -> Result<()> {
     let env = spank.env()?;
-    let mut view = TaskEnv(&env);
     // Slurm's items and the node's share, never SLURM_PROCID: a container
     // plugin before this one may have imported an image's. S_TASK_GLOBAL_ID
     // is the rank within a heterogeneous step's component: there the
@@ -371,26 +372,47 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
         (None, false)
     };
     // Made ahead for this rank as this local task: only set them here.
-    if let (None, Some((ahead_rank, vars))) = (
+    let ahead = match (
         &bind,
         ready.here.as_ref().and_then(|h| h.get(local as usize)),
     ) {
-        if *ahead_rank == rank {
-            let vars = vars.as_ref().map_err(Clone::clone)?;
-            let mut replaced = Vec::new();
-            for (name, value) in vars {
-                let name = name.to_str().unwrap_or_default();
-                if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
-                    replaced.push(name.to_string());
-                }
-            }
-            for (name, value) in vars {
-                spank.setenv_c(name, value)?;
-            }
-            say_replaced(&replaced);
-            return Ok(());
+        (None, Some((ahead_rank, vars))) if *ahead_rank == rank => {
+            Some(vars.as_ref().map_err(Clone::clone)?)
+        }
+        _ => None,
+    };
+    let made;
+    let vars = match ahead {
+        Some(vars) => vars,
+        None => {
+            made = c_strings(task_vars(&env, ready, rank, local, bind, moved)?)?;
+            &made
+        }
+    };
+    let mut replaced = Vec::new();
+    for (name, value) in vars {
+        let name = name.to_str().unwrap_or_default();
+        if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
+            replaced.push(name.to_string());
         }
     }
+    for (name, value) in vars {
+        spank.setenv_c(name, value)?;
+    }
+    say_replaced(&replaced);
+    Ok(())
+}
+
+/// The variables of a task not made ahead: bound by Slurm (its own GPU list
+/// read here), or beyond the budget made ahead.
+fn task_vars(
+    env: &Env,
+    ready: &Ready,
+    rank: u32,
+    local: u32,
+    bind: Option<GpuBind>,
+    moved: bool,
+) -> Result<core::Injection> {
     let node = &ready.node;
     let bound = match bind {
         Some(bind) if moved => {
@@ -399,19 +421,13 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
         Some(bind) => Some(TaskBinding {
             visible: Visible::read(|name| env.get(name).map(|v| v.map(str::to_string)))?,
             bind,
-            gpus_on_node: number(&mut view, "SLURM_GPUS_ON_NODE")?,
+            gpus_on_node: number(&mut TaskEnv(env), "SLURM_GPUS_ON_NODE")?,
         }),
         None => None,
     };
     let injection = node.task(rank, Some(local), bound.as_ref())?;
     log::debug!("{}", core::explain(node.step(), rank, &injection));
-    let mut replaced = Vec::new();
-    for (name, value) in injection.vars() {
-        if was_replaced(&env, &ready.host_env, name, value.as_bytes())? {
-            replaced.push(name.to_string());
-        }
-    }
-    apply_injection(spank, injection, &replaced)
+    Ok(injection)
 }
 
 /// Whether a plugin before this one set `name` in this task (a container's
@@ -428,7 +444,7 @@ fn was_replaced(
     })
 }
 
-/// The variables as C strings, made once per node.
+/// The variables as C strings: made once per node ahead, or in the task.
 fn c_strings(injection: core::Injection) -> Result<CVars> {
     injection
         .into_vars()
@@ -480,17 +496,6 @@ fn het_leader(job: u32, text: &str) -> Option<u32> {
 /// Most components of a heterogeneous job this plugin ends a step in.
 const MAX_HET_COMPONENTS: u32 = 128;
 
-/// Sets the variables; then says which earlier values they replaced.
-fn apply_injection(spank: &Spank, injection: core::Injection, replaced: &[String]) -> Result<()> {
-    // By value: in a freshly forked task every new page faults, and a
-    // TF_CONFIG of thousands of tasks is tens of pages.
-    for (name, value) in injection.into_vars() {
-        spank.setenv(&name, value)?;
-    }
-    say_replaced(replaced);
-    Ok(())
-}
-
 /// One line on the user's terminal naming the replaced variables.
 fn say_replaced(replaced: &[String]) {
     if !replaced.is_empty() {
@@ -536,6 +541,19 @@ impl Source for OnHost<'_, '_> {
         }
     }
 
+    /// From Slurm itself, not from variables the user could set.
+    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
+        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
+    }
+
+    fn blocks_follow_topology(&self) -> bool {
+        cfg!(slurm_blocks_follow_topology)
+    }
+}
+
+/// The host's GPUs, files (as the user) and interfaces; names from
+/// /etc/hosts only (the default: DNS could hang slurmstepd).
+impl Probe for OnHost<'_, '_> {
     fn gpu_count(&mut self) -> Result<u32> {
         node_gpu_count()
     }
@@ -558,15 +576,6 @@ impl Source for OnHost<'_, '_> {
     fn interfaces(&mut self) -> Result<Vec<Interface>> {
         node_interfaces()
     }
-
-    /// From Slurm itself, not from variables the user could set.
-    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
-        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
-    }
-
-    fn blocks_follow_topology(&self) -> bool {
-        cfg!(slurm_blocks_follow_topology)
-    }
 }
 
 /// The task's environment read in place, for the core's parsers.
@@ -575,14 +584,6 @@ struct TaskEnv<'e, 'a>(&'e Env<'a>);
 impl Source for TaskEnv<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         Ok(self.0.get(name)?.map(str::to_string))
-    }
-
-    fn gpu_count(&mut self) -> Result<u32> {
-        Err(Error::new("the task does not count GPUs"))
-    }
-
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        Err(Error::new(format!("the task reads no file ({path})")))
     }
 }
 

@@ -3,8 +3,9 @@
 
 use tf_cluster_core::Settings;
 
+use super::host::PluginFile;
 use super::plugstack::Loaded;
-use super::{Level, PluginFile, Report};
+use super::report::{Level, Report};
 
 /// `24.11.5` from 0x180b05.
 pub fn version_text(v: u32) -> String {

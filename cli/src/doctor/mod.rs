@@ -8,6 +8,7 @@
 //! [`System`] implements with real files and commands.
 
 mod checks;
+mod host;
 pub(crate) mod plugstack;
 mod report;
 pub(crate) mod slurm_conf;
@@ -17,8 +18,9 @@ mod tests;
 
 use std::path::Path;
 
-use crate::elf::PluginInfo;
 use checks::check_plugin;
+use host::said;
+pub use host::{Host, PluginFile};
 use plugstack::{dirname, walk};
 pub use report::{Level, Report};
 use slurm_conf::{DEFAULT_SLURM_CONF, parse_show_config, parse_slurm_conf};
@@ -34,47 +36,6 @@ pub const DEFAULT_PLUGIN_DIRS: [&str; 3] = [
 
 /// The plugin's `plugin_name`.
 pub const PLUGIN_NAME: &str = "tf_cluster";
-
-/// A plugin file as found on disk.
-#[derive(Debug, Clone)]
-pub struct PluginFile {
-    /// Readable by every user (srun runs as the user and opens it).
-    pub world_readable: bool,
-    /// What its ELF symbols say, or why they could not be read.
-    pub info: Result<PluginInfo, String>,
-}
-
-/// The machine as the doctor sees it.
-pub trait Host {
-    fn env(&mut self, name: &str) -> Option<String>;
-    fn read(&mut self, path: &str) -> std::io::Result<String>;
-    /// The paths matching a glob(3) pattern, sorted; none when nothing matches.
-    fn glob(&mut self, pattern: &str) -> Vec<String>;
-    /// None: no such file.
-    fn plugin(&mut self, path: &str) -> Option<PluginFile>;
-    /// The installed Slurm's version number (0xMMmmuu) and where it came
-    /// from, asking `srun --version` first when `run_srun`; and why srun
-    /// could not tell, if it could not.
-    fn slurm_version(&mut self, run_srun: bool) -> (Option<(u32, String)>, Option<String>);
-    /// `scontrol show config`, when there is no slurm.conf (configless), or
-    /// one line saying why not.
-    fn show_config(&mut self) -> Result<String, String>;
-    /// The path a file is known by, for reading each file once (symbolic
-    /// links and `..` resolved where the file exists; else the path).
-    fn canonical(&mut self, path: &str) -> String {
-        path.to_string()
-    }
-}
-
-/// An error reading a file, after its path: ` is not a regular file` (the
-/// doctor's own refusals say what the file is), else `: No such file…`.
-fn said(e: &std::io::Error) -> String {
-    if e.kind() == std::io::ErrorKind::InvalidData {
-        format!(" {e}")
-    } else {
-        format!(": {e}")
-    }
-}
 
 /// Checks the installation; `own_build_id` is this CLI's.
 pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {

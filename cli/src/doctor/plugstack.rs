@@ -1,6 +1,7 @@
 //! The plugstack.conf walk: its lines as Slurm parses them, includes followed.
 
-use super::{Host, Level, Report};
+use super::host::{Host, said};
+use super::report::{Level, Report};
 
 /// Includes nested deeper than this are reported as a loop.
 const MAX_INCLUDE_DEPTH: usize = 8;
@@ -142,10 +143,10 @@ fn walk_one(
             let line = if depth == 0 {
                 format!(
                     "plugstack.conf {file}{}: no SPANK plugin is loaded",
-                    super::said(&e)
+                    said(&e)
                 )
             } else {
-                format!("{file}{} (included, so srun fails)", super::said(&e))
+                format!("{file}{} (included, so srun fails)", said(&e))
             };
             report.add(Level::Fail, line);
             return safe;

@@ -1,7 +1,7 @@
 //! The real machine the doctor reads: files, glob(3), the plugin's ELF
 //! symbols, `srun --version`, `scontrol show config`.
 
-use super::{Host, PluginFile};
+use super::host::{Host, PluginFile};
 use crate::elf;
 
 /// The version `srun --version` prints: `slurm 24.11.5`, `slurm-wlm 22.05.8`.

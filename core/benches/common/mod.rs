@@ -4,7 +4,7 @@
 //! `port-base=8888`. Everything slurmstepd gives the task, nothing more.
 
 use tf_cluster_core::roles::RoleSpec;
-use tf_cluster_core::{self as core, Error, Injection, Result, Settings, Source, Step};
+use tf_cluster_core::{self as core, Error, Injection, Probe, Result, Settings, Source, Step};
 
 pub const TASKS_PER_NODE: u32 = 4;
 
@@ -74,7 +74,9 @@ impl Source for Env<'_> {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone()))
     }
+}
 
+impl Probe for Env<'_> {
     fn gpu_count(&mut self) -> Result<u32> {
         Err(Error::new(
             "the benchmark's tasks have CUDA_VISIBLE_DEVICES",

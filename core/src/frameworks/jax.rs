@@ -5,10 +5,11 @@
 //!
 //! What it needs of the layout: rank 0's host: O(1) after the layout.
 
-use super::{Framework, GpuRule, Launch, Task, Vars};
-use crate::network;
+use super::framework::{Framework, GpuRule, Launch, Task, Vars};
+use crate::error::Result;
+use crate::interfaces::NCCL;
+use crate::limits::MAX_TASKS;
 use crate::settings::Settings;
-use crate::{MAX_TASKS, Result};
 
 pub static FRAMEWORK: Framework = Framework {
     name: "JAX",
@@ -30,7 +31,7 @@ pub static FRAMEWORK: Framework = Framework {
     summary: |_| None,
     // NCCL on GPUs. JAX's CPU collectives (gloo) are built without an
     // interface and read no variable (jax/_src/xla_bridge.py): nothing to set.
-    interface_vars: &[&network::NCCL],
+    interface_vars: &[&NCCL],
 };
 
 fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {

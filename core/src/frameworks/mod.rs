@@ -5,19 +5,21 @@
 //! rank from the [`Layout`] and the node's plan (crate::plan). Adding a
 //! framework is one module and one entry here.
 
+mod framework;
 pub mod jax;
 pub mod pytorch;
 pub mod tensorflow;
 
-use super::error::bail;
+pub use framework::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
+
+use super::error::{Error, Result, bail, shown};
 use super::gpus::Rules;
+use super::interfaces::{NodeNetwork, VARS};
 use super::layout::Layout;
-use super::network::{self, InterfaceVar};
+use super::limits::check_size;
 pub use super::plan::Gpus;
 use super::plan::Needs;
 use super::settings::Settings;
-use super::step::Step;
-use super::{Result, distribution::Placement};
 
 /// Every framework, in the order their ports are handed out and their
 /// variables set.
@@ -44,108 +46,6 @@ pub fn check_value(f: &Framework, value: &str) -> Result<()> {
         None if value.is_empty() => Ok(()),
         None => bail!("--{} takes no value but {OFF} (not {value:?})", f.option),
     }
-}
-
-/// One framework's declaration.
-pub struct Framework {
-    /// Its name in messages.
-    pub name: &'static str,
-    /// The option that asks for it: `--<option>` on srun, sbatch and salloc.
-    pub option: &'static str,
-    /// The option's argument, when it takes one.
-    pub arg: Option<Arg>,
-    pub help: &'static str,
-    /// An option handed down by sbatch/salloc that does not fit a step
-    /// leaves that step alone with a warning instead of refusing it (a
-    /// role spec written for the job's size).
-    pub skip_when_inherited: bool,
-    /// Most tasks it serves, and why no more.
-    pub max_tasks: u32,
-    pub max_tasks_why: &'static str,
-    /// Ports it takes on each node, after those of the frameworks before it.
-    pub ports: fn(&Layout) -> u32,
-    /// srun's check before anything is launched.
-    pub check_before_launch: fn(&Settings, &Launch) -> Result<()>,
-    /// The same rules checked against the layout, wherever a node is
-    /// prepared (each node of the step, the CLI's preview).
-    pub check_layout: Option<fn(&Settings, &Layout) -> Result<()>>,
-    /// How its tasks see the node's GPUs.
-    pub gpus: GpuRule,
-    /// The part of its variables every task of a node shares, rendered
-    /// once per node before the tasks start (TensorFlow's cluster).
-    pub shared: Option<fn(&Shared) -> Result<String>>,
-    /// Its variables for one task.
-    pub render: fn(&Task, &mut Vars) -> Result<()>,
-    /// Its columns in `tf-cluster explain`: names, then one rank's values.
-    pub columns: &'static [&'static str],
-    pub row: fn(&Task) -> Vec<String>,
-    /// A line after the table, from rank 0's task (what every rank shares).
-    pub summary: fn(&Task) -> Option<String>,
-    /// The variables its libraries read for the interface of their data
-    /// connections, set when the step names a network (crate::network).
-    pub interface_vars: &'static [&'static InterfaceVar],
-}
-
-/// The variables of one task, in order.
-pub type Vars = Vec<(&'static str, String)>;
-
-/// An option's argument (`--tf-cluster=ps:1,worker:3`).
-pub struct Arg {
-    /// Its name in `--help`.
-    pub name: &'static str,
-    /// Checks the value and sets what it says; the empty value is the bare
-    /// option.
-    pub set: fn(&mut Settings, &str) -> Result<()>,
-    /// plugstack.conf may give its default (`torch-cluster=elastic`), which
-    /// the bare option keeps: it does not ask for the framework.
-    pub site_default: bool,
-}
-
-/// How a framework's common program picks its GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GpuRule {
-    /// Each task sees its own slice of the node's GPUs (TensorFlow).
-    Slice,
-    /// Each task sees all of the node's GPUs and uses the one its local rank
-    /// names (PyTorch's `set_device(LOCAL_RANK)`).
-    Whole,
-    /// Each task is told which of the GPUs it sees are its own (JAX's
-    /// JAX_LOCAL_DEVICE_IDS): its slice, wherever the others' rule puts it.
-    OwnIds,
-}
-
-/// What srun knows before launch.
-#[derive(Default)]
-pub struct Launch<'a> {
-    pub tasks: u32,
-    /// The allocation's node list (the step runs on some of its nodes).
-    pub nodelist: Option<&'a str>,
-    /// The step's node count, when known.
-    pub nodes: Option<u32>,
-    /// Whether Slurm reserved ports for the step, when known.
-    pub reserved_ports: Option<bool>,
-}
-
-/// One task as a framework renders it.
-pub struct Task<'a> {
-    pub settings: &'a Settings,
-    pub step: &'a Step,
-    pub layout: &'a Layout,
-    pub rank: u32,
-    pub placement: Placement,
-    /// This framework's ports on every node, from the node's plan.
-    pub ports: &'a [u16],
-    pub gpus: &'a Gpus,
-    /// What [`Framework::shared`] rendered once for the node ("" without).
-    pub shared: &'a str,
-}
-
-/// What a framework's part shared by a node's tasks is made from.
-pub struct Shared<'a> {
-    pub settings: &'a Settings,
-    pub step: &'a Step,
-    pub layout: &'a Layout,
-    pub ports: &'a [u16],
 }
 
 pub use crate::settings::Frameworks;
@@ -199,7 +99,7 @@ pub fn gpu_rules(frameworks: Frameworks) -> Rules {
 /// srun's check of the step before launch: the step's size, then each
 /// framework's own.
 pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
-    super::check_size(u64::from(launch.tasks), 0)?;
+    check_size(u64::from(launch.tasks), 0)?;
     for f in settings.frameworks.iter() {
         check_limit(f, launch.tasks)?;
         (f.check_before_launch)(settings, launch)?;
@@ -227,8 +127,8 @@ pub fn needs(settings: &Settings, layout: &Layout) -> Needs {
 }
 
 /// This node's interface and what its tasks get (each node finds its own).
-pub fn network_summary(settings: &Settings, node: &network::NodeNetwork) -> String {
-    let set: Vec<String> = network::vars(settings.frameworks, node)
+pub fn network_summary(settings: &Settings, node: &NodeNetwork) -> String {
+    let set: Vec<String> = network_vars(settings.frameworks, node)
         .into_iter()
         .map(|(n, v)| format!("{n}={v}"))
         .collect();
@@ -246,6 +146,46 @@ pub fn network_summary(settings: &Settings, node: &network::NodeNetwork) -> Stri
         line.push_str(&format!("; kept the user's {}", node.kept.join(" ")));
     }
     line
+}
+
+/// The interface variables of the step's frameworks for a node on
+/// `node`'s network, but the user's own.
+pub fn network_vars(frameworks: Frameworks, node: &NodeNetwork) -> Vec<(&'static str, String)> {
+    VARS.iter()
+        .filter(|v| {
+            frameworks
+                .iter()
+                .any(|f| f.interface_vars.iter().any(|w| std::ptr::eq(*w, **v)))
+        })
+        .filter(|v| !node.kept.iter().any(|k| k == v.name))
+        .map(|v| (v.name, v.value(&node.interface)))
+        .collect()
+}
+
+/// The site's defaults include each framework's argument that takes one, so
+/// the settings are read from plugstack.conf here, beside the table.
+impl Settings {
+    /// Site defaults from the plugstack.conf arguments (`port-base=9000 …`,
+    /// and a framework option's default where its argument takes one:
+    /// `torch-cluster=elastic`, which asks for no framework).
+    pub fn from_admin_args<'a>(args: impl IntoIterator<Item = &'a str>) -> Result<Settings> {
+        let mut settings = Settings::default();
+        for arg in args {
+            let Some((key, value)) = arg.split_once('=') else {
+                bail!("plugstack.conf argument {} is not key=value", shown(arg));
+            };
+            let site_default = FRAMEWORKS
+                .iter()
+                .filter(|f| f.option == key)
+                .find_map(|f| f.arg.as_ref().filter(|a| a.site_default));
+            match site_default {
+                Some(arg) => (arg.set)(&mut settings, value),
+                None => settings.set(key, value),
+            }
+            .map_err(|e| Error::new(format!("plugstack.conf argument {e}")))?;
+        }
+        Ok(settings)
+    }
 }
 
 #[cfg(test)]

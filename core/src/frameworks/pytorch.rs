@@ -12,68 +12,13 @@
 //! and its place in the order of first ranks) and the step's size: O(ranks)
 //! once, nothing per other rank, so no limit below the layout's own.
 
-use super::{Arg, Framework, GpuRule, Launch, Task, Vars};
-use crate::error::{bail, shown};
-use crate::network;
-use crate::number::parse_u32;
+use super::framework::{Arg, Framework, GpuRule, Launch, Task, Vars};
+use crate::error::{Result, bail};
+use crate::interfaces::{GLOO, NCCL, TENSORPIPE};
+use crate::limits::MAX_TASKS;
 use crate::settings::Settings;
-use crate::{MAX_TASKS, Result};
-
-/// torchrun's restarts of a node's workers in the elastic mode, unless
-/// `elastic:MIN:RESTARTS` says otherwise.
-pub const DEFAULT_MAX_RESTARTS: u32 = 3;
-
-/// The launchers' rendezvous (`--torch-cluster=static|elastic[:MIN[:RESTARTS]]`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Rendezvous {
-    /// torchrun's static rendezvous: node ranks in Slurm's order, no restart.
-    #[default]
-    Static,
-    /// torchrun's c10d rendezvous, one launcher per node.
-    Elastic {
-        /// Fewest nodes the training goes on with (None: all of the step's).
-        min: Option<u32>,
-        /// torchrun's `--max-restarts`.
-        max_restarts: u32,
-    },
-}
-
-impl Rendezvous {
-    /// `static`, `elastic`, `elastic:MIN` or `elastic:MIN:RESTARTS`; the
-    /// empty value (the bare option) keeps `current` (the site's default).
-    pub fn parse(value: &str, current: Rendezvous) -> Result<Rendezvous> {
-        let bad =
-            |why: &str| -> Result<Rendezvous> { bail!("--torch-cluster={}: {why}", shown(value)) };
-        let mut parts = value.split(':');
-        match parts.next() {
-            Some("") if value.is_empty() => return Ok(current),
-            Some("static") if value == "static" => return Ok(Rendezvous::Static),
-            Some("elastic") => {}
-            _ => {
-                return bad("use static, elastic, elastic:MIN or elastic:MIN:RESTARTS (or off)");
-            }
-        }
-        let min = match parts.next() {
-            None => None,
-            Some(text) => match parse_u32(text) {
-                Some(0) => return bad("MIN, the fewest nodes, must be 1 or more"),
-                Some(n) => Some(n),
-                None => return bad("MIN, the fewest nodes, is not a number"),
-            },
-        };
-        let max_restarts = match parts.next() {
-            None => DEFAULT_MAX_RESTARTS,
-            Some(text) => match parse_u32(text) {
-                Some(n) => n,
-                None => return bad("RESTARTS is not a number"),
-            },
-        };
-        if parts.next().is_some() {
-            return bad("at most elastic:MIN:RESTARTS");
-        }
-        Ok(Rendezvous::Elastic { min, max_restarts })
-    }
-}
+// Declared before the settings, which hold the step's choice.
+pub use crate::rendezvous::{DEFAULT_MAX_RESTARTS, Rendezvous};
 
 /// The elastic mode's rules, checked by srun before launch (`reserved`:
 /// whether Slurm reserved the step's ports, None when srun cannot tell) and
@@ -133,7 +78,7 @@ pub static FRAMEWORK: Framework = Framework {
     row,
     // NCCL (GPUs), gloo (CPUs) and TensorPipe (torch.distributed.rpc)
     // each pick their interface; MASTER_ADDR names only the rendezvous.
-    interface_vars: &[&network::NCCL, &network::GLOO, &network::TENSORPIPE],
+    interface_vars: &[&NCCL, &GLOO, &TENSORPIPE],
     summary,
 };
 

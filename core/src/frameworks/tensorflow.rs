@@ -4,15 +4,16 @@
 
 use std::borrow::Cow;
 
-use super::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
+use super::framework::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
 use crate::distribution::Placement;
-use crate::error::bail;
+use crate::error::{Result, bail};
 use crate::hostlist::HostList;
+use crate::interfaces::NCCL;
 use crate::layout::Layout;
-use crate::network;
+use crate::limits::ENV_LIMIT;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;
-use crate::{ENV_LIMIT, Result, number, tf_config};
+use crate::{number, tf_config};
 
 /// More tasks than this cannot fit TF_CONFIG in one environment variable
 /// (each address takes at least 6 bytes), so larger steps are refused before
@@ -46,7 +47,7 @@ pub static FRAMEWORK: Framework = Framework {
     summary: |_| None,
     // gRPC follows TF_CONFIG's addresses (the host template); NCCL, for
     // MultiWorkerMirroredStrategy on GPUs, picks its own interface.
-    interface_vars: &[&network::NCCL],
+    interface_vars: &[&NCCL],
 };
 
 /// The spec must cover the tasks, and TF_CONFIG must be able to fit.

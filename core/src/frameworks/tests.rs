@@ -3,30 +3,36 @@
 
 use std::collections::HashMap;
 
-use crate::error::bail;
+use crate::error::Result;
 use crate::hostlist::HostList;
+use crate::injection::Injection;
+use crate::interfaces::Interface;
+use crate::layout::check_het_rebuild;
+use crate::node::resolve;
 use crate::roles;
+use crate::settings::Settings;
+use crate::source::{Probe, Source};
+use crate::step::Step;
 use crate::task_map::TaskMap;
-use crate::{Injection, Result, Settings, Step, check_het_rebuild, resolve};
 
 use super::{Frameworks, jax, pytorch, tensorflow};
 
 /// A task's variables, as slurmstepd would show them.
 struct Vars(HashMap<&'static str, String>);
 
-impl crate::Source for Vars {
+impl Source for Vars {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         Ok(self.0.get(name).cloned())
     }
+}
+
+impl Probe for Vars {
     fn gpu_count(&mut self) -> Result<u32> {
         Ok(0)
     }
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        bail!("no file {path} here")
-    }
     /// A node with Slurm's names on eth0 and the fast network on ib0.
-    fn interfaces(&mut self) -> Result<Vec<crate::network::Interface>> {
-        let iface = |name: &str, addr: &str| crate::network::Interface {
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        let iface = |name: &str, addr: &str| Interface {
             name: name.into(),
             addrs: vec![addr.parse().unwrap()],
         };
@@ -333,25 +339,25 @@ fn limits_name_their_numbers() {
             f.name,
             f.max_tasks_why
         );
-        assert!(f.max_tasks <= crate::MAX_TASKS, "{}", f.name);
+        assert!(f.max_tasks <= crate::limits::MAX_TASKS, "{}", f.name);
     }
     assert_eq!(tensorflow::FRAMEWORK.max_tasks, 21_845);
     let settings = Settings {
         frameworks: Frameworks::only(&pytorch::FRAMEWORK).with(&jax::FRAMEWORK),
         ..Settings::default()
     };
-    let tasks = |tasks| crate::Launch {
+    let tasks = |tasks| super::Launch {
         tasks,
-        ..crate::Launch::default()
+        ..super::Launch::default()
     };
-    crate::check_before_launch(&settings, &tasks(262_144)).unwrap();
-    let e = crate::check_before_launch(&settings, &tasks(262_145)).unwrap_err();
+    super::check_before_launch(&settings, &tasks(262_144)).unwrap();
+    let e = super::check_before_launch(&settings, &tasks(262_145)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the step has 262145 tasks; tf-cluster lays out at most 262144"
     );
     let tf = Settings::default();
-    let e = crate::check_before_launch(&tf, &tasks(21_846)).unwrap_err();
+    let e = super::check_before_launch(&tf, &tasks(21_846)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "the step has 21846 tasks; TF_CONFIG for more than 21845 cannot fit in one environment variable"
@@ -390,7 +396,7 @@ fn a_node_prepared_once_serves_each_of_its_tasks() {
             .step()
             .unwrap()
     };
-    let node = crate::Node::prepare(settings.clone(), gather(&[])).unwrap();
+    let node = crate::node::Node::prepare(settings.clone(), gather(&[])).unwrap();
     // n2 runs ranks 1 and 4, as its local tasks 0 and 1.
     for (rank, local) in [(1, 0), (4, 1)] {
         let procid = rank.to_string();
@@ -471,7 +477,7 @@ fn a_nodes_tasks_rendered_ahead() {
         .unwrap()
         .step()
         .unwrap();
-    let node = crate::Node::prepare(settings.clone(), step.clone()).unwrap();
+    let node = crate::node::Node::prepare(settings.clone(), step.clone()).unwrap();
     let here = node.render_here(1 << 20).unwrap();
     assert_eq!(here.iter().map(|(r, _)| *r).collect::<Vec<_>>(), [1, 4]);
     for (local, (rank, injection)) in (0..).zip(&here) {
@@ -483,7 +489,7 @@ fn a_nodes_tasks_rendered_ahead() {
     assert!(node.render_here(100).is_none());
     let mut elsewhere = step;
     elsewhere.nodename = None;
-    let node = crate::Node::prepare(settings, elsewhere).unwrap();
+    let node = crate::node::Node::prepare(settings, elsewhere).unwrap();
     assert!(node.render_here(1 << 20).is_none());
 }
 /// `salloc -n1 : -n1`, `srun -n1 : -n1 --torch-cluster torchrun …`: each
@@ -844,14 +850,14 @@ fn workers_per_node_from_the_nodes_gpus() {
 /// rendezvous, none where srun cannot tell.
 #[test]
 fn elastic_refusals_before_launch() {
-    let launch = |tasks, nodes, reserved| crate::Launch {
+    let launch = |tasks, nodes, reserved| super::Launch {
         tasks,
         nodelist: Some("node[1-3]"),
         nodes,
         reserved_ports: reserved,
     };
-    let check = |value: &str, l: &crate::Launch| {
-        crate::check_before_launch(&torch(value), l).map_err(|e| e.to_string())
+    let check = |value: &str, l: &super::Launch| {
+        super::check_before_launch(&torch(value), l).map_err(|e| e.to_string())
     };
     check("elastic", &launch(3, Some(3), Some(true))).unwrap();
     check("elastic:3", &launch(3, Some(3), Some(true))).unwrap();
@@ -901,5 +907,96 @@ fn elastic_refusals_when_rendered() {
     assert_eq!(
         e.to_string(),
         "--torch-cluster=elastic runs one torchrun per node, but the step has 4 tasks on 2 nodes: use --ntasks-per-node=1"
+    );
+}
+
+#[test]
+fn every_setting_has_a_key_an_argument_and_help() {
+    let keys: Vec<&str> = crate::settings::SETTINGS.iter().map(|s| s.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "port-base",
+            "gpus-per-node",
+            "gpus-per-task",
+            "auto-set-gpu",
+            "rpc-layer",
+            "host-template",
+            "network",
+            "apptainer-env"
+        ]
+    );
+    for s in &crate::settings::SETTINGS {
+        assert!(!s.arg.is_empty() && !s.help.is_empty(), "{}", s.key);
+    }
+    assert!(Settings::default().set("cluster", "ps:1").is_err());
+    let options: Vec<&str> = crate::frameworks::FRAMEWORKS
+        .iter()
+        .map(|f| f.option)
+        .collect();
+    assert_eq!(options, ["tf-cluster", "torch-cluster", "jax-cluster"]);
+}
+
+/// `torch-cluster=elastic:2` in plugstack.conf: the rendezvous a bare
+/// `--torch-cluster` gets, asking for no framework by itself; the
+/// step's own value wins.
+#[test]
+fn the_site_may_make_torchrun_elastic() {
+    use crate::frameworks::pytorch::{self, Rendezvous};
+    let s = Settings::from_admin_args(["torch-cluster=elastic:2", "port-base=9000"]).unwrap();
+    let elastic = Rendezvous::Elastic {
+        min: Some(2),
+        max_restarts: 3,
+    };
+    assert_eq!(s.torch, elastic);
+    assert_eq!(s.port_base, 9000);
+    assert_eq!(s.frameworks, Settings::default().frameworks);
+    let arg = pytorch::FRAMEWORK.arg.as_ref().unwrap();
+    let mut bare = s.clone();
+    (arg.set)(&mut bare, "").unwrap();
+    assert_eq!(bare.torch, elastic);
+    let mut own = s.clone();
+    (arg.set)(&mut own, "static").unwrap();
+    assert_eq!(own.torch, Rendezvous::Static);
+    assert_eq!(Settings::default().torch, Rendezvous::Static);
+    for (arg, want) in [
+        (
+            "torch-cluster=elastic:0",
+            "plugstack.conf argument --torch-cluster=\"elastic:0\": MIN, the fewest nodes, must be 1 or more",
+        ),
+        // TensorFlow's roles are the step's, never a site's.
+        ("tf-cluster=ps:1", "unknown key \"tf-cluster\""),
+    ] {
+        let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
+        assert!(e.contains(want), "{arg}: {e}");
+    }
+}
+
+/// What a node's tasks get on the step's network: the frameworks'
+/// interface variables but the user's own, which stay as they are (which
+/// are the user's: network.rs).
+#[test]
+fn a_users_interface_variable_is_kept_not_set() {
+    let found = |kept: &[&str]| crate::interfaces::NodeNetwork {
+        network: crate::interfaces::Network::parse("eth1").unwrap(),
+        interface: "eth1".into(),
+        kept: kept.iter().map(|k| k.to_string()).collect(),
+    };
+    let torch = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK),
+        ..Settings::default()
+    };
+    let found_none = found(&[]);
+    assert!(
+        super::network_vars(torch.frameworks, &found_none)
+            .contains(&("NCCL_SOCKET_IFNAME", "=eth1".into())),
+        "{:?}",
+        super::network_vars(torch.frameworks, &found_none)
+    );
+    let found_all = found(&["NCCL_SOCKET_IFNAME"]);
+    assert!(
+        !super::network_vars(torch.frameworks, &found_all)
+            .iter()
+            .any(|(n, _)| *n == "NCCL_SOCKET_IFNAME")
     );
 }

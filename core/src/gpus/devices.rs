@@ -3,7 +3,7 @@
 
 use crate::error::{Result, bail, shown};
 
-pub use crate::MAX_GPUS;
+pub use crate::limits::MAX_GPUS;
 
 /// The variables Slurm's gres/gpu plugin sets to a task's device list
 /// (gres_common.c, `gres_common_gpu_set_env`, 22.05 to 26.05): by gres.conf

@@ -25,15 +25,23 @@
 //! out; [`check_before_launch`] is srun's early form of the same refusals.
 //!
 //! One file per concept: [`devices`] (the vendor variables Slurm sets),
-//! [`bind`] (Slurm's binding, SLURMD_TRES_BIND), [`plan`] (one node's GPU
-//! plan) and [`request`] (srun's check of the request before launch).
+//! [`bind`] (Slurm's binding, SLURMD_TRES_BIND), [`rules`] (what the
+//! frameworks ask of the GPUs), [`refusals`] (the texts that refuse a
+//! request), [`plan`] (one node's GPU plan) and [`request`] (srun's check of
+//! the request before launch). Whether a node's GPUs are counted is a fact of
+//! the step (crate::step::needs_probe).
 
 pub mod bind;
 pub mod devices;
 pub mod plan;
+#[cfg(test)]
+mod plan_tests;
+pub mod refusals;
 pub mod request;
+pub mod rules;
 
 pub use bind::GpuBind;
 pub use devices::{DEVICE_VARS, MAX_GPUS, Visible};
-pub use plan::{GpuPlan, NodeGpus, Rules, needs_probe};
+pub use plan::{GpuPlan, NodeGpus};
 pub use request::{SrunRequest, check_before_launch};
+pub use rules::Rules;

@@ -2,7 +2,8 @@
 //! the node's plan that srun can already see.
 
 use super::bind::GpuBind;
-use super::plan::{Rules, jax_shared, oversubscribed, torch_bound};
+use super::refusals::{jax_shared, oversubscribed, torch_bound};
+use super::rules::Rules;
 use crate::error::{Result, bail};
 use crate::settings::Settings;
 

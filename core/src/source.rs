@@ -1,0 +1,91 @@
+//! Where a node's facts come from, in two parts: what Slurm says of the task
+//! ([`Source`]: its variables and ids) and what the node has ([`Probe`]: its
+//! GPUs, a file the user names, its interfaces, a host's addresses). The
+//! plugin reads slurmstepd's view; srun and the CLI their own process.
+
+use std::net::IpAddr;
+
+use crate::error::{Error, Result, bail};
+use crate::interfaces::{Interface, etc_hosts_lookup};
+use crate::number::parse_u32;
+use crate::os::{self, ProcessEnv};
+
+/// What Slurm says of the task.
+pub trait Source {
+    /// A variable of the task's environment.
+    fn var(&mut self, name: &str) -> Result<Option<String>>;
+    /// The task's job and step ids. The plugin asks Slurm (S_JOB_ID,
+    /// S_JOB_STEPID), which no user can forge; by default they are read from
+    /// SLURM_JOB_ID and SLURM_STEP_ID.
+    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
+        let job = self.var("SLURM_JOB_ID")?;
+        let step = self.var("SLURM_STEP_ID")?;
+        Ok(job
+            .as_deref()
+            .and_then(parse_u32)
+            .zip(step.as_deref().and_then(parse_u32)))
+    }
+    /// Whether this Slurm fills the nodes of a block distribution in
+    /// topology order (26.05 on; the plugin knows it from the headers it was
+    /// built with). Then, without srun's map, a task reads
+    /// SLURM_TOPOLOGY_ADDR_PATTERN to refuse what it cannot rebuild.
+    fn blocks_follow_topology(&self) -> bool {
+        false
+    }
+}
+
+/// What the node has, probed only when the step needs it; a source that
+/// cannot tell keeps the default, which refuses.
+pub trait Probe {
+    /// The number of GPUs the node has.
+    fn gpu_count(&mut self) -> Result<u32> {
+        bail!("the node's GPUs are not counted here")
+    }
+    /// A file named by the user (SLURM_HOSTFILE), read as the user.
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        bail!("no file is read here ({path})")
+    }
+    /// The node's network interfaces (read only when the step names a
+    /// network).
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        bail!("the node's network interfaces are not known here")
+    }
+    /// The addresses of `host`, for a node srun handed no network. By
+    /// default /etc/hosts only: a bounded read, where DNS could hang.
+    fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
+        Ok(etc_hosts_lookup(&os::read_user_file("/etc/hosts")?, host))
+    }
+}
+
+/// srun reads its own variables through the core's parsers, and the CLI
+/// reads a task's as the plugin reads them in slurmstepd.
+impl Source for ProcessEnv {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        match std::env::var(name) {
+            Ok(v) => Ok(Some(v)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(Error::new(format!("{name} is not valid UTF-8")))
+            }
+        }
+    }
+}
+
+impl Probe for ProcessEnv {
+    fn gpu_count(&mut self) -> Result<u32> {
+        os::node_gpu_count()
+    }
+
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        os::read_user_file(path)
+    }
+
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        os::node_interfaces()
+    }
+
+    /// The CLI is the user's own process: the system's resolver, DNS too.
+    fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
+        os::resolve_host(host)
+    }
+}
