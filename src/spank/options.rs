@@ -7,9 +7,11 @@
 
 use std::ffi::{CString, c_char, c_int};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::bindings as sys;
-use super::handle::Spank;
+use super::guard::guard;
+use super::handle::{self, RawOption, Spank};
 pub use crate::core::frameworks::{ALL_OFF, OFF};
 use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
 use crate::core::settings::{SETTINGS, Setting};
@@ -27,19 +29,10 @@ pub enum Meaning {
 }
 
 pub struct SpankOption {
-    raw: sys::spank_option,
+    pub raw: RawOption,
+    /// The name without `--` (`tf-cluster`).
+    pub name: String,
     pub meaning: Meaning,
-}
-
-// SAFETY: the option's strings are leaked, immutable C strings; neither Slurm
-// nor this plugin ever writes to the struct.
-unsafe impl Sync for SpankOption {}
-unsafe impl Send for SpankOption {}
-
-impl SpankOption {
-    pub fn as_ptr(&'static self) -> *mut sys::spank_option {
-        (&self.raw as *const sys::spank_option).cast_mut()
-    }
 }
 
 /// How sbatch/salloc hand a framework's option to the job's steps
@@ -95,8 +88,49 @@ pub fn all() -> &'static [SpankOption] {
 }
 
 /// The option Slurm's callback names by `val`.
-pub fn given(val: c_int) -> Option<&'static SpankOption> {
+fn given(val: c_int) -> Option<&'static SpankOption> {
     all().get(usize::try_from(val).ok()?)
+}
+
+/// How often each option's callback ran in this process, by `val`. srun
+/// reads the value sbatch/salloc handed down first, then its own command
+/// line: one call with the inherited variable set means the option was only
+/// inherited.
+static CALLS: OnceLock<Vec<AtomicU32>> = OnceLock::new();
+
+/// How often the callback of `option` ran in this srun (see [`CALLS`]).
+pub fn calls(option: &str) -> u32 {
+    let Some(i) = all().iter().position(|o| o.name == option) else {
+        return 0;
+    };
+    CALLS
+        .get()
+        .and_then(|c| c.get(i))
+        .map_or(0, |c| c.load(Ordering::Relaxed))
+}
+
+/// An option's value, checked as soon as srun/sbatch/salloc parse it, so a
+/// typo is refused before anything is submitted, and counted ([`calls`]).
+/// In slurmstepd it always succeeds: the task decides there.
+extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    if remote != 0 {
+        return 0;
+    }
+    guard("option", None, || {
+        let counts = CALLS.get_or_init(|| all().iter().map(|_| AtomicU32::new(0)).collect());
+        if let Some(count) = usize::try_from(val).ok().and_then(|i| counts.get(i)) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: Slurm passes NULL or a NUL-terminated option value.
+        let value = unsafe { handle::option_value(optarg) }?;
+        match given(val).map(|o| o.meaning) {
+            Some(Meaning::Framework(f)) => crate::core::frameworks::check_value(f, &value),
+            Some(Meaning::Setting(setting)) => Settings::default()
+                .set(setting.key, &value)
+                .map_err(|e| Error::new(format!("--tf-{e}"))),
+            Some(Meaning::AllOff) | None => Ok(()),
+        }
+    })
 }
 
 fn option(
@@ -113,14 +147,15 @@ fn option(
             .into_raw()
     };
     SpankOption {
-        raw: sys::spank_option {
-            name: leak(name),
+        raw: RawOption(sys::spank_option {
+            name: leak(name.clone()),
             arginfo: leak(arg.to_string()),
             usage: leak(format!("tf-cluster: {help}")),
             has_arg,
             val,
-            cb: Some(super::hooks::option_given),
-        },
+            cb: Some(option_given),
+        }),
+        name,
         meaning,
     }
 }
@@ -134,12 +169,12 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
     let mut asked = Vec::new();
     for option in all() {
         match option.meaning {
-            Meaning::Framework(f) => match spank.getopt(option)? {
+            Meaning::Framework(f) => match spank.getopt(&option.raw)? {
                 Some(value) if value == OFF => {}
                 Some(value) => asked.push((f, value)),
                 None => {}
             },
-            Meaning::AllOff if !off_overridden && spank.getopt(option)?.is_some() => {
+            Meaning::AllOff if !off_overridden && spank.getopt(&option.raw)?.is_some() => {
                 return Ok(None);
             }
             _ => {}
@@ -160,7 +195,7 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
         let Meaning::Setting(setting) = option.meaning else {
             continue;
         };
-        if let Some(value) = spank.getopt(option)? {
+        if let Some(value) = spank.getopt(&option.raw)? {
             settings
                 .set(setting.key, &value)
                 .map_err(|e| Error::new(format!("--tf-{e}")))?;

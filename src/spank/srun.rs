@@ -5,13 +5,11 @@
 //! the map or a verdict in one variable (core::task_map). srun decides,
 //! tasks apply.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
+use super::guard::guard;
 use super::handle::Spank;
-use super::hooks::guard;
 use super::options::{self, inherited_var, inherited_var_of};
 use super::{fault, step_info_rpc, step_layout_rpc};
-use crate::core::frameworks::{self, FRAMEWORKS, Framework, Frameworks};
+use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
 use crate::core::network;
 use crate::core::os::ProcessEnv;
@@ -25,12 +23,14 @@ pub struct Srun {
     /// so Slurm's mark of an allocation srun made itself (see
     /// [`Srun::own_allocation`]) can be read in `local_user_init`.
     started_outside: bool,
-    /// How often each framework option's callback ran. srun reads the value
-    /// sbatch/salloc handed down first, then its own command line: one call
-    /// with the inherited variable set means the option was only inherited.
-    calls: [AtomicU32; FRAMEWORKS.len()],
-    /// How often `--tf-off`'s callback ran (as `calls`).
-    off_calls: AtomicU32,
+}
+
+/// An option given to this srun itself, not only handed down by
+/// sbatch/salloc (or exported as their variable): srun's callback ran twice,
+/// or once without the inherited variable (see [`options::calls`]).
+fn given_here(option: &str) -> bool {
+    let calls = options::calls(option);
+    calls >= 2 || (calls == 1 && std::env::var_os(inherited_var_of(option)).is_none())
 }
 
 impl Srun {
@@ -39,14 +39,7 @@ impl Srun {
             started_outside: !["SLURM_JOB_ID", "SLURM_JOBID", SUBMIT_DIR]
                 .iter()
                 .any(|v| std::env::var_os(v).is_some()),
-            calls: std::array::from_fn(|_| AtomicU32::new(0)),
-            off_calls: AtomicU32::new(0),
         }
-    }
-
-    /// `--tf-off` was given (or handed down by sbatch/salloc).
-    pub fn off_given(&self) {
-        self.off_calls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An explicit srun option beats an inherited one: a `--tf-off` only
@@ -54,17 +47,8 @@ impl Srun {
     /// turn off a framework option given to this srun itself.
     fn off_overridden(&self) -> bool {
         let only_inherited = std::env::var_os(inherited_var_of(options::ALL_OFF)).is_some()
-            && self.off_calls.load(Ordering::Relaxed) <= 1;
-        let explicit = FRAMEWORKS.iter().enumerate().any(|(i, &f)| {
-            let calls = self.calls[i].load(Ordering::Relaxed);
-            calls >= 2 || (calls == 1 && std::env::var_os(inherited_var(f)).is_none())
-        });
-        only_inherited && explicit
-    }
-
-    /// A framework's option was given (or handed down by sbatch/salloc).
-    pub fn option_given(&self, f: &'static Framework) {
-        self.calls[frameworks::index(f)].fetch_add(1, Ordering::Relaxed);
+            && options::calls(options::ALL_OFF) <= 1;
+        only_inherited && FRAMEWORKS.iter().any(|f| given_here(f.option))
     }
 
     /// srun made the step's allocation itself: its exit ends the job, so it
@@ -84,11 +68,11 @@ impl Srun {
     /// alone and came only from the job (sbatch/salloc), not from this srun.
     fn only_inherited(&self, settings: &Settings) -> Frameworks {
         let mut found = Frameworks::default();
-        for (i, &f) in FRAMEWORKS.iter().enumerate() {
+        for &f in FRAMEWORKS.iter() {
             if settings.frameworks.contains(f)
                 && f.skip_when_inherited
                 && std::env::var_os(inherited_var(f)).is_some()
-                && self.calls[i].load(Ordering::Relaxed) <= 1
+                && options::calls(f.option) <= 1
             {
                 found = found.with(f);
             }

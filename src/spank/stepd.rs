@@ -66,8 +66,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::fault;
+use super::guard::{guard, reported};
 use super::handle::{Env, Spank};
-use super::hooks::guard;
 use super::options::{self, StepBind};
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::gpus::plan::bound_behind_container;
@@ -160,7 +160,7 @@ impl Stepd {
             Ok(Ok(prepared)) => prepared,
             Ok(Err(e)) => Prepared::Failed(e),
             // The panic hook said why, once for the node.
-            Err(_) => Prepared::Failed(Error::new("")),
+            Err(_) => Prepared::Failed(reported()),
         };
         // Before any task is forked, so that every task shares it; only for
         // a step that asked for the plugin.
@@ -197,7 +197,7 @@ impl Stepd {
         let step = match Step::gather(&settings, &mut OnHost(spank, word))? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(Prepared::Nothing),
-            Gathered::Refused => return Ok(Prepared::Failed(Error::new(""))),
+            Gathered::Refused => return Ok(Prepared::Failed(reported())),
         };
         let host_env = spank
             .env()?
