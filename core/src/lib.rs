@@ -15,6 +15,7 @@ pub mod distribution;
 mod error;
 pub mod frameworks;
 pub mod gpus;
+pub mod handoff;
 pub mod hostlist;
 pub mod layout;
 mod limits;

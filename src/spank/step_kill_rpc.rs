@@ -44,7 +44,6 @@ use super::bindings as sys;
 use super::handle::Spank;
 use super::slurm_api;
 use crate::core::Result;
-use crate::core::task_map::{self, Verdict};
 
 /// Longest a refusing task waits on the RPC: the task is a child forked from
 /// a multi-threaded slurmstepd, so a lock another thread held at the fork
@@ -64,8 +63,9 @@ pub struct Target {
     leader: Option<u32>,
 }
 
-/// After task_init refused the task: the step to end on every node, unless
-/// srun refused it already (then every task of it fails alike: None).
+/// After task_init refused the task: the step to end on every node (None:
+/// its ids are unknown). Never asked for a step srun refused (every task of
+/// it fails alike).
 pub fn refused_target(spank: &Spank, leader: Option<u32>) -> Option<Target> {
     let ids = spank.job_id().and_then(|j| Ok((j, spank.step_id()?)));
     let (job, step) = match ids {
@@ -75,10 +75,6 @@ pub fn refused_target(spank: &Spank, leader: Option<u32>) -> Option<Target> {
             return None;
         }
     };
-    let refused_by_srun = Verdict::Refused.encode(job, step);
-    if matches!(spank.getenv(task_map::VAR), Ok(Some(v)) if v == refused_by_srun) {
-        return None;
-    }
     // In a heterogeneous job S_JOB_ID is this component's job and the
     // leader's is given: both are ended.
     let leader = leader.filter(|&id| id != job && id != 0);
