@@ -173,6 +173,11 @@ impl Step {
 
     /// Reads the step from `source`, with srun's hand-off read there too.
     pub fn gather(settings: &Settings, source: &mut impl Source) -> Result<Gathered> {
+        // The step's size before srun's map: nothing larger than the plugin
+        // lays out is read further (gather_handed checks it again).
+        if let Some(n) = number(source, "SLURM_STEP_NUM_TASKS")? {
+            crate::check_size(u64::from(n), 0)?;
+        }
         let job_step = source.job_step()?;
         let handoff = handed(source, job_step)?;
         Step::gather_handed(settings, source, handoff)
