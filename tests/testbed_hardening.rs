@@ -624,7 +624,7 @@ fn without_the_map_hostile_hints_fail_closed() {
     assert_clean_failure(
         "garbage map",
         &garbage,
-        "bad SLURM_TF_CLUSTER_MAP runs \"garbage\": \"garbage\" is not a number",
+        "bad SLURM_TF_CLUSTER runs \"garbage\": \"garbage\" is not a number",
     );
     assert_healthy("no map", "node2");
 }

@@ -149,16 +149,16 @@ fn an_explicit_srun_option_beats_an_inherited_tf_off() {
 }
 
 /// A hand-off the user exported for the next step is not obeyed: in an
-/// allocation, `SLURM_TF_CLUSTER_STEP="$SLURM_JOB_ID.0;no-resv-ports"` then
+/// allocation, `SLURM_TF_CLUSTER="1;$SLURM_JOB_ID.0;verdict=none;no-resv-ports"` then
 /// `srun --torch-cluster` (step 0) still takes MASTER_PORT from the ports
-/// Slurm reserved for the step, and `…;leave-out=torch-cluster` does not drop
+/// Slurm reserved for the step, and `…;leave-out=2` (PyTorch's bit) does not drop
 /// an explicit --torch-cluster. (srun once left such a value to its tasks.)
 #[test]
 fn a_hand_off_the_user_exported_is_not_obeyed() {
     let _bed = common::testbed();
-    for forged in ["no-resv-ports", "leave-out=torch-cluster"] {
+    for forged in ["no-resv-ports", "leave-out=2"] {
         let script = format!(
-            "export SLURM_TF_CLUSTER_STEP=\"$SLURM_JOB_ID.0;{forged}\"; srun -N1 -n1 --torch-cluster sh -c '{VARS}'"
+            "export SLURM_TF_CLUSTER=\"1;$SLURM_JOB_ID.0;verdict=none;{forged}\"; srun -N1 -n1 --torch-cluster sh -c '{VARS}'"
         );
         let out = exec_for(180, &["salloc", "-N1", "sh", "-c", &script]);
         let text = format!(
@@ -191,6 +191,49 @@ fn a_hand_off_the_user_exported_is_not_obeyed() {
             "{forged}: MASTER_PORT {port} not in {ports}\n{text}"
         );
         assert_ne!(field("MA="), "unset", "{forged}: {text}");
+    }
+    assert_no_node_drained();
+}
+
+/// What each task of a heterogeneous step saw: `HET RANK=… NCCL=…`.
+const HET: &str = r#"echo "HET RANK=${RANK-unset} NCCL=${NCCL_SOCKET_IFNAME-unset}""#;
+
+/// A heterogeneous step's later components never get srun's hand-off
+/// (Slurm passes srun's variables to the first component only), so what
+/// they hold is the user's or an outer step's: never read. In a
+/// heterogeneous allocation, a hand-off exported for component 1's job id
+/// (`verdict=skip`, or `net=lo`) neither drops that component's variables
+/// nor names its interface. (Component 1 once obeyed such a value: issue
+/// 34, item 6.)
+#[test]
+fn a_later_het_component_reads_no_hand_off_the_user_exported() {
+    let _bed = common::testbed();
+    for forged in ["verdict=skip", "verdict=none;net=lo"] {
+        let script = format!(
+            "export SLURM_TF_CLUSTER=\"1;$((SLURM_JOB_ID+1)).0;{forged}\"; srun -n1 -w node1 : -n1 -w node2 --torch-cluster --tf-network=eth0 sh -c '{HET}'"
+        );
+        let out = exec_for(
+            180,
+            &[
+                "salloc", "-N1", "-n1", "-w", "node1", ":", "-N1", "-n1", "-w", "node2", "sh",
+                "-c", &script,
+            ],
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut seen: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_once("HET ").map(|(_, r)| r))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            ["RANK=0 NCCL==eth0", "RANK=1 NCCL==eth0"],
+            "{forged}: {text}"
+        );
     }
     assert_no_node_drained();
 }

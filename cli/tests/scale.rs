@@ -29,8 +29,8 @@ fn step(tasks: u32, nodes: u32, rank: u32) -> Vec<(&'static str, String)> {
         ),
         ("SLURM_STEP_RESV_PORTS", "20000-20009".into()),
         (
-            "SLURM_TF_CLUSTER_MAP",
-            format!("1;77.3;{list};0-{}*{per}", nodes - 1),
+            "SLURM_TF_CLUSTER",
+            format!("1;77.3;hosts={list};runs=0-{}*{per}", nodes - 1),
         ),
     ]
 }

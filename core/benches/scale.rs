@@ -73,8 +73,8 @@ fn task_env(tasks: u32, rank: u32) -> Vec<(String, String)> {
         ("SLURM_STEP_RESV_PORTS", "12000-12008".into()),
         ("SLURM_STEP_TASKS_PER_NODE", format!("{PER_NODE}(x{nodes})")),
         (
-            "SLURM_TF_CLUSTER_MAP",
-            format!("1;4242.0;{nodelist};0-{}*{PER_NODE}", nodes - 1),
+            "SLURM_TF_CLUSTER",
+            format!("1;4242.0;hosts={nodelist};runs=0-{}*{PER_NODE}", nodes - 1),
         ),
     ]
     .into_iter()

@@ -19,6 +19,7 @@ pub mod distribution;
 mod error;
 pub mod frameworks;
 pub mod gpus;
+pub mod handoff;
 pub mod hostlist;
 mod injection;
 pub mod interfaces;

@@ -5,7 +5,7 @@
 //! (a setting, [`Network`]), or the host template, whose names srun resolves
 //! before launch (it is the user's process: DNS may take its time there) and
 //! hands every task as the smallest subnet holding every node's address
-//! ([`covering`], in [`VAR`]). Each node then only lists its own interfaces
+//! ([`covering`], in its hand-off, crate::handoff). Each node then only lists its own interfaces
 //! (getifaddrs, no DNS, no fork: crate::os::node_interfaces) and picks the one
 //! carrying an address on that network ([`choose`]). Without srun's word (the
 //! components of a heterogeneous step srun's variable does not reach) a node
@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result, bail, shown};
+use crate::error::{Error, Result, bail};
 // The pure types, where the shell and the hand-off name them.
 pub use crate::interfaces::{
     Cidr, GLOO, Interface, InterfaceVar, NCCL, Network, NodeNetwork, TENSORPIPE, VARS, choose,
@@ -23,70 +23,6 @@ pub use crate::interfaces::{
 };
 use crate::settings::Settings;
 use crate::source::{Probe, Source};
-
-/// The variable srun hands every task: `1;JOB.STEP;NETWORK;KEPT`, NETWORK
-/// being `-` (none) or a [`Network`], KEPT the interface variables the user
-/// set in srun's environment (comma-separated; for `tf-cluster explain`
-/// and the logs: a node keeps the variables the step's environment holds,
-/// see [`for_node`]).
-pub const VAR: &str = "SLURM_TF_CLUSTER_NET";
-
-/// Longest value of [`VAR`] a task reads: a network and a few names.
-const MAX_LEN: usize = 1024;
-
-/// What srun decided for the step's network, as handed in [`VAR`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Handed {
-    pub network: Option<Network>,
-    /// The interface variables srun's environment already holds.
-    pub kept: Vec<String>,
-}
-
-impl Handed {
-    pub fn encode(&self, job: u32, step: u32) -> String {
-        let network = self
-            .network
-            .as_ref()
-            .map_or("-".to_string(), Network::to_string);
-        format!("1;{job}.{step};{network};{}", self.kept.join(","))
-    }
-
-    /// srun's word for this very step (`job`.`step` from Slurm), or None
-    /// when the value was made for another step (an outer srun's).
-    pub fn decode(text: &str, job: u32, step: u32) -> Result<Option<Handed>> {
-        let bad =
-            |why: &str| -> Result<Option<Handed>> { bail!("bad {VAR} {}: {why}", shown(text)) };
-        if text.len() > MAX_LEN {
-            return bad("too long");
-        }
-        let fields: Vec<&str> = text.split(';').collect();
-        let [version, id, network, kept] = fields[..] else {
-            return bad("not 4 fields");
-        };
-        if version != "1" {
-            return bad("unknown version");
-        }
-        if id != format!("{job}.{step}") {
-            return Ok(None);
-        }
-        let network = match network {
-            "-" => None,
-            text => match Network::parse(text) {
-                Ok(n) => Some(n),
-                Err(e) => return bad(&e),
-            },
-        };
-        let kept: Vec<String> = kept
-            .split(',')
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-            .collect();
-        if kept.iter().any(|n| !VARS.iter().any(|v| v.name == n)) {
-            return bad("names a variable that is not an interface variable");
-        }
-        Ok(Some(Handed { network, kept }))
-    }
-}
 
 /// The interface variables `present` says are set: the user's, kept.
 pub fn kept(mut present: impl FnMut(&str) -> bool) -> Vec<String> {
@@ -225,16 +161,14 @@ fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> 
     Ok(found.into_iter().map(Option::unwrap_or_default).collect())
 }
 
-/// srun's decision for the step, before launch: the network (`--tf-network`
+/// srun's decision for the step's network, before launch: `--tf-network`
 /// as given, or the subnet covering every node's template name, resolved
-/// here with `lookups`), and which interface variables the user set in
-/// srun's environment (`present`).
+/// here with `lookups` (None: the step names no network).
 pub fn for_step<'h>(
     settings: &Settings,
     hosts: impl IntoIterator<Item = &'h str>,
     lookups: &Lookups,
-    present: impl FnMut(&str) -> bool,
-) -> Result<Handed> {
+) -> Result<Option<Network>> {
     let network = match (&settings.network, &settings.host_template) {
         (Some(n), _) => Some(n.clone()),
         (None, Some(template)) => {
@@ -260,33 +194,27 @@ pub fn for_step<'h>(
         }
         (None, None) => None,
     };
-    Ok(Handed {
-        network,
-        kept: kept(present),
-    })
+    Ok(network)
 }
 
 /// This node's interface on the step's network, or None when the step names
-/// no network. `source` gives srun's word ([`VAR`]), the node's interfaces
+/// no network. `handed`: srun's word on the network (Some: from srun's
+/// hand-off, the network or none). `source` gives the node's interfaces
 /// and, without srun's word, the node's own template name (slurmstepd: from
 /// /etc/hosts only). A node that has no interface on the network fails, in
 /// one line naming the node and the network.
 pub fn for_node(
     settings: &Settings,
     source: &mut (impl Source + Probe),
-    job_step: Option<(u32, u32)>,
+    handed: Option<Option<Network>>,
     nodename: Option<&str>,
 ) -> Result<Option<NodeNetwork>> {
     if settings.network.is_none() && settings.host_template.is_none() {
         return Ok(None);
     }
     let node = nodename.unwrap_or("this node");
-    let handed = match (source.var(VAR)?, job_step) {
-        (Some(text), Some((job, step))) => Handed::decode(&text, job, step)?,
-        _ => None,
-    };
     let network = match handed {
-        Some(h) => h.network,
+        Some(network) => network,
         None => match (&settings.network, &settings.host_template) {
             (Some(n), _) => Some(n.clone()),
             (None, Some(template)) => {
@@ -353,28 +281,6 @@ mod tests {
     use crate::interfaces::etc_hosts_lookup;
     use crate::interfaces::tests::{iface, ip, node};
 
-    #[test]
-    fn srun_hands_the_network_and_the_users_variables() {
-        let handed = Handed {
-            network: Some(Network::parse("10.98.0.0/29").unwrap()),
-            kept: vec!["GLOO_SOCKET_IFNAME".into()],
-        };
-        let text = handed.encode(42, 3);
-        assert_eq!(text, "1;42.3;10.98.0.0/29;GLOO_SOCKET_IFNAME");
-        assert_eq!(Handed::decode(&text, 42, 3).unwrap(), Some(handed));
-        // Another step's word (an outer srun's) is not this step's.
-        assert_eq!(Handed::decode(&text, 42, 4).unwrap(), None);
-        let none = Handed::default().encode(1, 0);
-        assert_eq!(none, "1;1.0;-;");
-        assert_eq!(
-            Handed::decode(&none, 1, 0).unwrap(),
-            Some(Handed::default())
-        );
-        for bad in ["", "1;1.0;-", "2;1.0;-;", "1;1.0;a b;", "1;1.0;-;PATH"] {
-            assert!(Handed::decode(bad, 1, 0).is_err(), "{bad:?}");
-        }
-    }
-
     /// A task as slurmstepd shows it: variables, the node's interfaces, and
     /// its /etc/hosts.
     struct Node {
@@ -418,13 +324,10 @@ mod tests {
                 _ => bail!("cannot resolve {name}: Name or service not known"),
             }
         }));
-        let handed = for_step(&template(), ["node1", "node2", "node3"], &names, |v| {
-            v == "GLOO_SOCKET_IFNAME"
-        })
-        .unwrap();
-        assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/29");
-        assert_eq!(handed.kept, ["GLOO_SOCKET_IFNAME"]);
-        let e = for_step(&template(), ["node1", "node4"], &names, |_| false).unwrap_err();
+        let handed = for_step(&template(), ["node1", "node2", "node3"], &names).unwrap();
+        assert_eq!(handed.unwrap().to_string(), "10.98.0.0/29");
+        assert_eq!(kept(|v| v == "GLOO_SOCKET_IFNAME"), ["GLOO_SOCKET_IFNAME"]);
+        let e = for_step(&template(), ["node1", "node4"], &names).unwrap_err();
         assert_eq!(
             e.to_string(),
             "cannot resolve node4-ib: Name or service not known (the network of --tf-host-template={}-ib): name the network with --tf-network=IFNAME|CIDR"
@@ -432,11 +335,11 @@ mod tests {
         // --tf-network wins and needs no name resolved.
         let mut s = template();
         s.set("network", "ib0").unwrap();
-        let handed = for_step(&s, ["node4"], &names, |_| false).unwrap();
-        assert_eq!(handed.network, Some(Network::Interface("ib0".into())));
+        let handed = for_step(&s, ["node4"], &names).unwrap();
+        assert_eq!(handed, Some(Network::Interface("ib0".into())));
         // No network named: nothing resolved, nothing handed.
-        let handed = for_step(&Settings::default(), ["node4"], &names, |_| false).unwrap();
-        assert_eq!(handed, Handed::default());
+        let handed = for_step(&Settings::default(), ["node4"], &names).unwrap();
+        assert_eq!(handed, None);
     }
 
     /// A resolver that sleeps `each` per name and counts the lookups in
@@ -471,15 +374,9 @@ mod tests {
         let lookups = Lookups::new(slow(Duration::from_millis(200), most.clone()));
         let hosts = hosts(50);
         let start = std::time::Instant::now();
-        let handed = for_step(
-            &template(),
-            hosts.iter().map(String::as_str),
-            &lookups,
-            |_| false,
-        )
-        .unwrap();
+        let handed = for_step(&template(), hosts.iter().map(String::as_str), &lookups).unwrap();
         let took = start.elapsed();
-        assert_eq!(handed.network.unwrap().to_string(), "10.98.0.0/26");
+        assert_eq!(handed.unwrap().to_string(), "10.98.0.0/26");
         let most = most.load(Ordering::SeqCst);
         assert!(most > 1, "lookups ran one at a time");
         assert!(most <= MAX_PARALLEL_LOOKUPS, "{most} lookups at once");
@@ -500,11 +397,9 @@ mod tests {
         let mut lookups = Lookups::new(stuck);
         lookups.deadline = Duration::from_millis(300);
         let start = std::time::Instant::now();
-        let e = for_step(&template(), ["node1", "node2", "node3"], &lookups, |_| {
-            false
-        })
-        .unwrap_err()
-        .to_string();
+        let e = for_step(&template(), ["node1", "node2", "node3"], &lookups)
+            .unwrap_err()
+            .to_string();
         let took = start.elapsed();
         assert!(took < Duration::from_secs(5), "refused after {took:?}");
         assert!(e.contains("within 300ms"), "{e}");
@@ -522,7 +417,7 @@ mod tests {
         let mut lookups = Lookups::new(stuck);
         let start = std::time::Instant::now();
         lookups.interrupted = Box::new(move || start.elapsed() > Duration::from_millis(100));
-        let e = for_step(&template(), ["node1"], &lookups, |_| false)
+        let e = for_step(&template(), ["node1"], &lookups)
             .unwrap_err()
             .to_string();
         assert!(
@@ -535,55 +430,30 @@ mod tests {
 
     #[test]
     fn each_node_finds_its_interface_or_refuses_in_one_line() {
-        let task = |net: &str, interfaces| Node {
-            vars: vec![
-                (VAR, format!("1;5.0;{net};")),
-                ("SLURMD_NODENAME", "node3".into()),
-            ],
+        let task = |interfaces| Node {
+            vars: vec![("SLURMD_NODENAME", "node3".into())],
             interfaces,
             hosts: "",
         };
-        let found = for_node(
-            &template(),
-            &mut task("10.98.0.0/29", node()),
-            Some((5, 0)),
-            Some("node3"),
-        )
-        .unwrap()
-        .unwrap();
+        let net = || Some(Network::parse("10.98.0.0/29").ok());
+        let found = for_node(&template(), &mut task(node()), net(), Some("node3"))
+            .unwrap()
+            .unwrap();
         assert_eq!(found.interface, "eth1");
         let without = vec![iface("lo", &["127.0.0.1"]), iface("eth0", &["172.18.0.4"])];
-        let e = for_node(
-            &template(),
-            &mut task("10.98.0.0/29", without),
-            Some((5, 0)),
-            Some("node3"),
-        )
-        .unwrap_err();
+        let e = for_node(&template(), &mut task(without), net(), Some("node3")).unwrap_err();
         assert_eq!(
             e.to_string(),
             "node3 is not on 10.98.0.0/29, the network of --tf-host-template={}-ib: no interface with an address in 10.98.0.0/29"
         );
         // srun said the step names no network: nothing is read.
         assert_eq!(
-            for_node(
-                &template(),
-                &mut task("-", vec![]),
-                Some((5, 0)),
-                Some("node3")
-            )
-            .unwrap(),
+            for_node(&template(), &mut task(vec![]), Some(None), Some("node3")).unwrap(),
             None
         );
         // A step naming no network reads nothing at all.
         assert_eq!(
-            for_node(
-                &Settings::default(),
-                &mut task("garbage", vec![]),
-                Some((5, 0)),
-                None
-            )
-            .unwrap(),
+            for_node(&Settings::default(), &mut task(vec![]), None, None).unwrap(),
             None
         );
     }
@@ -596,36 +466,33 @@ mod tests {
     /// the frameworks then set: frameworks/tests.rs).
     #[test]
     fn a_users_variable_is_kept_only_where_the_tasks_receive_it() {
-        let word = (VAR, "1;5.0;eth1;NCCL_SOCKET_IFNAME".to_string());
+        let eth1 = || Some(Network::parse("eth1").ok());
         let mut none = Node {
-            vars: vec![word.clone()],
+            vars: vec![],
             interfaces: node(),
             hosts: "",
         };
-        let found = for_node(&template(), &mut none, Some((5, 0)), Some("node1"))
+        let found = for_node(&template(), &mut none, eth1(), Some("node1"))
             .unwrap()
             .unwrap();
         assert!(found.kept.is_empty(), "{:?}", found.kept);
         let mut all = Node {
-            vars: vec![word, ("NCCL_SOCKET_IFNAME", "=eth0".into())],
+            vars: vec![("NCCL_SOCKET_IFNAME", "=eth0".into())],
             interfaces: node(),
             hosts: "",
         };
-        let found = for_node(&template(), &mut all, Some((5, 0)), Some("node1"))
+        let found = for_node(&template(), &mut all, eth1(), Some("node1"))
             .unwrap()
             .unwrap();
         assert_eq!(found.kept, ["NCCL_SOCKET_IFNAME"]);
         // A value given on srun's line (`--export=GLOO_SOCKET_IFNAME=eth0`)
         // is in the step's environment though srun's own had none.
         let mut given = Node {
-            vars: vec![
-                (VAR, "1;5.0;eth1;".to_string()),
-                ("GLOO_SOCKET_IFNAME", "eth0".into()),
-            ],
+            vars: vec![("GLOO_SOCKET_IFNAME", "eth0".into())],
             interfaces: node(),
             hosts: "",
         };
-        let found = for_node(&template(), &mut given, Some((5, 0)), Some("node1"))
+        let found = for_node(&template(), &mut given, eth1(), Some("node1"))
             .unwrap()
             .unwrap();
         assert_eq!(found.kept, ["GLOO_SOCKET_IFNAME"]);
@@ -640,12 +507,12 @@ mod tests {
             interfaces: node(),
             hosts: "10.98.0.3 node2-ib\n",
         };
-        let found = for_node(&template(), &mut n, Some((5, 0)), Some("node2"))
+        let found = for_node(&template(), &mut n, None, Some("node2"))
             .unwrap()
             .unwrap();
         assert_eq!(found.interface, "eth1");
         assert_eq!(found.kept, ["GLOO_SOCKET_IFNAME"]);
-        let e = for_node(&template(), &mut n, Some((5, 0)), Some("node1")).unwrap_err();
+        let e = for_node(&template(), &mut n, None, Some("node1")).unwrap_err();
         assert!(
             e.to_string().contains("node1-ib is not in /etc/hosts"),
             "{e}"

@@ -6,6 +6,7 @@ use super::distribution::Distribution;
 use super::error::{Error, Result, bail, shown};
 use super::gpus::bind::GpuBind;
 use super::gpus::devices::Visible;
+use super::handoff::{self, Decision, Handoff, Verdict};
 use super::hostlist::HostList;
 use super::interfaces::NodeNetwork;
 use super::limits::{MAX_NODES, MAX_TASKS, check_size};
@@ -13,13 +14,13 @@ use super::network;
 use super::number::parse_u32;
 use super::settings::Settings;
 use super::source::{Probe, Source};
-use super::task_map::{self, Found, TaskMap, Verdict};
+use super::task_map::TaskMap;
 use super::tasks_per_node;
 
 /// Components a heterogeneous step may have (Slurm's own limit is 128).
 const MAX_HET_COMPONENTS: u32 = 128;
 
-/// What srun said of the step, in [`task_map::VAR`].
+/// What srun said of the step's layout, in its hand-off ([`handoff::VAR`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum FromSrun {
     /// The step's task map.
@@ -134,8 +135,25 @@ impl Step {
         })
     }
 
-    /// Reads the step from `source`.
+    /// Reads the step from `source`, with srun's hand-off read there too.
     pub fn gather(settings: &Settings, source: &mut (impl Source + Probe)) -> Result<Gathered> {
+        // The step's size before srun's map: nothing larger than the plugin
+        // lays out is read further (gather_handed checks it again).
+        if let Some(n) = number(source, "SLURM_STEP_NUM_TASKS")? {
+            check_size(u64::from(n), 0)?;
+        }
+        let job_step = source.job_step()?;
+        let handoff = handed(source, job_step)?;
+        Step::gather_handed(settings, source, handoff)
+    }
+
+    /// Reads the step from `source`, with srun's hand-off for this very step
+    /// as the caller read and checked it (None: srun said nothing).
+    pub fn gather_handed(
+        settings: &Settings,
+        source: &mut (impl Source + Probe),
+        handoff: Option<Handoff>,
+    ) -> Result<Gathered> {
         // The step's size first: nothing larger than the plugin lays out is
         // read further.
         let num_tasks = number(source, "SLURM_STEP_NUM_TASKS")?;
@@ -145,19 +163,34 @@ impl Step {
         // The step's node list next: srun's map names the same list, which
         // is then expanded once.
         let nodelist = source.var("SLURM_STEP_NODELIST")?;
-        let hosts = nodelist
-            .as_deref()
-            .map(|list| hosts(list, "SLURM_STEP_NODELIST"))
-            .transpose()?;
-        let known = nodelist.as_deref().zip(hosts.as_ref());
-        let job_step = source.job_step()?;
-        let from_srun = match from_srun(source, job_step, known)? {
-            Found::Verdict(Verdict::Skip) => return Ok(Gathered::Skip),
-            Found::Verdict(Verdict::Refused) => return Ok(Gathered::Refused),
-            Found::Verdict(Verdict::None) => FromSrun::NoMap,
-            Found::Ours(map) => FromSrun::Map(map),
-            Found::Other => FromSrun::Nothing,
+        let mut reused = None;
+        let (from_srun, handed_network) = match handoff {
+            Some(h) => {
+                let from_srun = match h.decision {
+                    Decision::Verdict(Verdict::Skip) => return Ok(Gathered::Skip),
+                    Decision::Verdict(Verdict::Refused) => return Ok(Gathered::Refused),
+                    Decision::Verdict(Verdict::None) => FromSrun::NoMap,
+                    Decision::Map { map, hosts } => {
+                        // srun's map names the step's node list as Slurm
+                        // wrote it: the same text is expanded once.
+                        if Some(&hosts) == nodelist.as_ref() {
+                            reused = Some(map.hosts.clone());
+                        }
+                        FromSrun::Map(map)
+                    }
+                };
+                (from_srun, Some(h.network))
+            }
+            None => (FromSrun::Nothing, None),
         };
+        let hosts = match reused {
+            Some(hosts) => Some(hosts),
+            None => nodelist
+                .as_deref()
+                .map(|list| hosts(list, "SLURM_STEP_NODELIST"))
+                .transpose()?,
+        };
+        let job_step = source.job_step()?;
         let mut step = Step {
             procid: number(source, "SLURM_PROCID")?,
             num_tasks,
@@ -213,7 +246,8 @@ impl Step {
         ) {
             step.node_gpus = Some(source.gpu_count()?);
         }
-        step.network = network::for_node(settings, source, job_step, step.nodename.as_deref())?;
+        step.network =
+            network::for_node(settings, source, handed_network, step.nodename.as_deref())?;
         Ok(Gathered::Step(Box::new(step)))
     }
 }
@@ -272,23 +306,19 @@ fn hostfile_hosts(text: &str) -> Result<HostList> {
     hosts(&lines.join(","), "SLURM_HOSTFILE")
 }
 
-/// srun's map or verdict for this step, if srun left one.
+/// srun's hand-off for this step ([`handoff::VAR`]), if srun left one.
 /// `job_step`: the task's own ids ([`Source::job_step`]).
-fn from_srun(
-    source: &mut impl Source,
-    job_step: Option<(u32, u32)>,
-    nodelist: Option<(&str, &HostList)>,
-) -> Result<Found> {
-    let Some(text) = source.var(task_map::VAR)? else {
-        return Ok(Found::Other);
+pub fn handed(source: &mut impl Source, job_step: Option<(u32, u32)>) -> Result<Option<Handoff>> {
+    let Some(text) = source.var(handoff::VAR)?.filter(|t| !t.is_empty()) else {
+        return Ok(None);
     };
     let Some((job, step)) = job_step else {
         bail!(
             "{} is set but the task's job and step ids are unknown",
-            task_map::VAR
+            handoff::VAR
         );
     };
-    TaskMap::decode_for(&text, job, step, nodelist)
+    Handoff::decode(&text, job, step)
 }
 
 /// The number of components of a heterogeneous job (None: not one), from

@@ -17,6 +17,21 @@ const MAX_VALUE: usize = 1 << 20;
 /// shorter, and every message quoting one stays one line.
 const MAX_OPTION: usize = 4096;
 
+/// A registered option as Slurm sees it: Slurm keeps its pointer, so it
+/// lives for the whole process.
+pub struct RawOption(pub sys::spank_option);
+
+// SAFETY: the option's strings are leaked, immutable C strings; neither Slurm
+// nor this plugin ever writes to the struct.
+unsafe impl Sync for RawOption {}
+unsafe impl Send for RawOption {}
+
+impl RawOption {
+    fn as_ptr(&'static self) -> *mut sys::spank_option {
+        (&self.0 as *const sys::spank_option).cast_mut()
+    }
+}
+
 pub struct Spank<'a> {
     sp: sys::spank_t,
     ac: c_int,
@@ -48,7 +63,7 @@ impl<'a> Spank<'a> {
     }
 
     /// Registers an option; Slurm keeps the pointer, hence `'static`.
-    pub fn register(&self, option: &'static super::options::SpankOption) -> Result<()> {
+    pub fn register(&self, option: &'static RawOption) -> Result<()> {
         // SAFETY: the option lives for the whole process and Slurm only reads it.
         let rc = unsafe { sys::spank_option_register(self.sp, option.as_ptr()) };
         check(rc, "spank_option_register")
@@ -56,7 +71,7 @@ impl<'a> Spank<'a> {
 
     /// The value of `option` when the step was given it: `Some("")` for a bare
     /// option, None when absent.
-    pub fn getopt(&self, option: &'static super::options::SpankOption) -> Result<Option<String>> {
+    pub fn getopt(&self, option: &'static RawOption) -> Result<Option<String>> {
         let mut arg: *mut c_char = ptr::null_mut();
         // SAFETY: valid handle and option; Slurm sets `arg` to a string it owns or NULL.
         let rc = unsafe { sys::spank_option_getopt(self.sp, option.as_ptr(), &mut arg) };
@@ -301,18 +316,4 @@ pub fn notice(text: &str) {
     };
     // SAFETY: a "%s" format with one NUL-terminated string argument.
     unsafe { sys::slurm_spank_log(c"%s".as_ptr(), message.as_ptr()) };
-}
-
-/// Slurm's text for the last error of a libslurm call (it sets errno).
-pub fn slurm_errno_text() -> String {
-    let code = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-    // SAFETY: slurm_strerror returns a static string for any code.
-    unsafe {
-        let text = sys::slurm_strerror(code);
-        if text.is_null() {
-            format!("error {code}")
-        } else {
-            CStr::from_ptr(text).to_string_lossy().into_owned()
-        }
-    }
 }

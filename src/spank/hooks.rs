@@ -1,5 +1,5 @@
-//! The SPANK entry points Slurm calls, and their guard. Each runs its body
-//! inside [`guard`] (or, for `user_init`, its own catch), so no panic
+//! The SPANK entry points Slurm calls, imported by no file. Each runs its
+//! body inside [`guard`] (or, for `user_init`, its own catch), so no panic
 //! crosses into Slurm, and hands it to the side of the process it runs in,
 //! decided once at `slurm_spank_init`: srun's ([`super::srun`]) or
 //! slurmstepd's ([`super::stepd`]: `user_init` once per node,
@@ -8,16 +8,16 @@
 //! register and check the options.
 
 use std::ffi::{c_char, c_int, c_uint};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use super::bindings as sys;
-use super::handle::{self, Spank, callback};
-use super::options::{self, Meaning};
+use super::guard::guard;
+use super::handle::callback;
+use super::options;
 use super::srun::Srun;
 use super::stepd::Stepd;
 use super::{fault, logger};
-use crate::core::{Error, Kind, Result, Settings};
+use crate::core::Error;
 
 #[unsafe(no_mangle)]
 pub static plugin_name: [u8; 11] = *b"tf_cluster\0";
@@ -36,26 +36,6 @@ enum Side {
 
 static SIDE: OnceLock<Side> = OnceLock::new();
 
-/// Runs `body`; an error is logged once and becomes -1 (one already reported is
-/// not logged: srun already said why), a panic becomes -1 after the panic
-/// hook logged it.
-pub fn guard(hook: &str, spank: Option<&Spank>, body: impl FnOnce() -> Result<()>) -> c_int {
-    let run = || {
-        fault::inject(hook, spank);
-        body()
-    };
-    match catch_unwind(AssertUnwindSafe(run)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            if e.kind() != Kind::Reported {
-                log::error!("{e}");
-            }
-            -1
-        }
-        Err(_) => -1,
-    }
-}
-
 /// Every context: register the options (srun/sbatch/salloc show them in
 /// `--help`, slurmstepd needs them to read their values), and learn which
 /// side this process is.
@@ -67,7 +47,9 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
             if fault::active("register", Some(spank)) {
                 return Err(Error::new("spank_option_register: fault injected"));
             }
-            options::all().iter().try_for_each(|o| spank.register(o))
+            options::all()
+                .iter()
+                .try_for_each(|o| spank.register(&o.raw))
         });
         if spank.remote() {
             // A failure in slurmstepd's init drains the node: remember it,
@@ -77,33 +59,6 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
         } else {
             SIDE.get_or_init(|| Side::Srun(Srun::new()));
             rc
-        }
-    })
-}
-
-/// An option's value, checked as soon as srun/sbatch/salloc parse it, so a
-/// typo is refused before anything is submitted. In slurmstepd it always
-/// succeeds: the task decides there.
-pub extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
-    let Some(Side::Srun(srun)) = SIDE.get().filter(|_| remote == 0) else {
-        return 0;
-    };
-    guard("option", None, || {
-        // SAFETY: Slurm passes NULL or a NUL-terminated option value.
-        let value = unsafe { handle::option_value(optarg) }?;
-        match options::given(val).map(|o| o.meaning) {
-            Some(Meaning::Framework(f)) => {
-                srun.option_given(f);
-                crate::core::frameworks::check_value(f, &value)
-            }
-            Some(Meaning::Setting(setting)) => Settings::default()
-                .set(setting.key, &value)
-                .map_err(|e| Error::new(format!("--tf-{e}"))),
-            Some(Meaning::AllOff) => {
-                srun.off_given();
-                Ok(())
-            }
-            None => Ok(()),
         }
     })
 }

@@ -6,10 +6,12 @@
 
 mod bindings;
 mod fault;
+mod guard;
 mod handle;
 mod hooks;
 mod logger;
 mod options;
+mod slurm_api;
 mod srun;
 mod step_info_rpc;
 mod step_kill_rpc;

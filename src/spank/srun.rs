@@ -1,22 +1,21 @@
 //! srun's side: the options' checks as srun parses them, whether the spec
 //! was only inherited from the job, and the decision for a step that asked
 //! for the plugin, made once in `local_user_init` after slurmctld created
-//! the step: check the step, fetch its task map, and hand every task either
-//! the map or a verdict in one variable (core::task_map). srun decides,
-//! tasks apply.
+//! the step: check the step, fetch its task map, and hand every task the map
+//! or a verdict, with the rest of srun's word, in one variable
+//! (core::handoff). srun decides, tasks apply.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
+use super::guard::guard;
 use super::handle::Spank;
-use super::hooks::guard;
 use super::options::{self, inherited_var, inherited_var_of};
 use super::{fault, step_info_rpc, step_layout_rpc};
-use crate::core::frameworks::{self, FRAMEWORKS, Framework, Frameworks};
+use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
+use crate::core::handoff::{self, Decision, Handoff, MAX_LEN, StepBind, Verdict};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
-use crate::core::task_map::{self, MAX_LEN, Verdict};
+use crate::core::task_map;
 use crate::core::{self, Error, MAX_NODES, Probe, Result, Settings};
 
 /// srun's state, from its start to its `local_user_init`.
@@ -25,12 +24,14 @@ pub struct Srun {
     /// so Slurm's mark of an allocation srun made itself (see
     /// [`Srun::own_allocation`]) can be read in `local_user_init`.
     started_outside: bool,
-    /// How often each framework option's callback ran. srun reads the value
-    /// sbatch/salloc handed down first, then its own command line: one call
-    /// with the inherited variable set means the option was only inherited.
-    calls: [AtomicU32; FRAMEWORKS.len()],
-    /// How often `--tf-off`'s callback ran (as `calls`).
-    off_calls: AtomicU32,
+}
+
+/// An option given to this srun itself, not only handed down by
+/// sbatch/salloc (or exported as their variable): srun's callback ran twice,
+/// or once without the inherited variable (see [`options::calls`]).
+fn given_here(option: &str) -> bool {
+    let calls = options::calls(option);
+    calls >= 2 || (calls == 1 && std::env::var_os(inherited_var_of(option)).is_none())
 }
 
 impl Srun {
@@ -39,14 +40,7 @@ impl Srun {
             started_outside: !["SLURM_JOB_ID", "SLURM_JOBID", SUBMIT_DIR]
                 .iter()
                 .any(|v| std::env::var_os(v).is_some()),
-            calls: std::array::from_fn(|_| AtomicU32::new(0)),
-            off_calls: AtomicU32::new(0),
         }
-    }
-
-    /// `--tf-off` was given (or handed down by sbatch/salloc).
-    pub fn off_given(&self) {
-        self.off_calls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An explicit srun option beats an inherited one: a `--tf-off` only
@@ -54,17 +48,8 @@ impl Srun {
     /// turn off a framework option given to this srun itself.
     fn off_overridden(&self) -> bool {
         let only_inherited = std::env::var_os(inherited_var_of(options::ALL_OFF)).is_some()
-            && self.off_calls.load(Ordering::Relaxed) <= 1;
-        let explicit = FRAMEWORKS.iter().enumerate().any(|(i, &f)| {
-            let calls = self.calls[i].load(Ordering::Relaxed);
-            calls >= 2 || (calls == 1 && std::env::var_os(inherited_var(f)).is_none())
-        });
-        only_inherited && explicit
-    }
-
-    /// A framework's option was given (or handed down by sbatch/salloc).
-    pub fn option_given(&self, f: &'static Framework) {
-        self.calls[frameworks::index(f)].fetch_add(1, Ordering::Relaxed);
+            && options::calls(options::ALL_OFF) <= 1;
+        only_inherited && FRAMEWORKS.iter().any(|f| given_here(f.option))
     }
 
     /// srun made the step's allocation itself: its exit ends the job, so it
@@ -84,11 +69,11 @@ impl Srun {
     /// alone and came only from the job (sbatch/salloc), not from this srun.
     fn only_inherited(&self, settings: &Settings) -> Frameworks {
         let mut found = Frameworks::default();
-        for (i, &f) in FRAMEWORKS.iter().enumerate() {
+        for &f in FRAMEWORKS.iter() {
             if settings.frameworks.contains(f)
                 && f.skip_when_inherited
                 && std::env::var_os(inherited_var(f)).is_some()
-                && self.calls[i].load(Ordering::Relaxed) <= 1
+                && options::calls(f.option) <= 1
             {
                 found = found.with(f);
             }
@@ -108,15 +93,15 @@ impl Srun {
             || match options::step_settings(spank, off_overridden) {
                 Ok(Some(settings)) => self.decide(spank, &settings, off_overridden),
                 Ok(None) => {
-                    // A word the user exported would reach the tasks (a
-                    // variable removed here still does): emptied, it names
-                    // no step.
-                    if std::env::var_os(options::WORD_VAR).is_some() {
-                        hand(options::WORD_VAR, "")?;
+                    // A hand-off the user exported or an outer step left
+                    // would reach the tasks (a variable removed here still
+                    // does): emptied, it names no step.
+                    if std::env::var_os(handoff::VAR).is_some() {
+                        set(String::new());
                     }
                     Ok(())
                 }
-                Err(e) => self.refuse(spank, e),
+                Err(e) => self.refuse(e, word(spank, off_overridden, 0)?),
             },
         );
         if self.own_allocation() { rc } else { 0 }
@@ -128,36 +113,23 @@ impl Srun {
     /// inherited with a leave-unfitting-steps-alone option, those only: the
     /// others are decided again without them.
     fn decide(&self, spank: &Spank, settings: &Settings, off_overridden: bool) -> Result<()> {
-        let job = spank.job_id()?;
-        let step = spank.step_id()?;
         // The job's restart count, learnt once for the whole step from
         // srun's environment (a requeued job's batch step has
         // SLURM_RESTART_COUNT; the SPANK item S_SLURM_RESTART_COUNT is
-        // always 0) and carried to every task in the word, so every node
+        // always 0) and carried to every task in the hand-off, so every node
         // writes the same ids.
         let restart_count = match core::step::restart_count(&mut ProcessEnv) {
             Ok(n) => n,
-            Err(e) => return self.refuse(spank, e),
+            Err(e) => return self.refuse(e, word(spank, off_overridden, 0)?),
         };
-        let mut word = options::Word {
-            off_overridden,
-            restart_count,
-            ..options::Word::default()
-        };
-        word.hand_to_tasks(job, step);
-        let e = match map_for(spank, settings, job, step, &mut word)
-            .and_then(|map| Ok((network_for(settings, &map, job, step)?, map)))
-        {
-            Ok((network, value)) => {
-                word.hand_to_tasks(job, step);
-                hand(network::VAR, &network)?;
-                return hand_to_tasks(&value);
-            }
+        let mut word = word(spank, off_overridden, restart_count)?;
+        let e = match decide_for(spank, settings, &mut word) {
+            Ok(()) => return hand(spank, &word),
             Err(e) => e,
         };
         let left_out = self.only_inherited(settings);
         if left_out.is_empty() {
-            return self.refuse(spank, e);
+            return self.refuse(e, word);
         }
         let names: Vec<String> = left_out.iter().map(|f| format!("--{}", f.option)).collect();
         let warn = || {
@@ -179,81 +151,104 @@ impl Srun {
         }
         if rest.frameworks.is_empty() {
             warn();
-            return hand_to_tasks(&Verdict::Skip.encode(job, step));
+            word.decision = Decision::Verdict(Verdict::Skip);
+            return hand(spank, &word);
         }
         // What the step asked of srun itself must fit on its own: if it does
         // not, that is the step's refusal (and nothing is said of the rest).
-        match map_for(spank, &rest, job, step, &mut word)
-            .and_then(|map| Ok((network_for(&rest, &map, job, step)?, map)))
-        {
-            Ok((network, value)) => {
+        match decide_for(spank, &rest, &mut word) {
+            Ok(()) => {
                 warn();
                 word.left_out = left_out;
-                word.hand_to_tasks(job, step);
-                hand(network::VAR, &network)?;
-                hand_to_tasks(&value)
+                hand(spank, &word)
             }
-            Err(e) => self.refuse(spank, e),
+            Err(e) => self.refuse(e, word),
         }
     }
 
     /// What cannot run: refused before launch when srun can end the job,
     /// else handed to the tasks to fail.
-    fn refuse(&self, spank: &Spank, e: Error) -> Result<()> {
-        let job = spank.job_id()?;
-        let step = spank.step_id()?;
+    fn refuse(&self, e: Error, mut word: Handoff) -> Result<()> {
         if self.own_allocation() {
             return Err(e);
         }
         log::error!("{e}");
-        hand_to_tasks(&Verdict::Refused.encode(job, step))
+        word.decision = Decision::Verdict(Verdict::Refused);
+        word.network = None;
+        word.kept.clear();
+        set(word.encode());
+        Ok(())
     }
 }
 
-/// Sets the variable every task of the step inherits.
-fn hand_to_tasks(value: &str) -> Result<()> {
-    hand(task_map::VAR, value)
+/// srun's word on its step before it decided (a verdict of `none`).
+fn word(spank: &Spank, off_overridden: bool, restart_count: u32) -> Result<Handoff> {
+    let mut word = Handoff::new(
+        spank.job_id()?,
+        spank.step_id()?,
+        Decision::Verdict(Verdict::None),
+    );
+    word.off_overridden = off_overridden;
+    word.restart_count = restart_count;
+    Ok(word)
 }
 
-/// Sets `name`, which every task of the step inherits.
-fn hand(name: &str, value: &str) -> Result<()> {
+/// Decides the step's layout and network into `word`, whole within
+/// [`MAX_LEN`].
+fn decide_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<()> {
+    word.decision = map_for(spank, settings, word)?;
+    word.network = network_for(settings, word)?;
+    word.kept = network::kept(|name| std::env::var_os(name).is_some());
+    fits(word).map(drop)
+}
+
+/// Hands `word` to every task of the step, in its one variable.
+fn hand(spank: &Spank, word: &Handoff) -> Result<()> {
+    let mut value = word.encode();
+    if let Decision::Map { hosts, .. } = &word.decision {
+        if fault::active("map_garbage", Some(spank)) {
+            value = format!("1;{}.{};hosts={hosts};runs=garbage", word.job, word.step);
+        }
+    }
+    set(value);
+    Ok(())
+}
+
+/// Sets the hand-off, which every task of the step inherits.
+fn set(value: String) {
     // SAFETY: srun's launch threads read its environment only after this
     // callback returns (the value reaches the tasks from there).
-    unsafe { std::env::set_var(name, value) };
-    Ok(())
+    unsafe { std::env::set_var(handoff::VAR, value) };
 }
 
 /// What srun sets in its own environment once it allocated the job itself.
 const SUBMIT_DIR: &str = "SLURM_SUBMIT_DIR";
 
-/// The step's network for [`network::VAR`]: `--tf-network`, or the subnet
-/// of every node's template name, resolved here (srun is the user's own
-/// process: a slow DNS delays this srun, never a slurmstepd), and the
-/// interface variables the user set. The nodes are the map's, else the
+/// The step's network: `--tf-network`, or the subnet of every node's
+/// template name, resolved here (srun is the user's own process: a slow DNS
+/// delays this srun, never a slurmstepd). The nodes are the map's, else the
 /// allocation's.
-fn network_for(settings: &Settings, map: &str, job: u32, step: u32) -> Result<String> {
+fn network_for(settings: &Settings, word: &Handoff) -> Result<Option<network::Network>> {
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
     let hosts = match needs_hosts {
         false => None,
-        true => Some(step_hosts(map, job, step).ok_or_else(|| {
+        true => Some(step_hosts(&word.decision).ok_or_else(|| {
             Error::new(
                 "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
             )
         })?),
     };
-    let handed = network::for_step(
+    network::for_step(
         settings,
         hosts.iter().flat_map(|h| h.iter()),
         &network::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name))),
-        |name| std::env::var_os(name).is_some(),
-    )?;
-    Ok(handed.encode(job, step))
+    )
 }
 
 /// The step's nodes: the map's, else the allocation's (a superset).
-fn step_hosts(map: &str, job: u32, step: u32) -> Option<core::hostlist::HostList> {
-    if let Ok(task_map::Found::Ours(map)) = task_map::TaskMap::decode(map, job, step) {
-        return Some(map.hosts);
+fn step_hosts(decision: &Decision) -> Option<core::hostlist::HostList> {
+    if let Decision::Map { map, .. } = decision {
+        return Some(map.hosts.clone());
     }
     ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
         .iter()
@@ -261,15 +256,11 @@ fn step_hosts(map: &str, job: u32, step: u32) -> Option<core::hostlist::HostList
         .and_then(|list| core::hostlist::HostList::parse(&list, MAX_NODES as usize).ok())
 }
 
-/// The variable's value for a step that may run: the map, or `none` when
-/// Slurm gave none (the tasks then rebuild the layout).
-fn map_for(
-    spank: &Spank,
-    settings: &Settings,
-    job: u32,
-    step: u32,
-    word: &mut options::Word,
-) -> Result<String> {
+/// srun's decision on the layout of a step that may run: the map, or
+/// `none` when Slurm gave none (the tasks then rebuild the layout); with
+/// slurmctld's record of the step in `word`.
+fn map_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<Decision> {
+    let (job, step) = (word.job, word.step);
     // slurmctld's record of the step, first: its reserved ports and GPU
     // binding are srun's word even where the layout cannot be had.
     let info = step_info(spank, job, step);
@@ -278,8 +269,8 @@ fn map_for(
     // one in srun's environment (an outer step's, the user's) passes through.
     word.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
     word.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
-        Some(bind) => options::StepBind::Bound(bind.clone()),
-        None => options::StepBind::None,
+        Some(bind) => StepBind::Bound(bind.clone()),
+        None => StepBind::None,
     });
     if let Some(components) = het_components()? {
         return het_map_for(spank, settings, job, step, &components, info);
@@ -296,7 +287,7 @@ fn map_for(
             };
             core::check_before_launch(settings, &launch)?;
             log::info!("{e}: the tasks rebuild the layout");
-            return Ok(Verdict::None.encode(job, step));
+            return Ok(Decision::Verdict(Verdict::None));
         }
     };
     let (map, hosts_text) = component.into_map(job, step)?;
@@ -310,23 +301,29 @@ fn map_for(
         },
     )?;
     check_gpus(settings, &map, info.as_ref())?;
-    let value = if fault::active("map_garbage", Some(spank)) {
-        format!("1;{job}.{step};{hosts_text};garbage")
-    } else {
-        map.encode(&hosts_text)
+    let decision = Decision::Map {
+        map,
+        hosts: hosts_text,
     };
-    if value.len() > MAX_LEN {
+    let mapped = Handoff::new(job, step, decision);
+    let len = fits(&mapped)?;
+    log::info!(
+        "task map of step {job}.{step} from slurmctld in {} µs, {len} bytes",
+        took.as_micros(),
+    );
+    Ok(mapped.decision)
+}
+
+/// The hand-off's length, within [`MAX_LEN`] (one variable holds less than
+/// 131,072 bytes, and Slurm 22.05 drops a longer one silently).
+fn fits(word: &Handoff) -> Result<usize> {
+    let len = word.encode().len();
+    if len > MAX_LEN {
         return Err(Error::new(format!(
-            "the step's task map would be {} bytes, over the {MAX_LEN} srun hands to its tasks; use a regular distribution (block, cyclic or plane)",
-            value.len()
+            "the step's task map would be {len} bytes, over the {MAX_LEN} srun hands to its tasks; use a regular distribution (block, cyclic or plane)"
         )));
     }
-    log::info!(
-        "task map of step {job}.{step} from slurmctld in {} µs, {} bytes",
-        took.as_micros(),
-        value.len()
-    );
-    Ok(value)
+    Ok(len)
 }
 
 /// The job id and node list of each component of a heterogeneous job, in
@@ -354,7 +351,7 @@ fn het_map_for(
     step: u32,
     components: &[(u32, core::hostlist::HostList)],
     info: Option<step_info_rpc::StepInfo>,
-) -> Result<String> {
+) -> Result<Decision> {
     let start = std::time::Instant::now();
     let mut layouts = Vec::with_capacity(components.len());
     for &(component_job, _) in components {
@@ -369,7 +366,7 @@ fn het_map_for(
                 };
                 core::check_before_launch(settings, &launch)?;
                 log::info!("{e}: the tasks rebuild the layout");
-                return Ok(Verdict::None.encode(job, step));
+                return Ok(Decision::Verdict(Verdict::None));
             }
         }
     }
@@ -381,22 +378,29 @@ fn het_map_for(
             tasks: map.runs.len(),
             nodelist: Some(&hosts_text),
             nodes: Some(map.hosts.len() as u32),
-            // Component 0's record: the components must agree on ports
-            // (checked below).
+            // Component 0's record: Slurm reserves each component's ports
+            // apart, so no agreement between components is asked.
             reserved_ports: info.as_ref().map(|i| i.resv_ports.is_some()),
         },
     )?;
     check_gpus(settings, &map, info.as_ref())?;
     let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
     core::check_het_rebuild(&map, &nodelists)?;
-    let value = map.encode(&hosts_text);
+    let mapped = Handoff::new(
+        job,
+        step,
+        Decision::Map {
+            map,
+            hosts: hosts_text,
+        },
+    );
     log::info!(
         "task map of heterogeneous step {job}.{step} ({} components) from slurmctld in {} µs, {} bytes",
         components.len(),
         start.elapsed().as_micros(),
-        value.len()
+        fits(&mapped)?
     );
-    Ok(value)
+    Ok(mapped.decision)
 }
 
 /// This step as slurmctld recorded it, or None (srun's environment is then

@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 
 use super::bindings as sys;
-use super::handle::slurm_errno_text;
+use super::slurm_api;
 use crate::core::{Error, Result};
 
 /// What slurmctld recorded for one step.
@@ -37,24 +37,12 @@ pub fn fetch(job: u32, step: u32) -> Result<StepInfo> {
     // SAFETY: `resp` is written with NULL or a response we own.
     let rc = unsafe { sys::slurm_get_job_steps(0, job, step, &mut resp, 0) };
     #[cfg(slurm_get_job_steps_by_id)]
-    let rc = {
-        // SAFETY: plain integers; `sluid` (24.11 on) stays 0, as in
-        // step_layout_rpc.
-        let mut id: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
-        id.job_id = job;
-        id.step_id = step;
-        id.step_het_comp = sys::NO_VAL;
-        // SAFETY: `id` is a valid step id; `resp` is written with NULL or a
-        // response we own.
-        unsafe { sys::slurm_get_job_steps(&mut id, &mut resp, 0) }
-    };
-    if rc != 0 || resp.is_null() {
-        return Err(Error::new(format!(
-            "slurmctld gave no record of step {job}.{step}: {}",
-            slurm_errno_text()
-        )));
-    }
-    let resp = Owned(resp);
+    // SAFETY: a valid step id; `resp` is written with NULL or a response we
+    // own.
+    let rc = unsafe { sys::slurm_get_job_steps(&mut slurm_api::step_id(job, step), &mut resp, 0) };
+    let no_record = || format!("slurmctld gave no record of step {job}.{step}");
+    slurm_api::check(rc, no_record)?;
+    let resp = Owned(slurm_api::non_null(resp, no_record)?.as_ptr());
     // SAFETY: non-NULL, filled by Slurm: job_step_count records.
     let r = unsafe { &*resp.0 };
     if r.job_steps.is_null() {

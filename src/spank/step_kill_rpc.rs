@@ -41,8 +41,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::bindings as sys;
-use super::handle::{Spank, slurm_errno_text};
-use crate::core::task_map::{self, Verdict};
+use super::handle::Spank;
+use super::slurm_api;
+use crate::core::Result;
 
 /// Longest a refusing task waits on the RPC: the task is a child forked from
 /// a multi-threaded slurmstepd, so a lock another thread held at the fork
@@ -62,8 +63,9 @@ pub struct Target {
     leader: Option<u32>,
 }
 
-/// After task_init refused the task: the step to end on every node, unless
-/// srun refused it already (then every task of it fails alike: None).
+/// After task_init refused the task: the step to end on every node (None:
+/// its ids are unknown). Never asked for a step srun refused (every task of
+/// it fails alike).
 pub fn refused_target(spank: &Spank, leader: Option<u32>) -> Option<Target> {
     let ids = spank.job_id().and_then(|j| Ok((j, spank.step_id()?)));
     let (job, step) = match ids {
@@ -73,10 +75,6 @@ pub fn refused_target(spank: &Spank, leader: Option<u32>) -> Option<Target> {
             return None;
         }
     };
-    let refused_by_srun = Verdict::Refused.encode(job, step);
-    if matches!(spank.getenv(task_map::VAR), Ok(Some(v)) if v == refused_by_srun) {
-        return None;
-    }
     // In a heterogeneous job S_JOB_ID is this component's job and the
     // leader's is given: both are ended.
     let leader = leader.filter(|&id| id != job && id != 0);
@@ -99,12 +97,9 @@ pub fn end_refused_step(target: Target) {
     for _ in 0..2 {
         std::thread::sleep(SETTLE);
         for job in target.jobs() {
-            if let Err(why) = kill(job, target.step, libc::SIGKILL as u16) {
+            if let Err(e) = kill(job, target.step, libc::SIGKILL as u16) {
                 // slurmd's log only: the user already has the refusal's line.
-                log::warn!(
-                    "could not end step {job}.{} on its other nodes: {why}",
-                    target.step
-                );
+                log::warn!("{e}");
             }
         }
     }
@@ -122,12 +117,9 @@ pub fn end_from_host(job: u32, step: u32, leader: Option<u32>) {
         let started = Instant::now();
         let mut failed = false;
         for job in target.jobs() {
-            if rpc(job, step, libc::SIGKILL as u16) != 0 {
+            if let Err(e) = rpc(job, step, libc::SIGKILL as u16) {
                 failed = true;
-                log::warn!(
-                    "could not end step {job}.{step} on its other nodes from slurmstepd: {}",
-                    slurm_errno_text()
-                );
+                log::warn!("{e} from slurmstepd");
             }
         }
         if round == 0 && (failed || started.elapsed() > WATCHDOG) {
@@ -221,7 +213,7 @@ impl HostKill {
 }
 
 /// `slurm_kill_job_step(job, step, signal)` under the watchdog.
-fn kill(job: u32, step: u32, signal: u16) -> Result<(), String> {
+fn kill(job: u32, step: u32, signal: u16) -> Result<()> {
     // SAFETY: plain libc calls on this process's own signal state; the task
     // fails right after, so nothing else relies on SIGALRM.
     unsafe {
@@ -232,40 +224,27 @@ fn kill(job: u32, step: u32, signal: u16) -> Result<(), String> {
         libc::sigprocmask(libc::SIG_UNBLOCK, &alarm, std::ptr::null_mut());
         libc::alarm(WATCHDOG.as_secs() as libc::c_uint);
     }
-    let rc = rpc(job, step, signal);
-    let why = (rc != 0).then(slurm_errno_text);
+    let done = rpc(job, step, signal);
     // SAFETY: cancels the alarm set above.
     unsafe { libc::alarm(0) };
-    match why {
-        None => Ok(()),
-        Some(why) => Err(why),
-    }
+    done
 }
 
-/// Slurm 22.05 to 23.02.
-#[cfg(not(slurm_kill_step_flags))]
-fn rpc(job: u32, step: u32, signal: u16) -> i32 {
-    // SAFETY: integers only; libslurm (linked into slurmstepd) sends the RPC.
-    unsafe { sys::slurm_kill_job_step(job, step, signal) }
-}
-
-/// Slurm 23.11 to 25.05: no flags (not the whole job, not OOM).
-#[cfg(all(slurm_kill_step_flags, not(slurm_kill_step_by_id)))]
-fn rpc(job: u32, step: u32, signal: u16) -> i32 {
-    // SAFETY: integers only; libslurm (linked into slurmstepd) sends the RPC.
-    unsafe { sys::slurm_kill_job_step(job, step, signal, 0) }
-}
-
-/// Slurm 25.11 on: the step by its id (any het component: NO_VAL).
-#[cfg(slurm_kill_step_by_id)]
-fn rpc(job: u32, step: u32, signal: u16) -> i32 {
-    // SAFETY: plain integers; `sluid` stays 0 (unknown).
-    let mut id: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
-    id.job_id = job;
-    id.step_id = step;
-    id.step_het_comp = sys::NO_VAL;
-    // SAFETY: `id` is a valid step id Slurm only reads.
-    unsafe { sys::slurm_kill_job_step(&mut id, signal, 0) }
+/// Asks slurmctld to signal step `job`.`step` on every node.
+fn rpc(job: u32, step: u32, signal: u16) -> Result<()> {
+    // SAFETY: integers only (25.11 on: a valid step id Slurm only reads);
+    // libslurm (linked into slurmstepd) sends the RPC.
+    #[cfg(not(slurm_kill_step_flags))]
+    let rc = unsafe { sys::slurm_kill_job_step(job, step, signal) };
+    // 23.11 to 25.05: no flags (not the whole job, not OOM).
+    #[cfg(all(slurm_kill_step_flags, not(slurm_kill_step_by_id)))]
+    let rc = unsafe { sys::slurm_kill_job_step(job, step, signal, 0) };
+    // 25.11 on: the step by its id (any het component).
+    #[cfg(slurm_kill_step_by_id)]
+    let rc = unsafe { sys::slurm_kill_job_step(&mut slurm_api::step_id(job, step), signal, 0) };
+    slurm_api::check(rc, || {
+        format!("could not end step {job}.{step} on its other nodes")
+    })
 }
 
 #[cfg(test)]

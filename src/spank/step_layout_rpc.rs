@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
 use super::bindings as sys;
-use super::handle::slurm_errno_text;
+use super::slurm_api;
 use crate::core::hostlist::HostList;
 use crate::core::task_map::TaskMap;
 use crate::core::{Error, MAX_NODES, MAX_TASKS, Result};
@@ -32,23 +32,16 @@ impl Drop for Owned {
 /// The layout of step `step` of job `job`, and how long slurmctld took to
 /// give it.
 pub fn fetch(job: u32, step: u32) -> Result<(Component, Duration)> {
-    // SAFETY: plain integers; from 24.11 on the struct also has `sluid`, which
-    // stays 0 (unknown, not compared).
-    let mut id: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
-    id.job_id = job;
-    id.step_id = step;
-    id.step_het_comp = sys::NO_VAL;
     let start = Instant::now();
-    // SAFETY: `id` is a valid step id; the result is NULL or a layout we own.
-    let layout = unsafe { sys::slurm_job_step_layout_get(&mut id) };
+    // SAFETY: a valid step id; the result is NULL or a layout we own.
+    let layout = unsafe { sys::slurm_job_step_layout_get(&mut slurm_api::step_id(job, step)) };
     let took = start.elapsed();
-    if layout.is_null() {
-        return Err(Error::new(format!(
-            "slurmctld gave no layout for step {job}.{step}: {}",
-            slurm_errno_text()
-        )));
-    }
-    let layout = Owned(layout);
+    let layout = Owned(
+        slurm_api::non_null(layout, || {
+            format!("slurmctld gave no layout for step {job}.{step}")
+        })?
+        .as_ptr(),
+    );
     // SAFETY: non-NULL, filled by Slurm.
     let l = unsafe { &*layout.0 };
     let nodes = l.node_cnt as usize;

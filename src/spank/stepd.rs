@@ -66,17 +66,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::fault;
+use super::guard::guard;
 use super::handle::{Env, Spank};
-use super::hooks::guard;
-use super::options::{self, StepBind};
+use super::options;
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
+use crate::core::handoff::{self, Decision, Handoff, StepBind, Verdict};
 use crate::core::interfaces::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::plan::TaskBinding;
 use crate::core::step::number;
-use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step, task_map};
+use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -107,8 +108,11 @@ enum Prepared {
     /// The step did not ask for the plugin, srun left it alone, or it is no
     /// step's tasks (batch script, extern step): nothing is set.
     Nothing,
+    /// srun refused the step and said why, once for the step: every task
+    /// fails, and none ends the step (it ends anyway).
+    RefusedBySrun,
     /// Every task of the node fails with this error (not said again when
-    /// srun already said why, once for the step).
+    /// it was already said once, `Kind::Reported`).
     Failed(Error),
     /// The node's share of the step.
     Ready(Box<Ready>),
@@ -119,7 +123,7 @@ enum Prepared {
 /// this one replaced).
 struct Ready {
     node: Node,
-    /// The step's GPU binding as srun's word gives it (None: srun had no
+    /// The step's GPU binding as srun's hand-off gives it (None: srun had no
     /// record of the step).
     tres_bind: Option<StepBind>,
     /// Each local task's rank and variables, as C strings (None: too large
@@ -185,7 +189,8 @@ impl Stepd {
                 Err(e) => Prepared::Failed(e),
             });
         }
-        let Some((settings, word)) = options::task_settings(spank)? else {
+        let handoff = handed(spank)?;
+        let Some(settings) = options::task_settings(spank, handoff.as_ref())? else {
             return Ok(Prepared::Nothing);
         };
         // The batch script, salloc's interactive step and the extern step
@@ -193,13 +198,13 @@ impl Stepd {
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(Prepared::Nothing);
         }
-        let tres_bind = word.tres_bind.clone();
-        let step = match Step::gather(&settings, &mut OnHost(spank, word))? {
+        let tres_bind = handoff.as_ref().and_then(|h| h.tres_bind.clone());
+        let no_resv_ports = handoff.as_ref().is_some_and(|h| h.no_resv_ports);
+        let on_host = &mut OnHost(spank, no_resv_ports);
+        let step = match Step::gather_handed(&settings, on_host, handoff)? {
             Gathered::Step(step) => *step,
             Gathered::Skip => return Ok(Prepared::Nothing),
-            Gathered::Refused => {
-                return Ok(Prepared::Failed(Error::reported("srun refused this step")));
-            }
+            Gathered::Refused => return Ok(Prepared::RefusedBySrun),
         };
         let host_env = spank
             .env()?
@@ -238,7 +243,10 @@ impl Stepd {
     pub fn task_init_privileged(&self) -> i32 {
         let _ = catch_unwind(AssertUnwindSafe(|| {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
-            if matches!(&*prepared, Some(Prepared::Ready(_) | Prepared::Failed(_))) {
+            if matches!(
+                &*prepared,
+                Some(Prepared::Ready(_) | Prepared::Failed(_) | Prepared::RefusedBySrun)
+            ) {
                 let _ = self.placed_in.set(mount_namespace());
             }
         }));
@@ -246,16 +254,22 @@ impl Stepd {
     }
 
     pub fn task_init(&self, spank: &Spank) -> i32 {
+        // srun refused the step: every task fails alike, none ends it.
+        let mut srun_refused = false;
         let rc = guard("task_init", Some(spank), || {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             match &*prepared {
-                None => self.without_user_init(spank),
+                None => self.without_user_init(spank, &mut srun_refused),
                 Some(Prepared::Nothing) => Ok(()),
+                Some(Prepared::RefusedBySrun) => {
+                    srun_refused = true;
+                    Err(Error::reported("srun refused this step"))
+                }
                 Some(Prepared::Failed(e)) => Err(e.clone()),
                 Some(Prepared::Ready(ready)) => apply(spank, ready, || self.moved()),
             }
         });
-        if rc != 0 {
+        if rc != 0 && !srun_refused {
             // Another node may have decided otherwise: end the step there too.
             guard("end_step", Some(spank), || {
                 self.end_step(spank);
@@ -312,14 +326,16 @@ impl Stepd {
 
     /// Without `user_init`'s share (it did not run): a step that asked for
     /// the plugin fails, any other is left alone. Whether it asked is read
-    /// as `user_init` reads it (its options, srun's word, the step id).
-    fn without_user_init(&self, spank: &Spank) -> Result<()> {
+    /// as `user_init` reads it (its options, srun's hand-off, the step id).
+    fn without_user_init(&self, spank: &Spank, srun_refused: &mut bool) -> Result<()> {
         if self.registration_failed {
             return fail_closed(spank);
         }
-        if options::task_settings(spank)?.is_none() {
+        let handoff = handed(spank)?;
+        if options::task_settings(spank, handoff.as_ref())?.is_none() {
             return Ok(());
         }
+        *srun_refused = handoff.is_some_and(|h| h.decision == Decision::Verdict(Verdict::Refused));
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(());
         }
@@ -507,26 +523,48 @@ fn say_replaced(replaced: &[String]) {
     }
 }
 
+/// srun's hand-off to this very step, read and checked once per node (its
+/// job and step from Slurm's items): None when there is none for it. A
+/// heterogeneous job's later components never get srun's (Slurm passes
+/// srun's variables to the first component only: measured on 22.05 and
+/// 26.05), so whatever they hold is the user's or an outer step's: none is
+/// read there, and they rebuild the layout.
+fn handed(spank: &Spank) -> Result<Option<Handoff>> {
+    let job = spank.job_id()?;
+    let later_component = spank
+        .getenv("SLURM_JOB_ID")?
+        .is_some_and(|leader| het_leader(job, &leader).is_some());
+    if later_component {
+        return Ok(None);
+    }
+    match spank.getenv(handoff::VAR)? {
+        Some(text) => Handoff::decode(&text, job, spank.step_id()?),
+        None => Ok(None),
+    }
+}
+
 /// Without the options, whether a step asked for the plugin is unknown: the
-/// steps srun marked did, and fail rather than run without their variables.
+/// steps srun handed a word did, and fail rather than run without their
+/// variables.
 fn fail_closed(spank: &Spank) -> Result<()> {
-    match spank.getenv(task_map::VAR)? {
-        None => Ok(()),
-        Some(_) => Err(Error::new(
+    match handed(spank) {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) | Err(_) => Err(Error::new(
             "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
         )),
     }
 }
 
 /// The node as slurmstepd shows it in `user_init`, on the host: the step's
-/// environment, the host's GPUs and files, with srun's word on the step.
-struct OnHost<'s, 'a>(&'s Spank<'a>, options::Word);
+/// environment, the host's GPUs and files, with whether srun's hand-off
+/// says Slurm reserved no ports for the step.
+struct OnHost<'s, 'a>(&'s Spank<'a>, bool);
 
 impl Source for OnHost<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved ports
         // for, and else passes on the one in srun's environment.
-        if name == "SLURM_STEP_RESV_PORTS" && self.1.no_resv_ports {
+        if name == "SLURM_STEP_RESV_PORTS" && self.1 {
             return Ok(None);
         }
         match name {

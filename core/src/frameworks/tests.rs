@@ -87,8 +87,8 @@ fn torch_and_jax_from_the_same_layout() {
         // exported TP_SOCKET_IFNAME, which the step's environment holds
         // (kept: not set again).
         (
-            "SLURM_TF_CLUSTER_NET",
-            "1;7.0;10.98.0.0/29;TP_SOCKET_IFNAME",
+            "SLURM_TF_CLUSTER",
+            "1;7.0;verdict=none;net=10.98.0.0/29;kept=TP_SOCKET_IFNAME",
         ),
         ("TP_SOCKET_IFNAME", "eth0"),
     ];
@@ -292,7 +292,7 @@ fn one_torchrun_per_node() {
         frameworks: Frameworks::only(&pytorch::FRAMEWORK),
         ..Settings::default()
     };
-    let map = "1;4242.7;node[1-3];2,0,1";
+    let map = "1;4242.7;hosts=node[1-3];runs=2,0,1";
     for (procid, node, want_group) in [("0", "node3", "0"), ("2", "node2", "2")] {
         let vars = [
             ("SLURM_PROCID", procid),
@@ -304,7 +304,7 @@ fn one_torchrun_per_node() {
             ("SLURM_STEP_RESV_PORTS", "13000-13001"),
             ("SLURM_JOB_ID", "4242"),
             ("SLURM_STEP_ID", "7"),
-            ("SLURM_TF_CLUSTER_MAP", map),
+            ("SLURM_TF_CLUSTER", map),
         ];
         let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
         let step = Step::gather(&settings, &mut Vars(vars))
@@ -422,6 +422,10 @@ fn the_default_framework_is_tensorflow() {
         Frameworks::only(&tensorflow::FRAMEWORK)
     );
     assert_eq!(Settings::default().frameworks, Frameworks::TENSORFLOW);
+    let all = FRAMEWORKS
+        .iter()
+        .fold(Frameworks::default(), |set, f| set.with(f));
+    assert_eq!(Frameworks::ALL, all);
 }
 
 /// Nothing per task that a container runtime reads to decide what to mount
@@ -638,7 +642,7 @@ fn launcher(
         ("SLURM_STEP_RESV_PORTS", "13000-13001"),
         ("SLURM_JOB_ID", "4242"),
         ("SLURM_STEP_ID", "7"),
-        ("SLURM_TF_CLUSTER_MAP", "1;4242.7;node[1-3];2,0,1"),
+        ("SLURM_TF_CLUSTER", "1;4242.7;hosts=node[1-3];runs=2,0,1"),
     ];
     vars.extend_from_slice(extra);
     vars.into_iter().map(|(k, v)| (k, v.to_string())).collect()
@@ -727,7 +731,10 @@ fn elastic_torchrun_per_node() {
 fn elastic_addresses_follow_the_host_template() {
     let mut settings = torch("elastic");
     settings.set("host-template", "{}-ib").unwrap();
-    let net = [("SLURM_TF_CLUSTER_NET", "1;4242.7;10.98.0.0/29;")];
+    let net = [(
+        "SLURM_TF_CLUSTER",
+        "1;4242.7;hosts=node[1-3];runs=2,0,1;net=10.98.0.0/29",
+    )];
     let rank1 = resolve_vars(&settings, launcher("1", "node1", &net)).unwrap();
     assert_eq!(rank1.get("PET_RDZV_ENDPOINT"), Some("node3-ib:13000"));
     assert_eq!(rank1.get("PET_LOCAL_ADDR"), Some("node1-ib"));
@@ -764,12 +771,7 @@ fn ids_carry_the_jobs_restart_count() {
     assert_eq!(task.get("PET_RDZV_ID"), None);
     // No ids known (the CLI's preview outside a job): no run id.
     let mut anonymous = launcher("1", "node2", &[]);
-    anonymous.retain(|(n, _)| {
-        !matches!(
-            *n,
-            "SLURM_JOB_ID" | "SLURM_STEP_ID" | "SLURM_TF_CLUSTER_MAP"
-        )
-    });
+    anonymous.retain(|(n, _)| !matches!(*n, "SLURM_JOB_ID" | "SLURM_STEP_ID" | "SLURM_TF_CLUSTER"));
     let task = resolve_vars(&tf, anonymous).unwrap();
     assert_eq!(task.get("TF_CLUSTER_RUN_ID"), None);
 }

@@ -1,0 +1,427 @@
+//! srun's one hand-off to the tasks of its step: everything srun decided
+//! before launch, in one versioned variable, [`VAR`], set once by srun and
+//! checked once on each node (the step it names, its version, its length).
+//!
+//! Format (version 1): `1;JOB.STEP` then `;`-separated fields, each at most
+//! once, in this order:
+//!
+//! ```text
+//! hosts=HOSTLIST;runs=RUNS | verdict=none|skip|refused   exactly one of the two
+//! net=NETWORK            the step's network (none without the field)
+//! kept=NAME,…            interface variables srun's environment held
+//! leave-out=BITS         frameworks the step only inherited, left out (their
+//!                        indices in crate::frameworks::FRAMEWORKS, as bits)
+//! no-resv-ports          Slurm reserved no ports for the step
+//! tres-bind=TEXT | no-tres-bind   the step's GPU binding as slurmctld recorded it
+//! off-overridden         an inherited --tf-off, beaten by an srun option
+//! restart=K              the job's restart count (K > 0)
+//! ```
+//!
+//! e.g. `1;4242.0;hosts=node[1-3];runs=0*3,2,1;net=ib0;no-resv-ports`.
+//! The map: `HOSTS` names the step's nodes (node index i = the i-th name),
+//! `RUNS` the node index of every rank ([`Runs`]). A verdict instead: `none`,
+//! srun could not get the layout (the tasks rebuild it); `skip`, the step
+//! inherited a spec that does not fit it (nothing is set); `refused`, srun
+//! refused the step and said why (every task fails before exec).
+//!
+//! A `SLURM_` name: srun passes it even with `--export=NONE`. Only the tasks
+//! of the step it names read it: a value made for another step (an outer
+//! srun's, one the user exported) is not srun's word. srun sets it for every
+//! step that asks for the plugin and empties one it finds for any other, as
+//! Slurm copies srun's environment before `local_user_init` (a variable set
+//! there wins, one removed does not).
+
+use crate::error::{Error, Result, shown};
+use crate::hostlist::HostList;
+use crate::interfaces::{Network, VARS};
+use crate::limits::MAX_NODES;
+use crate::number::parse_u32;
+use crate::runs::Runs;
+use crate::settings::Frameworks;
+use crate::task_map::TaskMap;
+
+/// The variable srun sets and every task of its step inherits.
+pub const VAR: &str = "SLURM_TF_CLUSTER";
+
+/// Longest value srun hands out and a task reads: far above a regular
+/// layout (a few dozen bytes), below the 131,072 bytes Slurm's setenv and
+/// execve take for one variable (Slurm 22.05 drops a longer one silently),
+/// with room beside it for TF_CONFIG.
+pub const MAX_LEN: usize = 64 * 1024;
+
+/// What srun decided for the step's layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// The step's task map, and its node list as Slurm wrote it.
+    Map {
+        map: TaskMap,
+        hosts: String,
+    },
+    Verdict(Verdict),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No map: rebuild the layout.
+    None,
+    /// Leave the step alone.
+    Skip,
+    /// Fail every task.
+    Refused,
+}
+
+const VERDICTS: [(Verdict, &str); 3] = [
+    (Verdict::None, "none"),
+    (Verdict::Skip, "skip"),
+    (Verdict::Refused, "refused"),
+];
+
+/// The step's GPU binding as slurmctld recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepBind {
+    /// The step binds no TRES.
+    None,
+    /// Its `tres_bind` (`gres/gpu:per_task:1`).
+    Bound(String),
+}
+
+/// srun's word on one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    pub job: u32,
+    pub step: u32,
+    pub decision: Decision,
+    /// The step's network (None: the step names none).
+    pub network: Option<Network>,
+    /// The interface variables srun's environment held (for `tf-cluster
+    /// explain` and the logs: a node keeps what its step's environment
+    /// holds).
+    pub kept: Vec<String>,
+    /// Frameworks the step only inherited and that do not fit it.
+    pub left_out: Frameworks,
+    /// Slurm reserved no ports for the step: a SLURM_STEP_RESV_PORTS the
+    /// tasks see is one srun's environment passed on (an outer step's, the
+    /// user's), not this step's.
+    pub no_resv_ports: bool,
+    /// The step's GPU binding as slurmctld recorded it (what slurmstepd
+    /// gives the tasks as SLURMD_TRES_BIND): None when srun had no record.
+    /// A task a container plugin moved reads this, never its environment.
+    pub tres_bind: Option<StepBind>,
+    /// A `--tf-off` the step only inherited, beaten by a framework option
+    /// given to this srun.
+    pub off_overridden: bool,
+    /// The job's restart count as srun learnt it (0: the first incarnation).
+    pub restart_count: u32,
+}
+
+impl Handoff {
+    /// srun's word on step `job`.`step` with `decision` and nothing else.
+    pub fn new(job: u32, step: u32, decision: Decision) -> Handoff {
+        Handoff {
+            job,
+            step,
+            decision,
+            network: None,
+            kept: Vec::new(),
+            left_out: Frameworks::default(),
+            no_resv_ports: false,
+            tres_bind: None,
+            off_overridden: false,
+            restart_count: 0,
+        }
+    }
+
+    /// The variable's value.
+    pub fn encode(&self) -> String {
+        let mut text = format!("1;{}.{}", self.job, self.step);
+        match &self.decision {
+            Decision::Map { map, hosts } => {
+                text.push_str(&format!(";hosts={hosts};runs={}", map.runs.text()))
+            }
+            Decision::Verdict(v) => {
+                let word = VERDICTS.iter().find(|(w, _)| w == v).map(|(_, s)| *s);
+                text.push_str(&format!(";verdict={}", word.unwrap_or_default()));
+            }
+        }
+        if let Some(network) = &self.network {
+            text.push_str(&format!(";net={network}"));
+        }
+        if !self.kept.is_empty() {
+            text.push_str(&format!(";kept={}", self.kept.join(",")));
+        }
+        if !self.left_out.is_empty() {
+            text.push_str(&format!(";leave-out={}", self.left_out.0));
+        }
+        if self.no_resv_ports {
+            text.push_str(";no-resv-ports");
+        }
+        match &self.tres_bind {
+            Some(StepBind::Bound(bind)) if !bind.contains(';') && !bind.is_empty() => {
+                text.push_str(&format!(";tres-bind={bind}"));
+            }
+            Some(StepBind::Bound(_)) | None => {}
+            Some(StepBind::None) => text.push_str(";no-tres-bind"),
+        }
+        if self.off_overridden {
+            text.push_str(";off-overridden");
+        }
+        if self.restart_count > 0 {
+            text.push_str(&format!(";restart={}", self.restart_count));
+        }
+        text
+    }
+
+    /// srun's word on step `job`.`step` (the task's own ids, from Slurm's
+    /// items) in `text`: None when it names another step (an outer srun's,
+    /// or empty: srun had nothing to say); a malformed value, or one of
+    /// another version, is refused.
+    pub fn decode<'t>(text: &'t str, job: u32, step: u32) -> Result<Option<Handoff>> {
+        let bad = |why: &str| -> Error { Error::new(format!("bad {VAR} {}: {why}", shown(text))) };
+        if text.is_empty() {
+            return Ok(None);
+        }
+        if text.len() > MAX_LEN {
+            return Err(bad(&format!("longer than {MAX_LEN} bytes")));
+        }
+        let mut fields = text.split(';');
+        let (Some(version), Some(id)) = (fields.next(), fields.next()) else {
+            return Err(bad("not 1;JOB.STEP;…"));
+        };
+        if version != "1" {
+            return Err(bad(
+                "unknown version (is srun's tf-cluster the same build as the node's?)",
+            ));
+        }
+        let Some((j, s)) = id.split_once('.') else {
+            return Err(bad("no JOB.STEP"));
+        };
+        let (Some(j), Some(s)) = (parse_u32(j), parse_u32(s)) else {
+            return Err(bad("JOB.STEP is not two numbers"));
+        };
+        if (j, s) != (job, step) {
+            return Ok(None);
+        }
+        let mut fields = fields.peekable();
+        let mut field = |key: &str| -> Option<Option<&str>> {
+            let f = *fields.peek()?;
+            let got = match f.split_once('=') {
+                Some((k, value)) if k == key => Some(Some(value)),
+                None if f == key => Some(None),
+                _ => None,
+            };
+            if got.is_some() {
+                fields.next();
+            }
+            got
+        };
+        let decision = match (field("hosts"), field("runs"), field("verdict")) {
+            (Some(Some(list)), Some(Some(runs)), None) => {
+                let hosts = HostList::parse(list, MAX_NODES as usize)
+                    .map_err(|e| Error::new(format!("{VAR}: {e}")))?;
+                let runs = Runs::parse(runs, hosts.len())
+                    .map_err(|e| Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
+                Decision::Map {
+                    map: TaskMap::from_runs(job, step, hosts, runs)?,
+                    hosts: list.to_string(),
+                }
+            }
+            (None, None, Some(Some(word))) => match VERDICTS.iter().find(|(_, w)| *w == word) {
+                Some((v, _)) => Decision::Verdict(*v),
+                None => return Err(bad("an unknown verdict")),
+            },
+            _ => return Err(bad("neither hosts=…;runs=… nor verdict=…")),
+        };
+        // A flag stands alone, a value follows `=`.
+        let flag = |got: Option<Option<&str>>| match got {
+            Some(Some(_)) => Err(bad("a flag with a value")),
+            got => Ok(got.is_some()),
+        };
+        let value = |got: Option<Option<&'t str>>| match got {
+            Some(None) => Err(bad("a field without its value")),
+            got => Ok(got.flatten()),
+        };
+        let mut handoff = Handoff::new(job, step, decision);
+        if let Some(net) = value(field("net"))? {
+            handoff.network = Some(Network::parse(net).map_err(|e| bad(&e))?);
+        }
+        if let Some(names) = value(field("kept"))? {
+            for name in names.split(',') {
+                match VARS.iter().find(|v| v.name == name) {
+                    Some(v) => handoff.kept.push(v.name.to_string()),
+                    None => {
+                        return Err(bad(
+                            "kept names a variable that is not an interface variable",
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(bits) = value(field("leave-out"))? {
+            handoff.left_out = parse_u32(bits)
+                .and_then(|b| u8::try_from(b).ok())
+                .map(Frameworks)
+                .filter(|f| f.0 & !Frameworks::ALL.0 == 0)
+                .ok_or_else(|| bad("leave-out names no framework"))?;
+        }
+        handoff.no_resv_ports = flag(field("no-resv-ports"))?;
+        handoff.tres_bind = match (value(field("tres-bind"))?, flag(field("no-tres-bind"))?) {
+            (Some(bind), false) if !bind.is_empty() => Some(StepBind::Bound(bind.into())),
+            (None, true) => Some(StepBind::None),
+            (None, false) => None,
+            _ => return Err(bad("a bad GPU binding")),
+        };
+        handoff.off_overridden = flag(field("off-overridden"))?;
+        if let Some(k) = value(field("restart"))? {
+            handoff.restart_count = parse_u32(k).ok_or_else(|| bad("restart is not a count"))?;
+        }
+        match fields.next() {
+            None => Ok(Some(handoff)),
+            Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(list: &str) -> HostList {
+        HostList::parse(list, 1000).unwrap()
+    }
+
+    fn mapped(node_of: &[u32], nodes: &str) -> Handoff {
+        let map = TaskMap::new(7, 3, hosts(nodes), node_of.to_vec()).unwrap();
+        Handoff::new(
+            7,
+            3,
+            Decision::Map {
+                map,
+                hosts: nodes.to_string(),
+            },
+        )
+    }
+
+    fn round_trip(handoff: &Handoff) -> String {
+        let text = handoff.encode();
+        let back = Handoff::decode(&text, handoff.job, handoff.step).unwrap();
+        assert_eq!(back.as_ref(), Some(handoff), "{text}");
+        text
+    }
+
+    /// The layouts measured on Slurm (block, cyclic, 26.05's topology order,
+    /// plane, descending nodes) and thousands of tasks stay small.
+    #[test]
+    fn layouts_encode_to_runs() {
+        for (node_of, nodes, want) in [
+            (
+                vec![0, 1, 1, 1, 2],
+                "node[1-3]",
+                "1;7.3;hosts=node[1-3];runs=0,1*3,2",
+            ),
+            (
+                vec![0, 1, 2, 1, 1],
+                "node[1-3]",
+                "1;7.3;hosts=node[1-3];runs=0-2,1*2",
+            ),
+            (
+                vec![0, 0, 0, 2, 1],
+                "node[1-3]",
+                "1;7.3;hosts=node[1-3];runs=0*3,2-1",
+            ),
+            (
+                (0..12).map(|r| (r / 2) % 3).collect(),
+                "n[1-3]",
+                "1;7.3;hosts=n[1-3];runs=0-2*2x2",
+            ),
+            (vec![2, 1, 0], "n[1-3]", "1;7.3;hosts=n[1-3];runs=2-0"),
+            (
+                (0..4096).map(|r| r / 8).collect(),
+                "n[0-511]",
+                "1;7.3;hosts=n[0-511];runs=0-511*8",
+            ),
+            (
+                (0..4096).map(|r| r % 512).collect(),
+                "n[0-511]",
+                "1;7.3;hosts=n[0-511];runs=0-511x8",
+            ),
+        ] {
+            assert_eq!(round_trip(&mapped(&node_of, nodes)), want);
+        }
+    }
+
+    /// Every field round-trips, for its own step only.
+    #[test]
+    fn every_field_round_trips_for_its_own_step() {
+        let mut full = mapped(&[0, 1], "n[1-2]");
+        full.network = Some(Network::parse("10.98.0.0/29").unwrap());
+        full.kept = vec!["NCCL_SOCKET_IFNAME".into(), "TP_SOCKET_IFNAME".into()];
+        full.left_out = Frameworks(0b101);
+        full.no_resv_ports = true;
+        full.tres_bind = Some(StepBind::Bound("gres/gpu:per_task:1".into()));
+        full.off_overridden = true;
+        full.restart_count = 2;
+        assert_eq!(
+            round_trip(&full),
+            "1;7.3;hosts=n[1-2];runs=0-1;net=10.98.0.0/29;kept=NCCL_SOCKET_IFNAME,TP_SOCKET_IFNAME;leave-out=5;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden;restart=2"
+        );
+        for v in [Verdict::None, Verdict::Skip, Verdict::Refused] {
+            let mut h = Handoff::new(7, 3, Decision::Verdict(v));
+            h.tres_bind = Some(StepBind::None);
+            round_trip(&h);
+        }
+        let text = full.encode();
+        assert_eq!(Handoff::decode(&text, 7, 4).unwrap(), None);
+        assert_eq!(Handoff::decode(&text, 8, 3).unwrap(), None);
+        // srun empties the variable of a step that did not ask.
+        assert_eq!(Handoff::decode("", 7, 3).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for (text, why) in [
+            ("1", "not 1;JOB.STEP"),
+            ("2;7.3;verdict=none", "unknown version"),
+            ("1;7;verdict=none", "no JOB.STEP"),
+            ("1;7.x;verdict=none", "not two numbers"),
+            ("1;7.3", "neither"),
+            ("1;7.3;verdict=maybe", "unknown verdict"),
+            ("1;7.3;hosts=n1", "neither"),
+            ("1;7.3;hosts=n1;runs=0;verdict=none", "neither"),
+            ("1;7.3;verdict=none;", "unknown or misplaced field \"\""),
+            ("1;7.3;no-resv-ports;verdict=none", "neither"),
+            ("1;7.3;verdict=none;restart=1;no-resv-ports", "misplaced"),
+            ("1;7.3;verdict=none;ports", "misplaced"),
+            ("1;7.3;hosts=n[1-2];runs=0", "node n2 runs no task"),
+            ("1;7.3;hosts=n1,n1;runs=0-1", "names node n1 twice"),
+            ("1;7.3;hosts=n1;runs=1", "node index 1"),
+            ("1;7.3;hosts=n1;runs=0x0", "a count of 0"),
+            ("1;7.3;hosts=n1;runs=0*4294967295x4294967295", "more than"),
+            (
+                "1;7.3;hosts=n1;runs=garbage",
+                "bad SLURM_TF_CLUSTER runs \"garbage\"",
+            ),
+            ("1;7.3;verdict=none;net=", "net"),
+            ("1;7.3;verdict=none;kept=PATH", "not an interface variable"),
+            ("1;7.3;verdict=none;kept=", "not an interface variable"),
+            ("1;7.3;verdict=none;leave-out=tf-cluster", "no framework"),
+            ("1;7.3;verdict=none;leave-out=8", "no framework"),
+            ("1;7.3;verdict=none;leave-out=", "no framework"),
+            ("1;7.3;verdict=none;tres-bind=", "GPU binding"),
+            ("1;7.3;verdict=none;tres-bind=x;no-tres-bind", "GPU binding"),
+            ("1;7.3;verdict=none;restart=", "restart"),
+            ("1;7.3;verdict=none;restart=-1", "restart"),
+            ("1;7.3;verdict=none;restart=+1", "restart"),
+            ("1;7.3;verdict=none;no-resv-ports=1", "a flag with a value"),
+            ("1;7.3;verdict=none;net", "without its value"),
+        ] {
+            let e = Handoff::decode(text, 7, 3)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let long = format!("1;7.3;hosts=n1;runs={}", "0,".repeat(MAX_LEN));
+        let e = Handoff::decode(&long, 7, 3).unwrap_err().to_string();
+        assert!(e.contains("longer than"), "{e}");
+    }
+}
