@@ -3,12 +3,13 @@
 
 use super::host::{Host, PluginFile};
 use crate::elf;
+use tf_cluster_core::number::parse_u32;
 
 /// The version `srun --version` prints: `slurm 24.11.5`, `slurm-wlm 22.05.8`.
 pub fn parse_srun_version(text: &str) -> Option<u32> {
     let word = text.split_whitespace().nth(1)?;
     let mut parts = word.split(['.', '-']);
-    let mut next = || parts.next()?.parse::<u32>().ok().filter(|&n| n < 256);
+    let mut next = || parse_u32(parts.next()?).filter(|&n| n < 256);
     let (major, minor, micro) = (next()?, next()?, next().unwrap_or(0));
     Some(major << 16 | minor << 8 | micro)
 }

@@ -114,18 +114,7 @@ impl GpuPlan {
         // (`-N2 -n4 --gpus=4` gives 3 + 1), and a node that refuses ends the
         // step everywhere (src/spank/step_kill_rpc.rs).
         let fullest = node.local_tasks.max(tasks);
-        if node.bind == Some(&GpuBind::None)
-            && given_count == 0
-            && node.gpus_on_node.is_some_and(|n| n > 0)
-        {
-            // Slurm 22.05 sets no device list at all under --gpu-bind=none,
-            // though the step has GPUs on the node.
-            if rules.one_each() {
-                bail!(
-                    "--gpu-bind=none: Slurm gave this task's node {} GPU(s) but no CUDA_VISIBLE_DEVICES (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
-                    node.gpus_on_node.unwrap_or_default()
-                );
-            }
+        if no_list_under_bind_none(rules, node, given_count)? {
             *self = GpuPlan::untouched();
             return Ok(true);
         }
@@ -283,4 +272,23 @@ impl GpuPlan {
         let end = token_end(list, self.count, last);
         list[start..end].to_string()
     }
+}
+
+/// Slurm 22.05 sets no device list at all under --gpu-bind=none, though the
+/// step has GPUs on the node: true when so (the lists are left alone),
+/// refused where every rank takes a GPU of its own.
+fn no_list_under_bind_none(rules: Rules, node: &NodeGpus, given_count: usize) -> Result<bool> {
+    let no_list = node.bind == Some(&GpuBind::None)
+        && given_count == 0
+        && node.gpus_on_node.is_some_and(|n| n > 0);
+    if !no_list {
+        return Ok(false);
+    }
+    if rules.one_each() {
+        bail!(
+            "--gpu-bind=none: Slurm gave this task's node {} GPU(s) but no CUDA_VISIBLE_DEVICES (Slurm 22.05 does so), so no GPU can be chosen; leave out --gpu-bind=none",
+            node.gpus_on_node.unwrap_or_default()
+        );
+    }
+    Ok(true)
 }
