@@ -422,7 +422,7 @@ fn the_default_framework_is_tensorflow() {
         Frameworks::only(&tensorflow::FRAMEWORK)
     );
     assert_eq!(Settings::default().frameworks, Frameworks::TENSORFLOW);
-    let all = FRAMEWORKS
+    let all = super::FRAMEWORKS
         .iter()
         .fold(Frameworks::default(), |set, f| set.with(f));
     assert_eq!(Frameworks::ALL, all);
