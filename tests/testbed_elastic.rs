@@ -489,7 +489,10 @@ fn the_node_of_rank_0_lost_when_it_is_not_the_stores() {
         &format!("printf 'node2\\nnode1\\nnode3\\n' > {hostfile}"),
     ]);
     assert!(made.status.success(), "{made:?}");
-    let args = format!("--kill-node-of-rank0-once {DIR}/marks/rank0-$SLURM_JOB_ID");
+    let args = format!(
+        "--kill-node-of-rank0-once {DIR}/marks/rank0-{}-$SLURM_JOB_ID",
+        std::process::id()
+    );
     let step = srun_step_env(
         600,
         &[&format!("SLURM_HOSTFILE={hostfile}")],
@@ -540,7 +543,10 @@ fn without_a_store_per_round_a_worker_that_fails_once_ends_the_training() {
     let _t = testbed();
     let _one = one_training();
     install();
-    let args = format!("--fail-once {DIR}/marks/control-$SLURM_JOB_ID");
+    let args = format!(
+        "--fail-once {DIR}/marks/control-{}-$SLURM_JOB_ID",
+        std::process::id()
+    );
     let command = launcher(2, &args).replace(
         "export USE_LIBUV=0;",
         "export USE_LIBUV=0; unset TORCH_DISABLE_SHARE_RDZV_TCP_STORE;",

@@ -24,7 +24,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{exec, exec_for, on, testbed};
+use common::{exec, on, testbed};
 
 const DIR: &str = "/home/alice/requeue-tests";
 
@@ -65,6 +65,7 @@ fn install() {
 struct Job {
     id: String,
     out: String,
+    checkpoints: String,
     ended: bool,
 }
 
@@ -73,6 +74,7 @@ impl Drop for Job {
         if !self.ended {
             exec(&["scancel", &self.id]);
         }
+        exec(&["rm", "-rf", &self.checkpoints]);
     }
 }
 
@@ -84,8 +86,15 @@ fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str]) -> Job {
     exec(&["rm", "-f", &out]);
     let script = format!("{dir}/{script}");
     let mut cmd = vec!["env", "TF_CLUSTER_EXAMPLE_CPU=1", "TF_CPP_MIN_LOG_LEVEL=2"];
-    let checkpoints = format!("CHECKPOINTS={DIR}/checkpoints");
-    cmd.push(&checkpoints);
+    // Fresh for each job: job ids start again from 1 when the testbed is brought up anew, and
+    // /home may outlive it.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let checkpoints = format!("{DIR}/checkpoints-{nanos}");
+    let var = format!("CHECKPOINTS={checkpoints}");
+    cmd.push(&var);
     cmd.extend_from_slice(vars);
     cmd.extend_from_slice(&["sbatch", "--parsable", "-o", &out, "-D", &dir, "--time=5"]);
     cmd.extend_from_slice(shape);
@@ -102,6 +111,7 @@ fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str]) -> Job {
     Job {
         id,
         out,
+        checkpoints,
         ended: false,
     }
 }
@@ -176,6 +186,11 @@ fn incarnations(output: &str) -> BTreeMap<u32, (String, Vec<String>)> {
             let text = match line.split_once(": ") {
                 Some((label, text)) if label.trim().parse::<u32>().is_ok() => text,
                 _ => line,
+            };
+            // torchrun's --tee prefix (bookworm's torch is given it): `[default0]:`.
+            let text = match text.split_once("]:") {
+                Some((prefix, rest)) if prefix.starts_with("[default") => rest,
+                _ => text,
             };
             found.get_mut(&k).unwrap().1.push(text.to_string());
         }
@@ -460,12 +475,15 @@ fn a_requeued_torchrun_job_resumes_with_a_new_id() {
 fn incarnations_and_rank_lines_are_read() {
     let out = "incarnation 0 of job 7 on node[1-2]\n0: rank 0/2 on node1: starting at step 0 of \
                60, run 7.0\n1: rank 1/2 on node2: starting at step 0 of 60, run 7.0rank 0/2 on \
-               node1: done, loss 0.5\nincarnation 1 of job 7 on node[2-3]\n0: step 10: loss 1\n";
+               node1: done, loss 0.5\nincarnation 1 of job 7 on node[2-3]\n0: step 10: loss 1\n1: [default0]:rank 2/3 on node3: done, loss 0.1\n";
     let runs = incarnations(out);
     assert_eq!(runs[&0].0, "node[1-2]");
     let start = rank_lines(&runs[&0].1, "starting at step ");
     assert_eq!(start[&1].1, "node2");
     assert_eq!(starting(&start[&1].2), (0, "7.0".to_string(), None));
     assert_eq!(rank_lines(&runs[&0].1, "done, loss ")[&0].2, "0.5");
-    assert_eq!(runs[&1].1, ["step 10: loss 1"]);
+    assert_eq!(
+        runs[&1].1,
+        ["step 10: loss 1", "rank 2/3 on node3: done, loss 0.1"]
+    );
 }
