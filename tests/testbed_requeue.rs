@@ -53,6 +53,14 @@ const PYTORCH: [(&str, &str); 2] = [
 /// loaded 2-core machine), and the whole job.
 const PATIENCE: Duration = Duration::from_secs(240);
 
+/// One requeued job of this file at a time (each waits on its own timing; side by side on a
+/// 2-core machine they would slow each other past it).
+fn one_job() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn install() {
     static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
@@ -256,6 +264,7 @@ fn hostnames(list: &str) -> Vec<String> {
 #[test]
 fn a_preempted_tensorflow_job_resumes_from_its_checkpoint() {
     let _t = testbed();
+    let _one = one_job();
     let started = Instant::now();
     let mut job = submit(
         "tensorflow",
@@ -385,6 +394,7 @@ fn old_torch() -> bool {
 #[test]
 fn a_requeued_torchrun_job_resumes_with_a_new_id() {
     let _t = testbed();
+    let _one = one_job();
     let started = Instant::now();
     let vars: &[&str] = if old_torch() {
         &["PET_REDIRECTS=1", "PET_TEE=1"]
