@@ -1,7 +1,7 @@
 //! Training through a requeue, with the templates users copy (examples/tensorflow/preemptible.*,
 //! examples/pytorch/requeue.*), submitted as they are with a smaller shape on sbatch's command
 //! line and `TF_CLUSTER_EXAMPLE_CPU=1` (examples/README.md), on the testbed whose slurm.conf has
-//! `RequeueExit=42` and `CredExpire=30` (a requeued job starts again 31 s later).
+//! `RequeueExit=42` and `AuthInfo=cred_expire=30` (a requeued job starts again about 30 s later).
 //!
 //! - TensorFlow: a MultiWorkerMirroredStrategy job with `PreemptionCheckpointHandler` gets
 //!   SIGTERM (`scancel --signal=TERM`, as a preemption or `--signal=TERM@…` sends it), every
