@@ -537,13 +537,13 @@ fn torchx_max_retries_requeues_with_the_plugins_new_ids() {
     let found = results(&output);
     assert_eq!(found.len(), 2, "{output}");
     assert_trained(&job, &found, 2);
-    // Measured (trixie, 2026-11-26): every worker of the retry sees SLURM_RESTART_COUNT=1, but
-    // the plugin's ids in TorchX's heterogeneous step are `JOB.0`, without the `.r1` the
-    // docs promise (a worker of the first component, SLURM_JOB_ID = JOB, had PET_RDZV_ID and
-    // TF_CLUSTER_RUN_ID `JOB.0`). A defect of the het-step path, reported for a fix in the
-    // plugin: srun's word with the restart count does not reach these tasks, and the tasks do
-    // not read SLURM_RESTART_COUNT themselves. What this asserts is what happens today: when it
-    // is fixed, the `.r1` assertions replace the `first_id` ones.
+    // Measured (trixie and forky, 2026-11-26): every worker of the retry sees
+    // SLURM_RESTART_COUNT=1, but only the first component's worker gets the plugin's ids with
+    // `.r1` (`10.0.r1`); the second component's has `JOB.0` (`10.0`), as in the first
+    // incarnation: srun's word, which carries the count, reaches only the first component of a
+    // heterogeneous step, and those tasks do not read SLURM_RESTART_COUNT themselves. A defect,
+    // reported for a fix in the plugin; this asserts what happens today (either id, the same in
+    // PET_RDZV_ID and TF_CLUSTER_RUN_ID): once fixed, every worker must have `.r1`.
     let first_id = format!("{}.0", job.id);
     let new_id = format!("{first_id}.r1");
     for r in &found {
