@@ -470,3 +470,95 @@ fn two_dist_ddp_jobs_share_29500_and_the_second_dies_with_the_first() {
         after.as_secs_f64()
     );
 }
+
+/// TorchX's own retries with the plugin turned on: `dist.ddp --max_retries 1` writes
+/// `#SBATCH --requeue` and a batch script that runs `scontrol requeue` when its srun fails and
+/// SLURM_RESTART_COUNT is below TORCHX_MAX_RETRIES. The workers fail the first incarnation
+/// (`--fail-first-incarnation`: exit 3 unless SLURM_RESTART_COUNT ≥ 1); the requeued job trains
+/// to the reference's weights and completes with one restart. The plugin's ids in the retry: see
+/// below (they lack the restart count in this heterogeneous step). TorchX's own rendezvous (its
+/// `--rdzv_*`) is what the workers meet on, as above.
+#[test]
+fn torchx_max_retries_requeues_with_the_plugins_new_ids() {
+    let _t = common::testbed();
+    let setup = setup();
+    let (args, env) = setup.dist_ddp_std();
+    let started = Instant::now();
+    let (job, text) = torchx(
+        "retries",
+        env,
+        false,
+        &format!(
+            "dist.ddp -j 2x1 --max_retries 1 {args} --script ddp.py -- --fail-first-incarnation"
+        ),
+    );
+    let jobs = Jobs(vec![job.id.clone()]);
+    assert!(text.contains("slurm://torchx/"), "{text}");
+    // Until every component has COMPLETED (a requeued job is PENDING or REQUEUED meanwhile).
+    let deadline = Instant::now() + Duration::from_secs(400);
+    let state = loop {
+        let state = job.state();
+        if !state.is_empty() && state.iter().all(|s| s.1 == "COMPLETED") {
+            break state;
+        }
+        assert!(
+            Instant::now() < deadline
+                && !state
+                    .iter()
+                    .any(|s| matches!(s.1.as_str(), "FAILED" | "CANCELLED" | "TIMEOUT")),
+            "job {} did not complete on its retry: {state:?}\n{}",
+            job.id,
+            job.output()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    drop(jobs);
+    let took = started.elapsed();
+    let show = exec(&["scontrol", "show", "job", "-o", &job.id]);
+    let show = String::from_utf8_lossy(&show.stdout).into_owned();
+    assert!(
+        show.split_whitespace().any(|f| f == "Restarts=1"),
+        "requeued once: {show}"
+    );
+    // sacct's duplicates: the first incarnation's record, requeued.
+    let all = exec(&[
+        "sacct",
+        "-n",
+        "-P",
+        "-X",
+        "-D",
+        "-j",
+        &job.id,
+        "--format=JobID,State",
+    ]);
+    let all = String::from_utf8_lossy(&all.stdout).into_owned();
+    assert!(all.contains("|REQUEUED"), "{all}");
+    let output = job.output();
+    let found = results(&output);
+    assert_eq!(found.len(), 2, "{output}");
+    assert_trained(&job, &found, 2);
+    // Measured (trixie and forky, 2026-11-26): every worker of the retry sees
+    // SLURM_RESTART_COUNT=1, but only the first component's worker gets the plugin's ids with
+    // `.r1` (`10.0.r1`); the second component's has `JOB.0` (`10.0`), as in the first
+    // incarnation: srun's word, which carries the count, reaches only the first component of a
+    // heterogeneous step, and those tasks do not read SLURM_RESTART_COUNT themselves. A defect,
+    // reported for a fix in the plugin; this asserts what happens today (either id, the same in
+    // PET_RDZV_ID and TF_CLUSTER_RUN_ID): once fixed, every worker must have `.r1`.
+    let first_id = format!("{}.0", job.id);
+    let new_id = format!("{first_id}.r1");
+    for r in &found {
+        assert_eq!(r["restart_count"].as_str(), Some("1"), "{r}");
+        assert_eq!(r["pet_rdzv_id"], r["tf_cluster_run_id"], "{r}");
+        let id = r["pet_rdzv_id"].as_str().unwrap_or_default();
+        assert!(id == first_id || id == new_id, "{r}");
+    }
+    let ids: Vec<&str> = found
+        .iter()
+        .map(|r| r["pet_rdzv_id"].as_str().unwrap_or_default())
+        .collect();
+    eprintln!(
+        "torchx --max_retries 1: job {} {state:?}, {all:?}, ids {ids:?}, {:.0} s",
+        job.id,
+        took.as_secs_f64()
+    );
+}

@@ -24,7 +24,7 @@ use common::exec;
 
 const DIR: &str = "/home/alice/templates";
 
-const PYTORCH: [(&str, &str); 10] = [
+const PYTORCH: [(&str, &str); 12] = [
     ("ddp.sbatch", include_str!("../examples/pytorch/ddp.sbatch")),
     ("ddp.py", include_str!("../examples/pytorch/ddp.py")),
     (
@@ -56,6 +56,15 @@ const PYTORCH: [(&str, &str); 10] = [
         "deepspeed.sbatch",
         include_str!("../examples/pytorch/deepspeed.sbatch"),
     ),
+    // Run through a requeue by tests/testbed_requeue.rs; compiled here with the others.
+    (
+        "requeue.sbatch",
+        include_str!("../examples/pytorch/requeue.sbatch"),
+    ),
+    (
+        "requeue_train.py",
+        include_str!("../examples/pytorch/requeue_train.py"),
+    ),
 ];
 const DEEPSPEED_PY: (&str, &str) = (
     "deepspeed_train.py",
@@ -72,12 +81,21 @@ const KERAS: [(&str, &str); 2] = [
     ),
     ("train.py", include_str!("../examples/keras/train.py")),
 ];
-const TENSORFLOW: [(&str, &str); 2] = [
+const TENSORFLOW: [(&str, &str); 4] = [
     (
         "mwms.sbatch",
         include_str!("../examples/tensorflow/mwms.sbatch"),
     ),
     ("mwms.py", include_str!("../examples/tensorflow/mwms.py")),
+    // Run through a preemption by tests/testbed_requeue.rs; compiled here with the others.
+    (
+        "preemptible.sbatch",
+        include_str!("../examples/tensorflow/preemptible.sbatch"),
+    ),
+    (
+        "preemptible.py",
+        include_str!("../examples/tensorflow/preemptible.py"),
+    ),
 ];
 
 /// Alice's venv for Keras 3 on JAX: the image's /opt/jax (jax[cpu]) seen through a .pth file,

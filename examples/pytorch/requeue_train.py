@@ -1,0 +1,87 @@
+"""DDP under elastic torchrun that resumes from its checkpoint: after torchrun restarted its
+workers, and in a requeued job's next incarnation.
+
+    torchrun --nproc_per_node=N requeue_train.py CHECKPOINT_DIR
+
+Rank 0 saves the model, the optimizer and the step to CHECKPOINT_DIR/checkpoint.pt every few
+steps (written to a temporary file, then renamed: a kill never leaves half a checkpoint); every
+worker loads it at start. CHECKPOINT_DIR must be the same in every incarnation and reachable
+from every node: the batch script names it after the job id, which a requeue keeps.
+TF_CLUSTER_RUN_ID (JOB.STEP, JOB.STEP.r1 after the first requeue, …) names what belongs to one
+incarnation only, here its log line. Replace the model and the data with yours.
+
+TF_CLUSTER_EXAMPLE_CPU=1 runs it on CPU (gloo): a tiny synthetic data set and 60 slow steps
+(0.2 s each), a checkpoint every 5, so that a test can requeue it in the middle.
+"""
+
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+CPU = os.environ.get("TF_CLUSTER_EXAMPLE_CPU") == "1"
+STEPS = 60 if CPU else 100_000
+EVERY = 5 if CPU else 500  # steps between checkpoints
+BATCH = 32
+
+
+def main():
+    checkpoint = os.path.join(sys.argv[1], "checkpoint.pt")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if CPU:
+        dist.init_process_group("gloo")
+        device = torch.device("cpu")
+    else:
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", local_rank)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    host = socket.gethostname()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    model = model.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    step = 0
+    if os.path.exists(checkpoint):
+        state = torch.load(checkpoint, map_location=device)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step = state["step"]
+    ddp = DistributedDataParallel(model)
+    # TF_CLUSTER_RUN_ID and torchrun's rendezvous id (PET_RDZV_ID): one per incarnation.
+    run_id = os.environ.get("TF_CLUSTER_RUN_ID", "")
+    rdzv_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    print(f"rank {rank}/{world} on {host}: starting at step {step} of {STEPS}, run {run_id}, "
+          f"rendezvous {rdzv_id}", flush=True)
+
+    gen = torch.Generator().manual_seed(1000 + rank)
+    w_true = torch.arange(1.0, 9.0).unsqueeze(1) / 8
+    loss = torch.tensor(float("nan"))
+    while step < STEPS:
+        x = torch.randn(BATCH, 8, generator=gen)
+        y = x @ w_true + 0.01 * torch.randn(BATCH, 1, generator=gen)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x.to(device)), y.to(device))
+        loss.backward()
+        opt.step()
+        step += 1
+        if rank == 0 and step % EVERY == 0:
+            state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
+            torch.save(state, checkpoint + ".tmp")
+            os.replace(checkpoint + ".tmp", checkpoint)
+            print(f"step {step}: loss {loss.item():.4f}, saved", flush=True)
+        if CPU:
+            time.sleep(0.2)
+
+    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
