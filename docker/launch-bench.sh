@@ -137,7 +137,7 @@ testbed plugstack default 2>/dev/null
 n=$(testbed exec srun -N3 -n6 "--tf-cluster=$SPEC" printenv TF_CONFIG | grep -c '"chief"')
 [ "$n" = 6 ] || { note "error: with the plugin, $n of 6 tasks got TF_CONFIG"; exit 1; }
 # ... with srun's task map (not a fallback verdict) in every task.
-n=$(testbed exec srun -N3 -n6 "--tf-cluster=$SPEC" printenv SLURM_TF_CLUSTER_MAP | grep -cE '^1;[0-9]+\.[0-9]+;node')
+n=$(testbed exec srun -N3 -n6 "--tf-cluster=$SPEC" printenv SLURM_TF_CLUSTER | grep -cE '^1;[0-9]+\.[0-9]+;hosts=node')
 [ "$n" = 6 ] || { note "error: $n of 6 tasks got srun's task map"; exit 1; }
 testbed plugstack empty 2>/dev/null
 if testbed exec srun -N3 -n6 "--tf-cluster=$SPEC" true >/dev/null 2>&1; then
