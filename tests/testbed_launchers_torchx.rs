@@ -537,20 +537,19 @@ fn torchx_max_retries_requeues_with_the_plugins_new_ids() {
     let found = results(&output);
     assert_eq!(found.len(), 2, "{output}");
     assert_trained(&job, &found, 2);
-    // Measured (trixie and forky, 2026-11-26): every worker of the retry sees
-    // SLURM_RESTART_COUNT=1, but only the first component's worker gets the plugin's ids with
-    // `.r1` (`10.0.r1`); the second component's has `JOB.0` (`10.0`), as in the first
-    // incarnation: srun's word, which carries the count, reaches only the first component of a
-    // heterogeneous step, and those tasks do not read SLURM_RESTART_COUNT themselves. A defect,
-    // reported for a fix in the plugin; this asserts what happens today (either id, the same in
-    // PET_RDZV_ID and TF_CLUSTER_RUN_ID): once fixed, every worker must have `.r1`.
-    let first_id = format!("{}.0", job.id);
-    let new_id = format!("{first_id}.r1");
+    // Every worker of the retry, in both components of the heterogeneous
+    // step, sees SLURM_RESTART_COUNT=1 and the plugin's ids with `.r1`: the
+    // second component, which srun's hand-off never reaches, takes the count
+    // from the job's environment on its node.
+    let new_id = format!("{}.0.r1", job.id);
     for r in &found {
         assert_eq!(r["restart_count"].as_str(), Some("1"), "{r}");
-        assert_eq!(r["pet_rdzv_id"], r["tf_cluster_run_id"], "{r}");
-        let id = r["pet_rdzv_id"].as_str().unwrap_or_default();
-        assert!(id == first_id || id == new_id, "{r}");
+        assert_eq!(r["pet_rdzv_id"].as_str(), Some(new_id.as_str()), "{r}");
+        assert_eq!(
+            r["tf_cluster_run_id"].as_str(),
+            Some(new_id.as_str()),
+            "{r}"
+        );
     }
     let ids: Vec<&str> = found
         .iter()

@@ -190,9 +190,17 @@ impl Stepd {
             });
         }
         let handoff = handed(spank)?;
-        let Some(settings) = options::task_settings(spank, handoff.as_ref())? else {
+        let Some(mut settings) = options::task_settings(spank, handoff.as_ref())? else {
             return Ok(Prepared::Nothing);
         };
+        // No hand-off (a heterogeneous step's later component, which srun's
+        // never reaches): the job's restart count where srun reads it, the
+        // job's environment as srun sent it (here, before any container
+        // plugin, never the task's), so every component writes the same ids.
+        if handoff.is_none() {
+            let env = spank.env()?;
+            settings.restart_count = core::step::restart_count(&mut TaskEnv(&env))?;
+        }
         // The batch script, salloc's interactive step and the extern step
         // inherit the job's options but are not the step's tasks.
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
