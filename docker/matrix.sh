@@ -22,7 +22,7 @@
 #        any suite's, so the .so loads in each). CPU-bound: one suite's build
 #        at a time, the others' tests meanwhile.
 #   3. the test binaries, each run directly (built once, before the suites, by
-#      `cargo test --release --no-run`; they only drive srun through
+#      `cargo test --profile tests --no-run`; they only drive srun through
 #      docker/testbed.sh) with TFC_SUITE=S TFC_PREFIX=tfc-ID-S
 #      TFC_PLUGIN_DIR=target/slurm-S/release TFC_DEB_DIR=target/slurm-S/deb,
 #      in two lanes side by side, each on its own testbed:
@@ -118,7 +118,7 @@ build_tests() {
     local -a args=()
     local name
     for name in "${shared[@]}" "${alone[@]}"; do args+=(--test "$name"); done
-    cargo test --release --no-run --message-format=json "${args[@]}" |
+    cargo test --profile tests --no-run --message-format=json "${args[@]}" |
         jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
             | [.target.name, .executable] | @tsv' >"$logs/binaries.tsv"
 }

@@ -8,8 +8,8 @@ command -v valgrind >/dev/null || { echo "memcheck: valgrind is not installed" >
 
 vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect)
-cargo build --release --quiet -p tf-cluster-core --example resolve_loop
-"${vg[@]}" target/release/examples/resolve_loop 4096 10000
+cargo build --profile tests --quiet -p tf-cluster-core --example resolve_loop
+"${vg[@]}" target/tests/examples/resolve_loop 4096 10000
 
 nodes=$(printf 'node[0001-1024]')
 for rank in 0 2049 4095; do

@@ -46,6 +46,7 @@ images=$!
 step "host: build" cargo build --release
 # The packages for this host's Slurm, which tests/packages.rs inspects.
 step "host: deb and rpm packages" bash -c 'bash packaging/deb.sh >/dev/null && bash packaging/rpm.sh >/dev/null'
+# The tests build in Cargo.toml's `tests` profile (release without its LTO).
 # What needs no Slurm: the core and the CLI (every target), and the plugin's
 # own tests but the testbed binaries (tests/testbed*.rs).
 host_tests=()
@@ -55,19 +56,19 @@ for f in tests/*.rs; do
     *) host_tests+=(--test "$(basename "$f" .rs)") ;;
     esac
 done
-step "host: core and CLI tests" cargo test --release -p tf-cluster-core -p tf-cluster-cli --all-targets
-step "host: plugin tests" cargo test --release -p tf-cluster --lib "${host_tests[@]}"
+step "host: core and CLI tests" cargo test --profile tests -p tf-cluster-core -p tf-cluster-cli --all-targets
+step "host: plugin tests" cargo test --profile tests -p tf-cluster --lib "${host_tests[@]}"
 # The testbed binaries (docker/matrix.sh runs them; the same command, so
 # there it finds them built): built now, while the images still build.
 testbed_tests=()
 for f in tests/testbed*.rs; do testbed_tests+=(--test "$(basename "$f" .rs)"); done
-step "host: build the testbed binaries" cargo test --release --no-run "${testbed_tests[@]}"
+step "host: build the testbed binaries" cargo test --profile tests --no-run "${testbed_tests[@]}"
 step "host: memcheck" bash tests/memcheck.sh
 # The parsers' property tests again with overflow checks on (a wrap-around
 # that release builds would hide panics here), and a short run of every
 # fuzz target (a crash, leak, timeout or OOM fails).
-step "host: overflow-checked properties" env CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
-    cargo test --release -p tf-cluster-core --lib --test properties
+step "host: overflow-checked properties" env CARGO_PROFILE_TESTS_OVERFLOW_CHECKS=true CARGO_TARGET_DIR=target/overflow \
+    cargo test --profile tests -p tf-cluster-core --lib --test properties
 step "host: fuzz" bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
 # A real launch at scale: 24 real slurmd nodes (one per network, UTS and
 # PID namespace) on this machine, every task of tf and torch steps, block

@@ -14,7 +14,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::OnceLock;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use common::{exec, exec_for, on, reserved_ports};
@@ -130,6 +130,15 @@ fn results(text: &str) -> Vec<Value> {
                 .unwrap_or_else(|| panic!("no RESULT JSON at: {rest}"))
         })
         .collect()
+}
+
+/// One dist.ddp job at a time among the tests that share the testbed: each wants TorchX's fixed
+/// port 29500 on its first component's node, and a second one there becomes a client of the
+/// first's store and fails when the first ends (the test below that shows it holds the testbed
+/// alone).
+fn port_29500() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A TorchX job: its id and the directory it was submitted from.
@@ -305,6 +314,7 @@ fn assert_trained(job: &Job, found: &[Value], n: usize) {
 #[test]
 fn dist_ddp_trains_with_torchxs_own_rendezvous() {
     let _t = common::testbed();
+    let _port = port_29500();
     let setup = setup();
     let (args, env) = setup.dist_ddp_std();
     let (job, text) = torchx(
@@ -475,12 +485,13 @@ fn two_dist_ddp_jobs_share_29500_and_the_second_dies_with_the_first() {
 /// `#SBATCH --requeue` and a batch script that runs `scontrol requeue` when its srun fails and
 /// SLURM_RESTART_COUNT is below TORCHX_MAX_RETRIES. The workers fail the first incarnation
 /// (`--fail-first-incarnation`: exit 3 unless SLURM_RESTART_COUNT ≥ 1); the requeued job trains
-/// to the reference's weights and completes with one restart. The plugin's ids in the retry: see
-/// below (they lack the restart count in this heterogeneous step). TorchX's own rendezvous (its
-/// `--rdzv_*`) is what the workers meet on, as above.
+/// to the reference's weights and completes with one restart, the plugin's ids carrying `.r1` in
+/// both components. TorchX's own rendezvous (its `--rdzv_*`) is what the workers meet on, as
+/// above.
 #[test]
 fn torchx_max_retries_requeues_with_the_plugins_new_ids() {
     let _t = common::testbed();
+    let _port = port_29500();
     let setup = setup();
     let (args, env) = setup.dist_ddp_std();
     let started = Instant::now();
