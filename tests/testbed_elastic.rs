@@ -38,6 +38,7 @@ const DIR: &str = "/home/alice/elastic-tests";
 /// A small DistributedDataParallel training on CPU (gloo), 40 steps, that can fail once on
 /// purpose, and prints `RESULT {json}` per worker at the end.
 const TRAIN: &str = r#"import argparse
+import datetime
 import hashlib
 import json
 import os
@@ -79,12 +80,18 @@ def main():
     # After training, worker 0 creates MARK, then waits (at most 300 s) until HOLD exists.
     p.add_argument("--mark", metavar="PATH")
     p.add_argument("--hold", metavar="PATH")
+    # The process group's timeout (torch's default: 30 min), for the control, whose restarted
+    # workers would otherwise wait on the previous round's peers until the step's time limit.
+    p.add_argument("--pg-timeout", type=float, metavar="SECONDS")
     a = p.parse_args()
     env = os.environ.get
     restart = int(env("TORCHELASTIC_RESTART_COUNT", "0"))
     host = socket.gethostname()
 
-    dist.init_process_group("gloo")
+    if a.pg_timeout:
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.pg_timeout))
+    else:
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
@@ -545,7 +552,7 @@ fn without_a_store_per_round_a_worker_that_fails_once_ends_the_training() {
     let _one = one_training();
     install();
     let args = format!(
-        "--fail-once {DIR}/marks/control-{}-$SLURM_JOB_ID",
+        "--fail-once {DIR}/marks/control-{}-$SLURM_JOB_ID --pg-timeout 60",
         std::process::id()
     );
     let command = launcher(2, &args).replace(
