@@ -29,9 +29,11 @@
 #        the binaries that bring the testbed up in another configuration
 #        (tests that call testbed_with_topology, testbed_with_gres, any
 #        testbed_with_*) one after another on testbed tfc-ID-S-alt;
-#        every other one on testbed tfc-ID-S, TFC_MATRIX_BINARIES (default 1)
-#        at a time (tests/common/mod.rs's lock keeps a test that swaps
-#        plugstack.conf alone on its testbed, across binaries)
+#        every other one from a queue both lanes take from (the longest
+#        first): on testbed tfc-ID-S, TFC_MATRIX_BINARIES (default 1) at a
+#        time (tests/common/mod.rs's lock keeps a test that swaps
+#        plugstack.conf alone on its testbed, across binaries), and on
+#        tfc-ID-S-alt once its own binaries are done
 #      each testbed comes up on its first test and is removed afterwards
 #      (TFC_KEEP=1 keeps them).
 # ID is a hash of this checkout's path (TFC_MATRIX_PREFIX=P gives P-S instead), so
@@ -111,6 +113,21 @@ for f in tests/testbed*.rs; do
     if [ -n "${TFC_MATRIX_ONLY:-}" ] && ! [[ " $TFC_MATRIX_ONLY " == *" $(basename "$f" .rs) "* ]]; then continue; fi
     if grep -q 'testbed_with_' "$f"; then alone+=("$(basename "$f" .rs)"); else shared+=("$(basename "$f" .rs)"); fi
 done
+# The binaries that take longest on a loaded machine, first in the queue, so
+# that neither lane is left with a long one at the end; the rest follow in
+# name order.
+longest=(testbed_elastic testbed_launchers testbed_frameworks testbed_launchers_torchx
+    testbed_requeue testbed_network testbed_templates testbed_hardening testbed_containers
+    testbed_tensorflow testbed_findings testbed_package)
+
+# The shared binaries' queue: the longest first, then the rest.
+queue=()
+for name in "${longest[@]}"; do
+    [[ " ${shared[*]} " != *" $name "* ]] || queue+=("$name")
+done
+for name in "${shared[@]}"; do
+    [[ " ${queue[*]} " == *" $name "* ]] || queue+=("$name")
+done
 
 # The test binaries, built once (the host's build: they only drive docker):
 # name and path of each in $logs/binaries.tsv.
@@ -169,15 +186,25 @@ run_binary() {
     fi
 }
 
-# Runs the binaries $4.. of suite $1 on testbed $2: one at a time ($3 = one) or
-# up to $TFC_MATRIX_BINARIES at a time ($3 = many); then removes the testbed.
+# Claims binary $2 of suite $1 from the suite's queue: true for the one lane
+# that gets it (mkdir is atomic).
+claim() { mkdir "$logs/$1/.claims/$2" 2>/dev/null; }
+
+# Runs, on testbed $2 of suite $1, first the binaries $4.. (its own: one at a
+# time, or up to $TFC_MATRIX_BINARIES at a time when $3 = many), then every
+# binary of the suite's shared queue (${queue[@]}) that no other lane has
+# claimed; then removes the testbed. Both lanes take from the queue, so a lane
+# whose own binaries end early takes the others' work (its testbed is brought
+# up again in the default configuration by the first of them).
 run_lane() {
     local suite=$1 bed=$2 at_once=1 rc=0 name
     shift 2
     if [ "$1" = many ]; then at_once=${TFC_MATRIX_BINARIES:-1}; fi
     shift
-    for name in "$@"; do
+    for name in "$@" "${queue[@]}"; do
+        # A free slot first, then the claim: no lane holds a binary it has not started.
         while [ "$(jobs -rp | wc -l)" -ge "$at_once" ]; do wait -n || rc=1; done
+        if [[ " $* " != *" $name "* ]] && ! claim "$suite" "$name"; then continue; fi
         run_binary "$suite" "$name" "$bed" &
     done
     while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || rc=1; done
@@ -191,7 +218,7 @@ run_lane() {
 run_suite() {
     local suite=$1 rc=0
     mkdir -p "$logs/$suite"
-    log "$suite" "testbeds $prefix-$suite (${shared[*]}) and $prefix-$suite-alt (${alone[*]})"
+    log "$suite" "testbeds $prefix-$suite and $prefix-$suite-alt (first ${alone[*]}), the queue: ${queue[*]}"
     stage "$suite image" image "$suite" || { echo "$suite image" >>"$logs/failed"; return 1; }
     # One plugin build at a time: CPU-bound, while the other suites' tests wait.
     if ! (flock 8 && stage "$suite plugin build" build_plugin "$suite") 8>target/.matrix-build.lock \
@@ -202,7 +229,9 @@ run_suite() {
         return 1
     fi
     log "$suite" "testing (logs: $logs/$suite/)"
-    run_lane "$suite" "$prefix-$suite" many "${shared[@]}" &
+    rm -rf "$logs/$suite/.claims"
+    mkdir -p "$logs/$suite/.claims"
+    run_lane "$suite" "$prefix-$suite" many &
     local p1=$!
     run_lane "$suite" "$prefix-$suite-alt" one "${alone[@]}" &
     local p2=$!
