@@ -4,6 +4,7 @@ use super::bind::GpuBind;
 use super::devices::{MAX_GPUS, Visible};
 use super::plan::{GpuPlan, NodeGpus};
 use super::rules::Rules;
+use super::rules::examples::{JAX, TF, TORCH, TORCH_JAX};
 use crate::error::Result;
 use crate::settings::Settings;
 use crate::step::needs_probe;
@@ -16,22 +17,6 @@ fn settings(per_node: Option<u32>, per_task: Option<u32>) -> Settings {
     }
 }
 
-const TF: Rules = Rules {
-    whole: None,
-    own_ids: None,
-};
-const TORCH: Rules = Rules {
-    whole: Some("torch-cluster"),
-    own_ids: None,
-};
-const JAX: Rules = Rules {
-    whole: None,
-    own_ids: Some("jax-cluster"),
-};
-const TORCH_JAX: Rules = Rules {
-    whole: Some("torch-cluster"),
-    own_ids: Some("jax-cluster"),
-};
 /// TensorFlow's slice rule adds nothing beside PyTorch's whole list.
 const TF_TORCH: Rules = TORCH;
 

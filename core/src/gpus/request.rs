@@ -112,19 +112,7 @@ pub fn check_before_launch(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TF: Rules = Rules {
-        whole: None,
-        own_ids: None,
-    };
-    const TORCH: Rules = Rules {
-        whole: Some("torch-cluster"),
-        own_ids: None,
-    };
-    const JAX: Rules = Rules {
-        whole: None,
-        own_ids: Some("jax-cluster"),
-    };
+    use crate::gpus::rules::examples::{JAX, TF, TORCH};
 
     fn srun(vars: &[(&str, &str)]) -> SrunRequest {
         SrunRequest::from_env(|name| {

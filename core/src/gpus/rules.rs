@@ -29,3 +29,26 @@ impl Rules {
         options.join(" ")
     }
 }
+
+/// Each framework's rules alone and two together, as the tests name them.
+#[cfg(test)]
+pub(crate) mod examples {
+    use super::Rules;
+
+    pub const TF: Rules = Rules {
+        whole: None,
+        own_ids: None,
+    };
+    pub const TORCH: Rules = Rules {
+        whole: Some("torch-cluster"),
+        own_ids: None,
+    };
+    pub const JAX: Rules = Rules {
+        whole: None,
+        own_ids: Some("jax-cluster"),
+    };
+    pub const TORCH_JAX: Rules = Rules {
+        whole: Some("torch-cluster"),
+        own_ids: Some("jax-cluster"),
+    };
+}
