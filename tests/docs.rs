@@ -1,5 +1,5 @@
 //! The README and the pages of docs/ link only to files, and headings, that
-//! exist.
+//! exist; no line of the Markdown docs is longer than 100 characters.
 
 use std::path::{Path, PathBuf};
 
@@ -67,4 +67,50 @@ fn links_resolve() {
         broken.join("\n")
     );
     assert!(docs.len() > 1, "no pages in docs/");
+}
+
+/// The Markdown files under `dir` and its folders.
+fn markdown_under(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            markdown_under(&path, found);
+        } else if path.extension().is_some_and(|e| e == "md") {
+            found.push(path);
+        }
+    }
+}
+
+/// Users', admins' and developers' Markdown: the README and the other
+/// top-level pages, docs/ and examples/.
+#[test]
+fn lines_are_at_most_100_characters() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<PathBuf> = ["README.md", "CHANGELOG.md", "SECURITY.md", "BENCHMARKS.md"]
+        .iter()
+        .map(|p| repo.join(p))
+        .collect();
+    markdown_under(&repo.join("docs"), &mut pages);
+    markdown_under(&repo.join("examples"), &mut pages);
+    let mut long = Vec::new();
+    for page in &pages {
+        let text =
+            std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        for (n, line) in text.lines().enumerate() {
+            let chars = line.chars().count();
+            if chars > 100 {
+                long.push(format!(
+                    "{}:{}: {chars} characters",
+                    page.strip_prefix(repo).unwrap_or(page).display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "lines over 100 characters (rewrap them; in a table, shorten the cells):\n{}",
+        long.join("\n")
+    );
+    assert!(pages.len() > 4, "no pages in docs/");
 }

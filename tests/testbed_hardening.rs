@@ -61,7 +61,7 @@ const BAD_SPECS: &[(&str, &str, &str)] = &[
     ("non-ASCII role", "pß:1", "role name \"pß\" has 'ß' (use a-z, 0-9 and '_', a letter first)"),
     ("space in role", "wor ker:1", "role name \"wor ker\" has ' ' (use a-z, 0-9 and '_', a letter first)"),
     ("quote in role", "wo\"rker:1", "role name \"wo\\\"rker\" has '\"' (use a-z, 0-9 and '_', a letter first)"),
-    ("upper-case role", "Worker:3", "role name \"Worker\" is not lower-case (TensorFlow job names are: write worker)"),
+    ("upper-case role", "Worker:3", "role name \"Worker\" is not lower-case, as TensorFlow job names are (write worker)"),
     ("dash in role", "my-ps:1", "role name \"my-ps\" has '-' (use a-z, 0-9 and '_', a letter first)"),
     ("two chiefs", "chief:2,worker:2", "role chief has count 2 (TensorFlow allows at most one chief)"),
     ("two evaluators", "worker:2,evaluator:2", "role evaluator has count 2 (TensorFlow allows at most one evaluator)"),

@@ -135,7 +135,7 @@ fn not_a_job_name(name: &str) -> Option<String> {
         && name.contains(|c: char| c.is_ascii_uppercase())
     {
         return Some(format!(
-            "role name {} is not lower-case (TensorFlow job names are: write {})",
+            "role name {} is not lower-case, as TensorFlow job names are (write {})",
             shown(name),
             name.to_ascii_lowercase()
         ));
@@ -257,12 +257,15 @@ mod tests {
         let e = RoleSpec::parse("Worker:3").unwrap_err().to_string();
         assert_eq!(
             e,
-            "bad --tf-cluster \"Worker:3\": role name \"Worker\" is not lower-case \
-             (TensorFlow job names are: write worker) \
+            "bad --tf-cluster \"Worker:3\": role name \"Worker\" is not lower-case, \
+             as TensorFlow job names are (write worker) \
              (expected role:count[,role:count…], e.g. ps:1,worker:3)"
         );
         let e = RoleSpec::parse("ps:1,PS_b:1").unwrap_err().to_string();
-        assert!(e.contains("(TensorFlow job names are: write ps_b)"), "{e}");
+        assert!(
+            e.contains("not lower-case, as TensorFlow job names are (write ps_b)"),
+            "{e}"
+        );
         let e = RoleSpec::parse("my-ps:1").unwrap_err().to_string();
         assert!(
             e.contains("role name \"my-ps\" has '-' (use a-z, 0-9 and '_', a letter first)"),

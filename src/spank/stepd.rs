@@ -369,8 +369,10 @@ fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
     !matches!((placed, now), (Some(a), Some(b)) if a == b)
 }
 
-/// The task's own part: its rank (SLURM_PROCID, set by slurmstepd after the
-/// fork) and local id (S_TASK_ID) pick its variables from the node's share.
+/// The task's own part: its rank (Slurm's S_TASK_GLOBAL_ID, or in a
+/// heterogeneous step the node share's rank of its local id; never
+/// SLURM_PROCID, which an image may set) and local id (S_TASK_ID) pick its
+/// variables from the node's share.
 /// A binding of GPUs to each task is known only here (SLURMD_TRES_BIND, the
 /// task's own list); the node's GPU plan serves every other case. Before
 /// reading the task's own list, `entered_namespaces` says whether a plugin
