@@ -131,6 +131,9 @@ plugin_version() {
     return 1
 }
 if [ "$dry" = 0 ]; then
+    for t in nm readelf od; do
+        command -v "$t" >/dev/null || die "$t not found: install binutils (nm and readelf read the plugin's plugin_version)"
+    done
     if [ ! -f "$so" ] || [ ! -f "$cli" ]; then
         die "$so or $cli is missing (built? CARGO_TARGET_DIR?)"
     fi
