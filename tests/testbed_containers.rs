@@ -17,14 +17,16 @@
 //! the probe learns a task's real rank and local id.
 //!
 //! The outcome wanted: every framework's task gets the values computed from
-//! the host, the same as the same step without a container, and they win
-//! over the image's. Expected values come from Slurm's facts as the tasks
-//! report them (host, rank, local id, reserved ports), or from the same step
+//! the host, the same as the same step without a container, for every name
+//! the plugin sets, and they win over the image's; the plugin says once per
+//! task which of the image's names it replaced. Expected values come from
+//! Slurm's facts as the tasks report them (host, rank, local id, reserved
+//! ports, job and step ids), from the image's file, or from the same step
 //! run without the container, never from the plugin's code.
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::{Exclusive, HOSTS, exclusive, exec_for, on, reserved_ports};
 use serde_json::Value;
@@ -33,9 +35,10 @@ use serde_json::Value;
 const IMAGE: &str = "--container-image=/opt/tfc-images/busybox";
 
 /// What each task prints (busybox sh in the image, dash on the host): where
-/// it runs (`busybox` inside the image), its Slurm facts, and every variable
-/// under test as `V RANK NAME=value`.
-const PROBE: &str = r#"where=$(cat /etc/tfc-image 2>/dev/null || echo host); r=${STANDIN_WAS_SLURM_PROCID:-$SLURM_PROCID}; echo "W $r $(hostname) ${STANDIN_WAS_SLURM_LOCALID:-$SLURM_LOCALID} ${SLURM_STEP_RESV_PORTS-none} $where"; env | grep -E '^(CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TF_CONFIG|MASTER_ADDR|MASTER_PORT|RANK|LOCAL_RANK|WORLD_SIZE|JAX_COORDINATOR_ADDRESS|JAX_LOCAL_DEVICE_IDS|NCCL_SOCKET_IFNAME|SLURM_PROCID|(APPTAINER|SINGULARITY)ENV_[A-Z_]+)=' | sed "s/^/V $r /""#;
+/// it runs (`busybox` inside the image), its Slurm facts, the GPUs the NVIDIA
+/// and AMD drivers list where it runs (`G RANK NVIDIA KFD`), and its whole
+/// environment as `V RANK NAME=value`.
+const PROBE: &str = r#"where=$(cat /etc/tfc-image 2>/dev/null || echo host); r=${STANDIN_WAS_SLURM_PROCID:-$SLURM_PROCID}; echo "W $r $(hostname) ${STANDIN_WAS_SLURM_LOCALID:-$SLURM_LOCALID} ${SLURM_STEP_RESV_PORTS-none} $where"; echo "G $r $(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l) $(ls /sys/class/kfd/kfd/topology/nodes 2>/dev/null | wc -l)"; env | grep -E '^[A-Za-z_][A-Za-z0-9_]*=' | sed "s/^/V $r /""#;
 
 /// The image's own values (docker/node/images/environment).
 const IMAGE_MASTER_ADDR: &str = "image-master";
@@ -48,12 +51,57 @@ struct Seen {
     resv_ports: Option<String>,
     /// `busybox` in the image, `host` outside.
     place: String,
+    /// Entries of /proc/driver/nvidia/gpus and of amdkfd's topology nodes
+    /// where the task runs.
+    drivers: (u32, u32),
     vars: BTreeMap<String, String>,
 }
 
 impl Seen {
     fn var(&self, name: &str) -> Option<&str> {
         self.vars.get(name).map(String::as_str)
+    }
+
+    /// `JOB.STEP` from Slurm's ids (the job's as the stand-in kept it aside
+    /// where the image set its own): the step's run id, restart count 0.
+    fn run_id(&self) -> String {
+        let job = self
+            .var("STANDIN_WAS_SLURM_JOB_ID")
+            .or(self.var("SLURM_JOB_ID"))
+            .expect("SLURM_JOB_ID");
+        format!(
+            "{job}.{}",
+            self.var("SLURM_STEP_ID").expect("SLURM_STEP_ID")
+        )
+    }
+
+    /// `value` with this step's run id as `JOB.STEP` and its k-th reserved
+    /// port as `PORTk`: two steps differ in those alone.
+    fn normalized(&self, value: &str) -> String {
+        let value = value.replace(&self.run_id(), "JOB.STEP");
+        let ports: Vec<String> = self
+            .resv_ports
+            .as_deref()
+            .map(reserved_ports)
+            .unwrap_or_default()
+            .iter()
+            .map(u16::to_string)
+            .collect();
+        let mut out = String::with_capacity(value.len());
+        let mut digits = String::new();
+        for c in value.chars().map(Some).chain([None]) {
+            if let Some(d) = c.filter(char::is_ascii_digit) {
+                digits.push(d);
+                continue;
+            }
+            match ports.iter().position(|p| *p == digits) {
+                Some(k) => out.push_str(&format!("PORT{k}")),
+                None => out.push_str(&digits),
+            }
+            digits.clear();
+            out.extend(c);
+        }
+        out
     }
 
     /// The address TensorFlow's task uses: the k-th reserved port.
@@ -91,32 +139,6 @@ impl Step {
         }
         self
     }
-
-    /// [`Step::vars_of`] with every port as `PORT` (two steps get
-    /// different reserved ports; the rest must be equal).
-    fn without_ports(&self, names: &[&str]) -> BTreeMap<u32, BTreeMap<String, Option<String>>> {
-        self.vars_of(names)
-            .into_iter()
-            .map(|(rank, vars)| {
-                let vars = vars
-                    .into_iter()
-                    .map(|(n, v)| (n.to_string(), v.map(|v| without_ports(n, v))))
-                    .collect();
-                (rank, vars)
-            })
-            .collect()
-    }
-
-    /// The variables every task got, by rank, restricted to `names`.
-    fn vars_of<'a>(
-        &'a self,
-        names: &[&'a str],
-    ) -> BTreeMap<u32, BTreeMap<&'a str, Option<&'a str>>> {
-        self.tasks
-            .iter()
-            .map(|(&r, t)| (r, names.iter().map(|&n| (n, t.var(n))).collect()))
-            .collect()
-    }
 }
 
 /// `env VARS srun ARGS sh -c PROBE` as alice.
@@ -143,9 +165,18 @@ fn srun_env(vars: &[&str], args: &[&str]) -> Step {
                 task.resv_ports = (w[2] != "none").then(|| w[2].to_string());
                 task.place = w[3].to_string();
             }
+            ("G", Some(rest)) => {
+                let n: Vec<u32> = rest
+                    .split_whitespace()
+                    .map(|n| n.parse().unwrap())
+                    .collect();
+                assert_eq!(n.len(), 2, "bad probe line {line:?}");
+                task.drivers = (n[0], n[1]);
+            }
             ("V", Some(var)) => {
-                let (name, value) = var.split_once('=').unwrap();
-                task.vars.insert(name.to_string(), value.to_string());
+                if let Some((name, value)) = var.split_once('=') {
+                    task.vars.insert(name.to_string(), value.to_string());
+                }
             }
             _ => {}
         }
@@ -240,6 +271,11 @@ fn the_standin_runs_before_the_plugin_and_the_image_is_entered() {
     assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(IMAGE_GPUS));
     assert_eq!(t.var("NCCL_SOCKET_IFNAME"), Some("image0"));
     assert_eq!(t.var("SLURM_PROCID"), Some("77"), "the image's own");
+    assert!(
+        !step.stderr.contains("tf-cluster: replaced"),
+        "no framework asked, nothing replaced:\n{}",
+        step.stderr
+    );
     let tmp = exec_for(
         120,
         &[
@@ -262,109 +298,309 @@ fn the_standin_runs_before_the_plugin_and_the_image_is_entered() {
     );
 }
 
-/// The variables each framework of these tests sets (with the GPU lists
-/// Slurm set): the plugin replaces exactly these; a name it does not set
-/// (the image's MASTER_ADDR under --tf-cluster) stays the image's.
-const GPU_VARS: [&str; 2] = ["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"];
-const TF_VARS: [&str; 1] = ["TF_CONFIG"];
-const TORCH_VARS: [&str; 5] = [
+/// The image's environment (docker/node/images/environment, as make.sh
+/// copies it into the image): every name the plugin sets, each with a value
+/// that must lose, and Slurm's own task variables.
+fn image_env() -> BTreeMap<String, String> {
+    let path = common::repo().join("docker/node/images/environment");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(n, v)| (n.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The run's id (docs/frameworks.md): `JOB.STEP`, PET_RDZV_ID's value too.
+const RUN_ID: &str = "TF_CLUSTER_RUN_ID";
+
+/// The device variables Slurm's gres/gpu may set (gres.conf's flags); the
+/// plugin sets each one Slurm set, to the task's share.
+const DEVICE_VARS: [&str; 4] = [
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+    "GPU_DEVICE_ORDINAL",
+];
+
+/// What each framework sets besides the GPU lists in these steps
+/// (docs/frameworks.md): TensorFlow's cluster, PyTorch's torchrun contract
+/// with the static rendezvous' arguments of one launcher per task (no
+/// PET_NPROC_PER_NODE with two tasks on a node), JAX's coordinator and
+/// devices; the run's id with any of them.
+const TF_VARS: [&str; 2] = ["TF_CONFIG", RUN_ID];
+const TORCH_VARS: [&str; 16] = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "RANK",
-    "LOCAL_RANK",
     "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "PET_RDZV_BACKEND",
+    RUN_ID,
 ];
-const JAX_VARS: [&str; 2] = ["JAX_COORDINATOR_ADDRESS", "JAX_LOCAL_DEVICE_IDS"];
+/// `--torch-cluster=elastic` with one launcher per node and GPUs: c10d's
+/// rendezvous arguments instead of the static one's, and PET_NPROC_PER_NODE.
+const TORCH_ELASTIC_VARS: [&str; 18] = [
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "PET_NNODES",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "PET_RDZV_BACKEND",
+    "PET_RDZV_CONF",
+    "PET_LOCAL_ADDR",
+    "PET_MAX_RESTARTS",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+    "PET_NPROC_PER_NODE",
+    RUN_ID,
+];
+const JAX_VARS: [&str; 3] = ["JAX_COORDINATOR_ADDRESS", "JAX_LOCAL_DEVICE_IDS", RUN_ID];
+/// With `--tf-network`: PyTorch's three interface variables.
+const TORCH_NET_VARS: [&str; 3] = [
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME",
+];
 
-/// Every digit run after a ':' or in MASTER_PORT as `PORT`: two steps get
-/// different reserved ports, the rest must be equal.
-fn without_ports(name: &str, value: &str) -> String {
-    if name == "MASTER_PORT" {
-        return "PORT".into();
+/// The device variables Slurm itself sets in every task of a step of
+/// `args`: the same step on the host with `--tf-off`, so the plugin sets
+/// nothing.
+fn slurms_device_vars(args: &[&str]) -> Vec<&'static str> {
+    let mut off = args.to_vec();
+    off.push("--tf-off");
+    let step = srun(&off);
+    assert_eq!(step.code, Some(0), "{}", step.stderr);
+    DEVICE_VARS
+        .into_iter()
+        .filter(|n| step.tasks.values().all(|t| t.var(n).is_some()))
+        .collect()
+}
+
+/// Every name of the image but Slurm's own, in every task: a name the plugin
+/// sets for the step (`set`) has in the image the value the same step got
+/// on the host (run id and ports aside: each step has its own), and the
+/// host's task has it; any other name is unset on the host and keeps the
+/// image's value in the image. So `set` is all the plugin set, and each of
+/// them won over the image's.
+fn assert_every_name_as_on_the_host(host: &Step, image: &Step, set: &[&str]) {
+    let env = image_env();
+    for name in set {
+        assert!(env.contains_key(*name), "the image does not set {name}");
     }
-    let mut out = String::with_capacity(value.len());
-    let mut after_colon = false;
-    for c in value.chars() {
-        if after_colon && c.is_ascii_digit() {
-            continue;
-        }
-        if after_colon {
-            after_colon = false;
-        }
-        out.push(c);
-        if c == ':' {
-            after_colon = true;
-            out.push_str("PORT");
+    assert_eq!(
+        host.tasks.keys().collect::<Vec<_>>(),
+        image.tasks.keys().collect::<Vec<_>>()
+    );
+    for (name, own) in env.iter().filter(|(n, _)| !n.starts_with("SLURM")) {
+        for (rank, h) in &host.tasks {
+            let t = &image.tasks[rank];
+            let ctx = format!("rank {rank}: {name}\n{}", image.stderr);
+            if set.contains(&name.as_str()) {
+                let want = h.var(name).map(|v| h.normalized(v));
+                assert!(want.is_some(), "not set on the host: {ctx}");
+                let got = t.var(name).map(|v| t.normalized(v));
+                assert_eq!(got, want, "in the image (left), on the host (right): {ctx}");
+            } else {
+                assert_eq!(h.var(name), None, "set on the host: {ctx}");
+                assert_eq!(t.var(name), Some(own.as_str()), "the image's own: {ctx}");
+            }
         }
     }
-    out
+}
+
+/// The plugin's notice (src/spank/stepd.rs, `say_replaced`): one line from
+/// each task in the image, `tf-cluster: replaced NAMES set before this
+/// plugin ran …`, naming exactly the image's names it set for the step
+/// (each with a value that must lose); none on the host.
+fn assert_replaced_notice(host: &Step, image: &Step, set: &[&str]) {
+    const NOTICE: &str = "tf-cluster: replaced ";
+    assert!(!host.stderr.contains(NOTICE), "{}", host.stderr);
+    let env = image_env();
+    let want: BTreeSet<&str> = set
+        .iter()
+        .copied()
+        .filter(|n| env.contains_key(*n))
+        .collect();
+    let lines: Vec<BTreeSet<&str>> = image
+        .stderr
+        .lines()
+        .filter_map(|l| l.split_once(NOTICE))
+        .map(|(_, rest)| {
+            let (names, _) = rest
+                .split_once(" set before this plugin ran")
+                .unwrap_or_else(|| panic!("notice {rest:?}"));
+            names.split(' ').collect()
+        })
+        .collect();
+    assert_eq!(
+        lines.len(),
+        image.tasks.len(),
+        "one notice per task:\n{}",
+        image.stderr
+    );
+    for names in &lines {
+        assert_eq!(names, &want, "{}", image.stderr);
+    }
 }
 
 /// The same step on the host and in the image: the tasks in the image got
-/// the very values the host's tasks got (ports aside: each step has its
-/// own), for the GPU lists and the framework's `names`.
+/// the very values the host's tasks got, for the GPU lists Slurm set and the
+/// frameworks' `names`, and each task said which of the image's it
+/// replaced.
 fn same_as_on_the_host(args: &[&str], names: &[&str]) -> (Step, Step) {
+    let mut set: Vec<&str> = slurms_device_vars(args);
+    for name in names {
+        if !set.contains(name) {
+            set.push(name);
+        }
+    }
     let host = srun(args);
     host.assert_ran(4, "host");
     let image = srun(&strs(&in_image(args)));
     image.assert_ran(4, "busybox");
-    let all: Vec<&str> = GPU_VARS.iter().chain(names).copied().collect();
-    let seen = |step: &Step| step.without_ports(&all);
-    assert_eq!(
-        seen(&image),
-        seen(&host),
-        "in the image (left) against on the host (right)\n{}",
-        image.stderr
-    );
-    for t in image.tasks.values() {
-        for name in &all {
-            assert!(t.var(name).is_some(), "{name} not set in the image");
-        }
-    }
+    assert_every_name_as_on_the_host(&host, &image, &set);
+    assert_replaced_notice(&host, &image, &set);
     (host, image)
 }
 
 const TWO_BY_TWO: [&str; 4] = ["-N2", "--ntasks-per-node=2", "-w", "node[1-2]"];
 
+/// Each device variable Slurm set has the value `want` in every task.
+fn assert_gpus(t: &Seen, slurms: &[&str], want: &str) {
+    assert!(slurms.contains(&"CUDA_VISIBLE_DEVICES"), "{slurms:?}");
+    for name in slurms {
+        assert_eq!(t.var(name), Some(want), "{name}");
+    }
+}
+
 /// `--tf-cluster` with four GPUs per node in a container: TF_CONFIG from
 /// Slurm's placement and each local task's half of Slurm's GPUs (0,1 and
-/// 2,3), not the image's TF_CONFIG and CUDA_VISIBLE_DEVICES=7.
+/// 2,3) in every device variable Slurm set, not the image's TF_CONFIG and
+/// CUDA_VISIBLE_DEVICES=7.
 #[test]
 fn tensorflow_in_a_container_gets_the_hosts_values() {
     let _s = standin();
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--tf-cluster"]);
     let (_, image) = same_as_on_the_host(&args, &TF_VARS);
+    let slurms = slurms_device_vars(&args);
     let workers: Vec<String> = image.tasks.values().map(Seen::address).collect();
     for (&rank, t) in &image.tasks {
         let want = serde_json::json!({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}});
         let got: Value = serde_json::from_str(t.var("TF_CONFIG").unwrap()).unwrap();
         assert_eq!(got, want, "rank {rank}");
-        let half = ["0,1", "2,3"][t.local as usize];
-        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(half), "rank {rank}");
+        assert_gpus(t, &slurms, ["0,1", "2,3"][t.local as usize]);
+        assert_eq!(t.var(RUN_ID), Some(t.run_id().as_str()));
     }
 }
 
-/// `--torch-cluster`: MASTER_ADDR is rank 0's host, RANK and LOCAL_RANK
-/// Slurm's, and each task sees the node's four GPUs as Slurm gave them,
-/// not the image's MASTER_ADDR, RANK=77 and CUDA_VISIBLE_DEVICES=7.
+/// `--torch-cluster --tf-network=eth1` (an interface every node has): MASTER_ADDR
+/// is rank 0's host, RANK and LOCAL_RANK Slurm's, GROUP_RANK the node's
+/// place in the order of first ranks, torchrun's static arguments one
+/// launcher per task, the interface variables, and each task sees the
+/// node's four GPUs as Slurm gave them; not the image's MASTER_ADDR,
+/// RANK=77, NCCL_SOCKET_IFNAME=image0 and CUDA_VISIBLE_DEVICES=7.
 #[test]
 fn pytorch_in_a_container_gets_the_hosts_values() {
     let _s = standin();
     let mut args = TWO_BY_TWO.to_vec();
-    args.extend(["--gres=gpu:4", "--torch-cluster"]);
-    let (_, image) = same_as_on_the_host(&args, &TORCH_VARS);
+    args.extend(["--gres=gpu:4", "--torch-cluster", "--tf-network=eth1"]);
+    let names: Vec<&str> = TORCH_VARS.iter().chain(&TORCH_NET_VARS).copied().collect();
+    let (_, image) = same_as_on_the_host(&args, &names);
+    let slurms = slurms_device_vars(&args);
     let master = image.tasks[&0].host.clone();
     for (&rank, t) in &image.tasks {
-        assert_eq!(t.var("MASTER_ADDR"), Some(master.as_str()), "rank {rank}");
-        assert_eq!(t.var("RANK"), Some(rank.to_string().as_str()));
-        assert_eq!(t.var("LOCAL_RANK"), Some(t.local.to_string().as_str()));
-        assert_eq!(t.var("WORLD_SIZE"), Some("4"));
-        assert_eq!(
-            t.var("CUDA_VISIBLE_DEVICES"),
-            Some("0,1,2,3"),
-            "rank {rank}"
+        let port = t.var("MASTER_PORT").unwrap();
+        let reserved = reserved_ports(t.resv_ports.as_deref().unwrap());
+        assert!(
+            reserved.contains(&port.parse().unwrap()),
+            "rank {rank}: {port}"
         );
+        let group = if t.host == master { "0" } else { "1" };
+        let run_id = t.run_id();
+        for (name, want) in [
+            ("MASTER_ADDR", master.as_str()),
+            ("RANK", &rank.to_string()),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_RANK", &t.local.to_string()),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("GROUP_RANK", group),
+            ("GROUP_WORLD_SIZE", "2"),
+            ("PET_NNODES", "4"),
+            ("PET_NODE_RANK", &rank.to_string()),
+            ("PET_MASTER_ADDR", &master),
+            ("PET_MASTER_PORT", port),
+            ("PET_RDZV_ENDPOINT", &format!("{master}:{port}")),
+            ("PET_RDZV_ID", &run_id),
+            ("PET_RDZV_BACKEND", "static"),
+            ("NCCL_SOCKET_IFNAME", "=eth1"),
+            ("GLOO_SOCKET_IFNAME", "eth1"),
+            ("TP_SOCKET_IFNAME", "eth1"),
+            (RUN_ID, &run_id),
+        ] {
+            assert_eq!(t.var(name), Some(want), "rank {rank}: {name}");
+        }
+        assert_gpus(t, &slurms, "0,1,2,3");
+    }
+}
+
+/// `--torch-cluster=elastic`, one torchrun per node: c10d's rendezvous on
+/// rank 0's node (is_host=1 there alone), each launcher its own address, 3
+/// restarts, a worker per GPU Slurm gave the node; not the image's.
+#[test]
+fn pytorch_elastic_in_a_container_gets_the_hosts_values() {
+    let _s = standin();
+    let args = [
+        "-N2",
+        "--ntasks-per-node=1",
+        "-w",
+        "node[1-2]",
+        "--gres=gpu:4",
+        "--torch-cluster=elastic",
+    ];
+    let mut set = slurms_device_vars(&args);
+    set.extend(TORCH_ELASTIC_VARS);
+    let host = srun(&args);
+    host.assert_ran(2, "host");
+    let image = srun(&strs(&in_image(&args)));
+    image.assert_ran(2, "busybox");
+    assert_every_name_as_on_the_host(&host, &image, &set);
+    assert_replaced_notice(&host, &image, &set);
+    let master = image.tasks[&0].host.clone();
+    for (&rank, t) in &image.tasks {
+        let port = t.var("MASTER_PORT").unwrap();
+        let is_host = if rank == 0 { "is_host=1" } else { "is_host=0" };
+        for (name, want) in [
+            ("MASTER_ADDR", master.as_str()),
+            ("PET_NNODES", "2:2"),
+            ("PET_RDZV_ENDPOINT", &format!("{master}:{port}")),
+            ("PET_RDZV_ID", &t.run_id()),
+            ("PET_RDZV_BACKEND", "c10d"),
+            ("PET_RDZV_CONF", is_host),
+            ("PET_LOCAL_ADDR", &t.host),
+            ("PET_MAX_RESTARTS", "3"),
+            ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"),
+            ("PET_NPROC_PER_NODE", "4"),
+            ("GROUP_RANK", &rank.to_string()),
+        ] {
+            assert_eq!(t.var(name), Some(want), "rank {rank}: {name}");
+        }
     }
 }
 
@@ -377,6 +613,7 @@ fn jax_in_a_container_gets_the_hosts_values() {
     let mut args = TWO_BY_TWO.to_vec();
     args.extend(["--gres=gpu:4", "--jax-cluster"]);
     let (_, image) = same_as_on_the_host(&args, &JAX_VARS);
+    let slurms = slurms_device_vars(&args);
     let master = format!("{}:", image.tasks[&0].host);
     for (&rank, t) in &image.tasks {
         let coordinator = t.var("JAX_COORDINATOR_ADDRESS").unwrap_or_default();
@@ -384,9 +621,9 @@ fn jax_in_a_container_gets_the_hosts_values() {
             coordinator.starts_with(&master),
             "rank {rank}: {coordinator}"
         );
-        let half = ["0,1", "2,3"][t.local as usize];
-        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), Some(half), "rank {rank}");
+        assert_gpus(t, &slurms, ["0,1", "2,3"][t.local as usize]);
         assert_eq!(t.var("JAX_LOCAL_DEVICE_IDS"), Some("0,1"), "rank {rank}");
+        assert_eq!(t.var(RUN_ID), Some(t.run_id().as_str()));
     }
 }
 
@@ -549,15 +786,17 @@ fn a_split_refusal_in_a_container_ends_the_step_on_every_node() {
         .filter(|l| l.contains("tf-cluster: "))
         .collect();
     let mut per_rank = BTreeMap::<u32, u32>::new();
+    let mut replaced = BTreeMap::<u32, u32>::new();
     for line in &lines {
-        if line.contains("tf-cluster: replaced ") {
-            continue;
-        }
-        assert!(line.contains(BOUND_IN_CONTAINER), "{line:?}\n{ctx}");
         let rank = line
             .split_once(':')
             .and_then(|(r, _)| r.trim().parse().ok())
             .unwrap_or_else(|| panic!("no rank in {line:?}\n{ctx}"));
+        if line.contains("tf-cluster: replaced ") {
+            *replaced.entry(rank).or_default() += 1;
+            continue;
+        }
+        assert!(line.contains(BOUND_IN_CONTAINER), "{line:?}\n{ctx}");
         *per_rank.entry(rank).or_default() += 1;
     }
     assert!(
@@ -565,6 +804,14 @@ fn a_split_refusal_in_a_container_ends_the_step_on_every_node() {
             && per_rank.contains_key(&0)
             && per_rank.contains_key(&1),
         "want one line from each refusing task, ranks 0 and 1 at least: {per_rank:?}\n{ctx}"
+    );
+    // A refusing task sets nothing, so it replaced nothing; a task that ran
+    // says so once.
+    assert!(
+        replaced
+            .iter()
+            .all(|(r, &n)| n == 1 && !per_rank.contains_key(r)),
+        "notices {replaced:?}, refusals {per_rank:?}\n{ctx}"
     );
     assert!(ms < 10_000, "the step took {ms} ms to end\n{ctx}");
     for node in ["node1", "node2"] {
@@ -592,10 +839,10 @@ fn apptainer_mirror_reaches_the_tasks() {
     let plain = srun(&args);
     plain.assert_ran(4, "host");
     assert!(
-        plain
-            .tasks
-            .values()
-            .all(|t| t.vars.keys().all(|n| !n.contains("ENV_"))),
+        plain.tasks.values().all(|t| t
+            .vars
+            .keys()
+            .all(|n| !n.starts_with("APPTAINERENV_") && !n.starts_with("SINGULARITYENV_"))),
         "mirrored without being asked"
     );
     args.push("--tf-apptainer-env=true");
@@ -631,11 +878,12 @@ fn apptainer_mirror_reaches_the_tasks() {
 /// Host facts are the host's: without srun's map (withheld by a fault of
 /// the test build) the tasks read the user's SLURM_HOSTFILE, which the
 /// container covers with another file; and a container that shows a GPU
-/// driver the node lacks (eight AMD GPUs in a /sys/class of its own, the
-/// probe the plugin falls back on without Slurm's GPU variables, in an
-/// image that sets none either) must not make the plugin hand out GPUs. (The NVIDIA driver's /proc/driver/nvidia
-/// cannot be faked here: the testbed's /proc has no /proc/driver to mount
-/// over.)
+/// driver the node lacks must not make the plugin hand out GPUs: eight
+/// NVIDIA GPUs in a /proc/driver of its own, or eight AMD GPUs in a
+/// /sys/class of its own (the probes the plugin falls back on without
+/// Slurm's GPU variables, in an image that sets none either). The node has
+/// no /proc/driver/nvidia to cover (no driver), so the decoy covers its
+/// parent, which procfs always has; the tasks see each decoy in place.
 #[test]
 fn host_files_are_read_on_the_host() {
     let bed = exclusive();
@@ -644,11 +892,12 @@ fn host_files_are_read_on_the_host() {
     ));
     let mut script = String::from(
         "set -e; cd /home/alice; printf 'node2\\nnode1\\nnode2\\nnode1\\n' >hosts; \
-         printf 'node1\\nnode1\\nnode2\\nnode2\\n' >decoy-hosts; rm -rf fake-sys-class; ",
+         printf 'node1\\nnode1\\nnode2\\nnode2\\n' >decoy-hosts; rm -rf fake-sys-class fake-proc-driver; ",
     );
     for n in 1..=8 {
         script.push_str(&format!(
-            "mkdir -p fake-sys-class/kfd/kfd/topology/nodes/{n}; echo 'simd_count 104' >fake-sys-class/kfd/kfd/topology/nodes/{n}/properties; "
+            "mkdir -p fake-sys-class/kfd/kfd/topology/nodes/{n}; echo 'simd_count 104' >fake-sys-class/kfd/kfd/topology/nodes/{n}/properties; \
+             mkdir -p fake-proc-driver/nvidia/gpus/0000:0{n}:00.0; "
         ));
     }
     let out = exec_for(60, &["sh", "-c", &script]);
@@ -686,31 +935,36 @@ fn host_files_are_read_on_the_host() {
     }
 
     // No --gres: no GPU variable from Slurm, and the node has no driver.
-    let args = [
-        "-N1",
-        "-n2",
-        "-w",
-        "node3",
-        "--tf-cluster",
-        "--container-mounts=/home/alice/fake-sys-class:/sys/class",
-    ];
-    let host = srun(&args[..5]);
+    let args = ["-N1", "-n2", "-w", "node3", "--tf-cluster"];
+    let host = srun(&args);
     host.assert_ran(2, "host");
-    assert!(
-        host.tasks
-            .values()
-            .all(|t| t.var("CUDA_VISIBLE_DEVICES").is_none()),
-        "the node has no GPUs"
-    );
-    // The image without a CUDA_VISIBLE_DEVICES of its own, so that the
-    // plugin would fall back on the probe.
-    let mut no_gpus = vec!["--container-image=/opt/tfc-images/busybox-no-gpus"];
-    no_gpus.extend(args);
-    let image = srun(&no_gpus);
-    image.assert_ran(2, "busybox");
-    for (rank, t) in &image.tasks {
-        assert_eq!(t.var("CUDA_VISIBLE_DEVICES"), None, "rank {rank}");
-        assert_eq!(t.var("ROCR_VISIBLE_DEVICES"), None, "rank {rank}");
+    for (rank, t) in &host.tasks {
+        assert_eq!(t.drivers, (0, 0), "rank {rank}: the node has a GPU driver");
+        assert!(
+            DEVICE_VARS.iter().all(|n| t.var(n).is_none()),
+            "rank {rank}: the node has no GPUs"
+        );
+    }
+    for (decoy, seen) in [
+        ("/home/alice/fake-proc-driver:/proc/driver", (8, 0)),
+        ("/home/alice/fake-sys-class:/sys/class", (0, 8)),
+    ] {
+        // The image without a GPU list of its own, so that the plugin
+        // would fall back on the probe.
+        let mounts = format!("--container-mounts={decoy}");
+        let mut no_gpus = vec!["--container-image=/opt/tfc-images/busybox-no-gpus", &mounts];
+        no_gpus.extend(args);
+        let image = srun(&no_gpus);
+        image.assert_ran(2, "busybox");
+        for (rank, t) in &image.tasks {
+            assert_eq!(
+                t.drivers, seen,
+                "{decoy}: rank {rank}: the decoy is not in place"
+            );
+            for name in DEVICE_VARS {
+                assert_eq!(t.var(name), None, "{decoy}: rank {rank}: {name}");
+            }
+        }
     }
 }
 
@@ -988,20 +1242,15 @@ fn an_images_slurm_variables_do_not_move_a_task() {
         // TensorFlow's two, PyTorch's and JAX's coordinator ports.
         "--resv-ports=4",
     ];
-    let host = srun(&args);
-    host.assert_ran(4, "host");
-    let image = srun(&strs(&in_image(&args)));
-    image.assert_ran(4, "busybox");
     // JAX_LOCAL_DEVICE_IDS is a GPU variable: the image's stays under
-    // --tf-auto-set-gpu=false.
-    let names: Vec<&str> = TF_VARS
-        .iter()
-        .chain(&TORCH_VARS)
-        .chain(&JAX_VARS[..1])
-        .copied()
-        .collect();
-    let seen = |step: &Step| step.without_ports(&names);
-    assert_eq!(seen(&image), seen(&host), "{}", image.stderr);
+    // --tf-auto-set-gpu=false, as do the image's GPU lists (Slurm set none).
+    let mut names: Vec<&str> = TF_VARS.to_vec();
+    for name in TORCH_VARS.iter().chain(&JAX_VARS[..1]) {
+        if !names.contains(name) {
+            names.push(name);
+        }
+    }
+    let (_, image) = same_as_on_the_host(&args, &names);
     for (&rank, t) in &image.tasks {
         assert_eq!(t.var("SLURM_PROCID"), Some("77"), "the image's own stays");
         assert_eq!(t.var("RANK"), Some(rank.to_string().as_str()));

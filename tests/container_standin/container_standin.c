@@ -15,9 +15,13 @@
  *     SLURM_PROCID (a real image gives no such way back).
  *  2. It enters new user and mount namespaces and the image's root, as enroot
  *     does: the host's /proc and /sys read-only, /dev and /home bound, a fresh
- *     tmpfs on /tmp (so /proc/driver, /sys/class, /tmp and any file the user
- *     mounts are the container's, not the host's), and each
- *     --container-mounts=SRC:DST[,SRC:DST...] bound over DST.
+ *     tmpfs on /tmp, and each --container-mounts=SRC:DST[,SRC:DST...] bound
+ *     over DST, under the image's /proc and /sys too. So /tmp and any path
+ *     the user covers are the container's, not the host's: the tests cover
+ *     /sys/class and /proc/driver with decoys listing GPUs the node lacks
+ *     (a node without the NVIDIA driver has no /proc/driver/nvidia to cover,
+ *     but procfs itself makes /proc/driver, fs/proc/root.c, and a bind over
+ *     it is allowed in the new user and mount namespaces).
  *
  * Options (srun, sbatch, salloc): --container-image=DIR (a root directory,
  * the tests' images are made by docker/node/images/make.sh) and

@@ -1002,3 +1002,57 @@ fn a_users_interface_variable_is_kept_not_set() {
             .any(|(n, _)| *n == "NCCL_SOCKET_IFNAME")
     );
 }
+
+/// The container tests' image (docker/node/images/environment) sets every
+/// name a task can get, each with a value that must lose: a name added to
+/// the core and missing there would go untested behind a container. Every
+/// framework at once (one launcher per node, so PyTorch's PET_NPROC_PER_NODE
+/// too), each rendezvous, all four device variables, a network, the run's
+/// id; the Apptainer mirror's prefixed copies aside.
+#[test]
+fn the_container_tests_image_sets_every_name_a_task_can_get() {
+    use std::collections::BTreeSet;
+    let text = include_str!("../../../docker/node/images/environment");
+    let image: BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('=').map(|(n, _)| n.to_string()))
+        .collect();
+    let mut names: BTreeSet<String> = crate::gpus::DEVICE_VARS
+        .iter()
+        .chain(crate::interfaces::VARS.iter().map(|v| &v.name))
+        .chain([&crate::step::RUN_ID_VAR])
+        .map(|n| n.to_string())
+        .collect();
+    let extra = [
+        ("SLURM_STEP_RESV_PORTS", "13000-13003"),
+        ("CUDA_VISIBLE_DEVICES", "0,1,2,3"),
+        ("ROCR_VISIBLE_DEVICES", "0,1,2,3"),
+        ("ZE_AFFINITY_MASK", "0,1,2,3"),
+        ("GPU_DEVICE_ORDINAL", "0,1,2,3"),
+        (
+            "SLURM_TF_CLUSTER",
+            "1;4242.7;hosts=node[1-3];runs=2,0,1;net=10.98.0.0/29",
+        ),
+    ];
+    for torch_value in ["", "elastic"] {
+        let mut settings = torch(torch_value);
+        settings.frameworks = settings
+            .frameworks
+            .with(&tensorflow::FRAMEWORK)
+            .with(&jax::FRAMEWORK);
+        settings.set("host-template", "{}-ib").unwrap();
+        let task = resolve_vars(&settings, launcher("0", "node3", &extra)).unwrap();
+        names.extend(task.vars().map(|(n, _)| n.to_string()));
+    }
+    let missing: Vec<&String> = names.difference(&image).collect();
+    assert!(missing.is_empty(), "not in the image: {missing:?}");
+    // The image's other names are Slurm's own task variables and JAX's two
+    // that JAX takes from Slurm itself: none a task gets from the plugin.
+    let others: Vec<&str> = image
+        .difference(&names)
+        .map(String::as_str)
+        .filter(|n| !n.starts_with("SLURM"))
+        .collect();
+    assert_eq!(others, ["JAX_NUM_PROCESSES", "JAX_PROCESS_ID"]);
+}

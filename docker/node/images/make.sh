@@ -31,4 +31,4 @@ make_one() {
     mksquashfs "$root" "$out/$name.sqsh" -noappend -all-root -quiet >/dev/null
 }
 make_one busybox NONE
-make_one busybox-no-gpus 'CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES'
+make_one busybox-no-gpus 'CUDA_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|ZE_AFFINITY_MASK|GPU_DEVICE_ORDINAL'
