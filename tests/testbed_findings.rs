@@ -88,11 +88,7 @@ fn torchrun_in_a_het_step_trains() {
         text.contains("rc=0"),
         "the step failed or hung:\n{text}\n{stderr}"
     );
-    let results: Vec<serde_json::Value> = text
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, j)| j))
-        .map(|j| serde_json::from_str(j).unwrap_or_else(|e| panic!("{j}: {e}")))
-        .collect();
+    let results = common::results(&text);
     assert_eq!(results.len(), 2, "{text}");
     let mut ranks: Vec<i64> = results
         .iter()

@@ -99,16 +99,12 @@ fn parse(output: &str, code: Option<i32>, context: &str) -> Job {
         }
     }
     let mut result = BTreeMap::new();
-    for line in output.lines() {
-        if let Some((_, json)) = line.split_once("RESULT ") {
-            let v: Value =
-                serde_json::from_str(json).unwrap_or_else(|e| panic!("{json:?}: {e}\n{output}"));
-            let rank = v["rank"].as_u64().expect("rank");
-            assert!(
-                result.insert(rank, v).is_none(),
-                "rank {rank} twice:\n{output}"
-            );
-        }
+    for v in common::results(output) {
+        let rank = v["rank"].as_u64().expect("rank");
+        assert!(
+            result.insert(rank, v).is_none(),
+            "rank {rank} twice:\n{output}"
+        );
     }
     Job {
         run: labelled.run(code, format!("{context}\n---- job output ----\n{output}")),

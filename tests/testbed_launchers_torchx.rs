@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::{exec, exec_for, on, reserved_ports};
+use common::{exec, exec_for, on, reserved_ports, results};
 use serde_json::Value;
 
 const DIR: &str = "/home/alice/launchers-torchx";
@@ -113,23 +113,6 @@ impl Setup {
             ("", "")
         }
     }
-}
-
-/// Every `RESULT` JSON in `text` (torchrun's `--tee` prefixes the lines).
-/// Each is read as one JSON value from where it starts: two processes on one
-/// stdout (the reference run) print a line's text and its newline in two
-/// writes, so one's line may run into the other's (`…}RESULT {…}`).
-fn results(text: &str) -> Vec<Value> {
-    text.split("RESULT ")
-        .skip(1)
-        .map(|rest| {
-            serde_json::Deserializer::from_str(rest)
-                .into_iter::<Value>()
-                .next()
-                .and_then(Result::ok)
-                .unwrap_or_else(|| panic!("no RESULT JSON at: {rest}"))
-        })
-        .collect()
 }
 
 /// One dist.ddp job at a time among the tests that share the testbed: each wants TorchX's fixed

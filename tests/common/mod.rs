@@ -16,6 +16,23 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+/// Every `RESULT {json}` a training printed, in order. Each is read as one JSON value from where
+/// it starts: workers on one stdout (torchrun's `--tee`, two processes of a reference run) write
+/// a line's text and its newline apart, so another's line or prefix can run into its end
+/// (`…}[default0]:RESULT {…}`).
+pub fn results(text: &str) -> Vec<Value> {
+    text.split("RESULT ")
+        .skip(1)
+        .map(|rest| {
+            serde_json::Deserializer::from_str(rest)
+                .into_iter::<Value>()
+                .next()
+                .and_then(Result::ok)
+                .unwrap_or_else(|| panic!("no RESULT JSON at: {rest}"))
+        })
+        .collect()
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
