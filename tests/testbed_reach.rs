@@ -247,8 +247,10 @@ fn a_later_het_component_reads_no_hand_off_the_user_exported() {
 /// not mount namespaces alone (no CAP_SYS_ADMIN), so the process gets a
 /// user namespace mapping every uid to itself and a mount namespace whose
 /// /etc/resolv.conf names a server that takes every query and answers none
-/// (a bound UDP socket nobody reads; `timeout:5 attempts:3`, 15 s a name): only this
-/// process's lookups are slow, the testbed's other tests see no change.
+/// (a bound UDP socket nobody reads; `timeout:5 attempts:3`, 15 s a name)
+/// and whose /etc/hosts holds the testbed's own names (srun's lookups of
+/// `ctl` and the nodes): only this process's lookups of other names are
+/// slow, the testbed's other tests see no change.
 const SILENT_DNS: &str = r#"
 import ctypes, os, signal, socket, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -258,6 +260,14 @@ sink.bind(("127.0.0.77", 53))
 conf = "/tmp/tfc-silent-resolv.conf"
 with open(conf, "w") as f:
     f.write("nameserver 127.0.0.77\noptions timeout:5 attempts:3\n")
+hosts = "/tmp/tfc-silent-hosts"
+with open("/etc/hosts") as f:
+    known = f.read()
+for name in ("ctl", "node1", "node2", "node3"):
+    for addr in {a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)}:
+        known += f"{addr} {name}\n"
+with open(hosts, "w") as f:
+    f.write(known)
 ready_r, ready_w = os.pipe()
 go_r, go_w = os.pipe()
 pid = os.fork()
@@ -269,8 +279,9 @@ if pid == 0:
         os.read(go_r, 1)
         if libc.mount(None, b"/", None, 16384 | 262144, None) != 0:
             raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
-        if libc.mount(conf.encode(), b"/etc/resolv.conf", None, 4096, None) != 0:
-            raise OSError(ctypes.get_errno(), "mount --bind")
+        for src, dst in ((conf, "/etc/resolv.conf"), (hosts, "/etc/hosts")):
+            if libc.mount(src.encode(), dst.encode(), None, 4096, None) != 0:
+                raise OSError(ctypes.get_errno(), f"mount --bind {src} {dst}")
         os.setgroups([1000])
         os.setgid(1000)
         os.setuid(1000)
