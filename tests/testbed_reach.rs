@@ -351,10 +351,12 @@ fn silent_dns(signal_after: f64, cmd: &[&str]) -> Timed {
 /// answer, `srun --tf-host-template={}-nowhere` is refused at the 10 s
 /// deadline in one line, nothing launched; with SIGINT sent to srun's
 /// process group 2 s after its start (what a terminal's Ctrl-C does), it
-/// ends within 1-2 s of the signal, refused in one line, nothing launched,
-/// inside an existing allocation as in its own; no step stays behind and the
-/// allocation's next srun runs. (srun once ignored the Ctrl-C and waited for
-/// the deadline: its signal thread takes SIGINT while plugins run.)
+/// is refused in one line and the user's command never runs: in its own
+/// allocation srun fails at once; inside an existing one its tasks refuse
+/// the step (srun failing there would leave the step RUNNING), srun ends
+/// within a few seconds, no step stays behind and the allocation's next
+/// srun runs. (srun once ignored the Ctrl-C and waited for the deadline:
+/// its signal thread takes SIGINT while plugins run.)
 #[test]
 fn ctrl_c_ends_srun_s_host_template_lookups() {
     let _bed = common::testbed();
@@ -423,9 +425,12 @@ fn ctrl_c_ends_srun_s_host_template_lookups() {
     );
     assert_ne!(deadline.code, 0, "{}", show(&deadline));
     assert!(!deadline.stdout.contains("LAUNCHED"), "{}", show(&deadline));
-    for (case, run) in [("own allocation", &own), ("existing allocation", &inside)] {
+    for (case, run, within) in [
+        ("own allocation", &own, 2.5),
+        ("existing allocation", &inside, 5.0),
+    ] {
         assert!(
-            run.after_signal < 2.5,
+            run.after_signal < within,
             "{case}: srun ended {:.2} s after Ctrl-C\n{}",
             run.after_signal,
             show(run)

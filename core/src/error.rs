@@ -19,8 +19,8 @@ pub enum Kind {
     /// Already said once, elsewhere (srun's refusal of the step, the panic
     /// hook's line): the caller fails without saying it again.
     Reported,
-    /// The user interrupted srun (Ctrl-C): it says so and fails, inside an
-    /// existing allocation too, so that nothing is launched.
+    /// The user interrupted srun (Ctrl-C): refused as it is, with no advice
+    /// and no second try.
     Interrupted,
 }
 

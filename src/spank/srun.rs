@@ -83,21 +83,15 @@ impl Srun {
 
     /// After slurmctld created the step and before anything is launched:
     /// check the step, fetch its task map, and hand the tasks the map or a
-    /// verdict. It fails only when srun made its own allocation, or when
-    /// the user interrupted srun (nothing is launched then either).
+    /// verdict. It fails only when srun made its own allocation.
     pub fn local_user_init(&self, spank: &Spank) -> i32 {
         // Decided once: the step's settings and srun's word both follow it.
         let off_overridden = self.off_overridden();
-        let mut interrupted = false;
         let rc = guard(
             "local_user_init",
             Some(spank),
             || match options::step_settings(spank, off_overridden) {
-                Ok(Some(settings)) => {
-                    let decided = self.decide(spank, &settings, off_overridden);
-                    interrupted = matches!(&decided, Err(e) if e.kind() == Kind::Interrupted);
-                    decided
-                }
+                Ok(Some(settings)) => self.decide(spank, &settings, off_overridden),
                 Ok(None) => {
                     // A hand-off the user exported or an outer step left
                     // would reach the tasks (a variable removed here still
@@ -110,11 +104,7 @@ impl Srun {
                 Err(e) => self.refuse(e, word(spank, off_overridden, 0)?),
             },
         );
-        if self.own_allocation() || interrupted {
-            rc
-        } else {
-            0
-        }
+        if self.own_allocation() { rc } else { 0 }
     }
 
     /// Decides for a step that asked for the plugin. Err: refuse now (srun
@@ -138,6 +128,7 @@ impl Srun {
             Err(e) => e,
         };
         let left_out = self.only_inherited(settings);
+        // Interrupted, the user asked for no more lookups: refused as is.
         if left_out.is_empty() || e.kind() == Kind::Interrupted {
             return self.refuse(e, word);
         }
@@ -179,9 +170,11 @@ impl Srun {
     /// What cannot run: refused before launch when srun can end the job,
     /// else handed to the tasks to fail.
     fn refuse(&self, e: Error, mut word: Handoff) -> Result<()> {
-        // Interrupted, srun fails in any allocation: its shepherd then has
-        // the created step killed, and nothing is launched.
-        if self.own_allocation() || e.kind() == Kind::Interrupted {
+        // Interrupted too: failing srun inside an existing allocation would
+        // leave the created step RUNNING (srun's shepherd asks slurmctld to
+        // kill it, measured to no effect on 22.05 and 26.05): its tasks refuse
+        // it instead, before the user's command, and the step ends.
+        if self.own_allocation() {
             return Err(e);
         }
         log::error!("{e}");
