@@ -172,7 +172,7 @@ impl Srun {
     fn refuse(&self, e: Error, mut word: Handoff) -> Result<()> {
         // Interrupted too: failing srun inside an existing allocation would
         // leave the created step RUNNING (srun's shepherd asks slurmctld to
-        // kill it, measured to no effect on 22.05 and 26.05): its tasks refuse
+        // kill it, measured to no effect on 22.05, 24.11, 26.05): its tasks refuse
         // it instead, before the user's command, and the step ends.
         if self.own_allocation() {
             return Err(e);
