@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Exclusive, assert_no_node_drained, exclusive, exec_for, on};
+use common::{Exclusive, assert_no_node_drained, exclusive, exec, exec_for, on};
 
 /// slurmctld's count of `REQUEST_CANCEL_JOB_STEP` RPCs (sdiag, as root).
 fn cancel_rpcs() -> u64 {
@@ -235,5 +235,220 @@ fn a_later_het_component_reads_no_hand_off_the_user_exported() {
             "{forged}: {text}"
         );
     }
+    assert_no_node_drained();
+}
+
+/// Runs `ARGV[2:]` as alice on node1 where name lookups never answer, and
+/// prints `TIMES took=S after_signal=S code=N`: the process's run time, the
+/// time from the signal to its end, its exit code. With ARGV[1] >= 0, it is
+/// started in its own process group and SIGINT goes to that group ARGV[1]
+/// seconds after the start, as a terminal's Ctrl-C does. Run as root: the
+/// nodes' containers may create user namespaces (no seccomp filter) but
+/// not mount namespaces alone (no CAP_SYS_ADMIN), so the process gets a
+/// user namespace mapping every uid to itself and a mount namespace whose
+/// /etc/resolv.conf names a server that takes every query and answers none
+/// (a bound UDP socket nobody reads; `timeout:5 attempts:3`, 15 s a name)
+/// and whose /etc/hosts holds the testbed's own names (srun's lookups of
+/// `ctl` and the nodes): only this process's lookups of other names are
+/// slow, the testbed's other tests see no change.
+const SILENT_DNS: &str = r#"
+import ctypes, os, signal, socket, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+after, cmd = float(sys.argv[1]), sys.argv[2:]
+sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sink.bind(("127.0.0.77", 53))
+conf = "/tmp/tfc-silent-resolv.conf"
+with open(conf, "w") as f:
+    f.write("nameserver 127.0.0.77\noptions timeout:5 attempts:3\n")
+hosts = "/tmp/tfc-silent-hosts"
+with open("/etc/hosts") as f:
+    known = f.read()
+for name in ("ctl", "node1", "node2", "node3"):
+    for addr in {a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET)}:
+        known += f"{addr} {name}\n"
+with open(hosts, "w") as f:
+    f.write(known)
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    try:
+        if libc.unshare(0x10000000 | 0x00020000) != 0:
+            raise OSError(ctypes.get_errno(), "unshare")
+        os.write(ready_w, b"u")
+        os.read(go_r, 1)
+        if libc.mount(None, b"/", None, 16384 | 262144, None) != 0:
+            raise OSError(ctypes.get_errno(), "mount --make-rprivate /")
+        for src, dst in ((conf, "/etc/resolv.conf"), (hosts, "/etc/hosts")):
+            if libc.mount(src.encode(), dst.encode(), None, 4096, None) != 0:
+                raise OSError(ctypes.get_errno(), f"mount --bind {src} {dst}")
+        os.setgroups([1000])
+        os.setgid(1000)
+        os.setuid(1000)
+        os.chdir("/home/alice")
+        os.environ.update(HOME="/home/alice", USER="alice", LOGNAME="alice")
+        if after >= 0:
+            os.setpgid(0, 0)
+        os.execvp(cmd[0], cmd)
+    except BaseException as e:
+        print(f"SETUP FAILED {e}", file=sys.stderr, flush=True)
+    os._exit(99)
+os.read(ready_r, 1)
+for name in ("uid_map", "gid_map"):
+    with open(f"/proc/{pid}/{name}", "w") as f:
+        f.write("0 0 65536\n")
+os.write(go_w, b"g")
+start = time.monotonic()
+sent = None
+if after >= 0:
+    time.sleep(after)
+    os.killpg(pid, signal.SIGINT)
+    sent = time.monotonic()
+_, status = os.waitpid(pid, 0)
+end = time.monotonic()
+since = -1 if sent is None else end - sent
+code = os.waitstatus_to_exitcode(status)
+print(f"TIMES took={end - start:.2f} after_signal={since:.2f} code={code}", flush=True)
+"#;
+
+/// One run under [`SILENT_DNS`]: its output and times.
+struct Timed {
+    took: f64,
+    after_signal: f64,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn silent_dns(signal_after: f64, cmd: &[&str]) -> Timed {
+    let after = signal_after.to_string();
+    let mut argv = vec!["python3", "-c", SILENT_DNS, after.as_str()];
+    argv.extend_from_slice(cmd);
+    let out = on("node1", &argv);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let times = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("TIMES "))
+        .unwrap_or_else(|| panic!("no times:\n{stdout}{stderr}"))
+        .to_string();
+    let field = |name: &str| -> &str {
+        times
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {times}"))
+    };
+    Timed {
+        took: field("took=").parse().unwrap(),
+        after_signal: field("after_signal=").parse().unwrap(),
+        code: field("code=").parse().unwrap(),
+        stdout,
+        stderr,
+    }
+}
+
+/// Ctrl-C ends srun's host-template lookups: with lookups that never
+/// answer, `srun --tf-host-template={}-nowhere` is refused at the 10 s
+/// deadline in one line, nothing launched; with SIGINT sent to srun's
+/// process group 2 s after its start (what a terminal's Ctrl-C does), it
+/// is refused in one line and the user's command never runs: in its own
+/// allocation srun fails at once; inside an existing one its tasks refuse
+/// the step (srun failing there would leave the step RUNNING), srun ends
+/// within a few seconds, no step stays behind and the allocation's next
+/// srun runs. (srun once ignored the Ctrl-C and waited for the deadline:
+/// its signal thread takes SIGINT while plugins run.)
+#[test]
+fn ctrl_c_ends_srun_s_host_template_lookups() {
+    let _bed = common::testbed();
+    let step = [
+        "srun",
+        "-N3",
+        "-n3",
+        "--torch-cluster",
+        "--tf-host-template={}-nowhere",
+        "echo",
+        "LAUNCHED",
+    ];
+    let show = |t: &Timed| format!("{}{}", t.stdout, t.stderr);
+    let deadline = silent_dns(-1.0, &step);
+    eprintln!(
+        "MEASURED no Ctrl-C, own allocation: srun ended after {:.2} s",
+        deadline.took
+    );
+    let own = silent_dns(2.0, &step);
+    eprintln!(
+        "MEASURED Ctrl-C at 2 s, own allocation: srun ended {:.2} s after it ({:.2} s in all)",
+        own.after_signal, own.took
+    );
+    let out = exec(&["salloc", "-N3", "--no-shell"]);
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    let job = text
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u32>().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("no job id: {text}"))
+        .to_string();
+    let jobid = format!("--jobid={job}");
+    let mut in_job = vec!["srun", jobid.as_str()];
+    in_job.extend_from_slice(&step[1..]);
+    let inside = silent_dns(2.0, &in_job);
+    eprintln!(
+        "MEASURED Ctrl-C at 2 s, existing allocation: srun ended {:.2} s after it ({:.2} s in all)",
+        inside.after_signal, inside.took
+    );
+    // The shepherd of the refused srun has the step killed: it goes soon.
+    let mut steps = String::new();
+    for _ in 0..30 {
+        let out = exec(&["squeue", "-h", "-s", "-j", &job, "-o", "%i"]);
+        steps = String::from_utf8_lossy(&out.stdout).into_owned();
+        if steps.lines().all(|l| l.contains(".extern")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let next = exec_for(60, &["srun", &jobid, "-N3", "-n3", "echo", "NEXT"]);
+    let next_out = String::from_utf8_lossy(&next.stdout).into_owned();
+    exec(&["scancel", &job]);
+
+    assert!(
+        (9.0..15.0).contains(&deadline.took),
+        "{:.2} s\n{}",
+        deadline.took,
+        show(&deadline)
+    );
+    let deadline_lines = common::messages(&deadline.stderr);
+    assert_eq!(deadline_lines.len(), 1, "{}", show(&deadline));
+    assert!(
+        deadline_lines[0].contains("did not all resolve within 10s"),
+        "{}",
+        show(&deadline)
+    );
+    assert_ne!(deadline.code, 0, "{}", show(&deadline));
+    assert!(!deadline.stdout.contains("LAUNCHED"), "{}", show(&deadline));
+    for (case, run, within) in [
+        ("own allocation", &own, 2.5),
+        ("existing allocation", &inside, 5.0),
+    ] {
+        assert!(
+            run.after_signal < within,
+            "{case}: srun ended {:.2} s after Ctrl-C\n{}",
+            run.after_signal,
+            show(run)
+        );
+        let lines = common::messages(&run.stderr);
+        assert_eq!(lines.len(), 1, "{case}: {}", show(run));
+        assert!(
+            lines[0].contains("interrupted while looking up"),
+            "{case}: {}",
+            show(run)
+        );
+        assert_ne!(run.code, 0, "{case}: {}", show(run));
+        assert!(!run.stdout.contains("LAUNCHED"), "{case}: {}", show(run));
+    }
+    assert!(
+        steps.lines().all(|l| l.contains(".extern")),
+        "steps left: {steps}"
+    );
+    assert_eq!(next_out.matches("NEXT").count(), 3, "{next_out}");
     assert_no_node_drained();
 }

@@ -19,6 +19,9 @@ pub enum Kind {
     /// Already said once, elsewhere (srun's refusal of the step, the panic
     /// hook's line): the caller fails without saying it again.
     Reported,
+    /// The user interrupted srun (Ctrl-C): refused as it is, with no advice
+    /// and no second try.
+    Interrupted,
 }
 
 impl Error {
@@ -46,6 +49,14 @@ impl Error {
         Error {
             kind: Kind::Reported,
             ..Error::new(what)
+        }
+    }
+
+    /// The user interrupted the wait: see [`Kind::Interrupted`].
+    pub fn interrupted(message: impl Into<String>) -> Self {
+        Error {
+            kind: Kind::Interrupted,
+            ..Error::new(message)
         }
     }
 

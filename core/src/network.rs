@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result, bail};
+use crate::error::{Error, Kind, Result, bail};
 // The pure types, where the shell and the hand-off name them.
 pub use crate::interfaces::{
     Cidr, GLOO, Interface, InterfaceVar, NCCL, Network, NodeNetwork, TENSORPIPE, VARS, choose,
@@ -132,11 +132,12 @@ fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> 
     };
     while left > 0 {
         if (lookups.interrupted)() {
-            return give_up(format!(
+            stop.store(true, Ordering::Relaxed);
+            return Err(Error::interrupted(format!(
                 "interrupted while looking up the host template's names ({} of {} answered)",
                 names.len() - left,
                 names.len()
-            ));
+            )));
         }
         let Some(remaining) = lookups.deadline.checked_sub(start.elapsed()) else {
             return give_up(format!(
@@ -176,11 +177,13 @@ pub fn for_step<'h>(
                 .into_iter()
                 .map(|host| template.replace("{}", host))
                 .collect();
-            let found = resolve_all(&names, lookups).map_err(|e| {
-                Error::new(format!(
+            let found = resolve_all(&names, lookups).map_err(|e| match e.kind() {
+                // The user's own doing: no advice.
+                Kind::Interrupted => e,
+                _ => Error::new(format!(
                     "{e} ({}): name the network with --tf-network=IFNAME|CIDR",
                     origin(settings)
-                ))
+                )),
             })?;
             let mut addrs = Vec::new();
             for (name, found) in names.iter().zip(found) {
@@ -417,15 +420,19 @@ mod tests {
         let mut lookups = Lookups::new(stuck);
         let start = std::time::Instant::now();
         lookups.interrupted = Box::new(move || start.elapsed() > Duration::from_millis(100));
-        let e = for_step(&template(), ["node1"], &lookups)
-            .unwrap_err()
-            .to_string();
+        let e = for_step(&template(), ["node1"], &lookups).unwrap_err();
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
         );
-        assert!(e.contains("interrupted"), "{e}");
+        // Its own kind, for srun to fail whatever the allocation; no advice.
+        assert_eq!(e.kind(), Kind::Interrupted, "{e}");
+        assert!(
+            e.to_string().starts_with("interrupted while looking up"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("--tf-network"), "{e}");
     }
 
     #[test]

@@ -2,13 +2,15 @@
 //! applies the result. Nothing here decides anything the core could. One
 //! file per process it runs in, as NVIDIA's pyxis does: the exported hooks
 //! (`hooks`), srun's side (`srun`, with the slurmctld RPCs in
-//! `step_layout_rpc` and `step_info_rpc`) and slurmstepd's side (`stepd`).
+//! `step_layout_rpc` and `step_info_rpc`, and its Ctrl-C sentinel in
+//! `interrupt`) and slurmstepd's side (`stepd`).
 
 mod bindings;
 mod fault;
 mod guard;
 mod handle;
 mod hooks;
+mod interrupt;
 mod logger;
 mod options;
 mod slurm_api;

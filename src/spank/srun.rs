@@ -8,7 +8,7 @@
 use super::guard::guard;
 use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
-use super::{fault, step_info_rpc, step_layout_rpc};
+use super::{fault, interrupt, step_info_rpc, step_layout_rpc};
 use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
 use crate::core::handoff::{self, Decision, Handoff, MAX_LEN, StepBind, Verdict};
@@ -16,7 +16,7 @@ use crate::core::network;
 use crate::core::os::ProcessEnv;
 use crate::core::step::{het_job_id, het_nodelist, het_size, number};
 use crate::core::task_map;
-use crate::core::{self, Error, MAX_NODES, Probe, Result, Settings};
+use crate::core::{self, Error, Kind, MAX_NODES, Probe, Result, Settings};
 
 /// srun's state, from its start to its `local_user_init`.
 pub struct Srun {
@@ -128,7 +128,8 @@ impl Srun {
             Err(e) => e,
         };
         let left_out = self.only_inherited(settings);
-        if left_out.is_empty() {
+        // Interrupted, the user asked for no more lookups: refused as is.
+        if left_out.is_empty() || e.kind() == Kind::Interrupted {
             return self.refuse(e, word);
         }
         let names: Vec<String> = left_out.iter().map(|f| format!("--{}", f.option)).collect();
@@ -169,6 +170,10 @@ impl Srun {
     /// What cannot run: refused before launch when srun can end the job,
     /// else handed to the tasks to fail.
     fn refuse(&self, e: Error, mut word: Handoff) -> Result<()> {
+        // Interrupted too: failing srun inside an existing allocation would
+        // leave the created step RUNNING (srun's shepherd asks slurmctld to
+        // kill it, measured to no effect on 22.05, 24.11, 26.05): its tasks refuse
+        // it instead, before the user's command, and the step ends.
         if self.own_allocation() {
             return Err(e);
         }
@@ -227,7 +232,7 @@ const SUBMIT_DIR: &str = "SLURM_SUBMIT_DIR";
 /// The step's network: `--tf-network`, or the subnet of every node's
 /// template name, resolved here (srun is the user's own process: a slow DNS
 /// delays this srun, never a slurmstepd). The nodes are the map's, else the
-/// allocation's.
+/// allocation's. A Ctrl-C ends the lookups (see [`interrupt`]).
 fn network_for(settings: &Settings, word: &Handoff) -> Result<Option<network::Network>> {
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
     let hosts = match needs_hosts {
@@ -238,11 +243,13 @@ fn network_for(settings: &Settings, word: &Handoff) -> Result<Option<network::Ne
             )
         })?),
     };
-    network::for_step(
-        settings,
-        hosts.iter().flat_map(|h| h.iter()),
-        &network::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name))),
-    )
+    let mut lookups =
+        network::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name)));
+    // Only lookups need it: ended (and reaped) when `lookups` drops.
+    if let Some(sentinel) = hosts.as_ref().and_then(|_| interrupt::Sentinel::start()) {
+        lookups.interrupted = Box::new(move || sentinel.interrupted());
+    }
+    network::for_step(settings, hosts.iter().flat_map(|h| h.iter()), &lookups)
 }
 
 /// The step's nodes: the map's, else the allocation's (a superset).
