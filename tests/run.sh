@@ -57,7 +57,9 @@ for f in tests/*.rs; do
     esac
 done
 step "host: core and CLI tests" cargo test --profile tests -p tf-cluster-core -p tf-cluster-cli --all-targets
-step "host: plugin tests" cargo test --profile tests -p tf-cluster --lib "${host_tests[@]}"
+# The plugin's .so in the tests' profile too: tests/symbols.rs reads the one
+# built beside it.
+step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --lib && cargo test --profile tests -p tf-cluster --lib "$@"' _ "${host_tests[@]}"
 # The testbed binaries (docker/matrix.sh runs them; the same command, so
 # there it finds them built): built now, while the images still build.
 testbed_tests=()
