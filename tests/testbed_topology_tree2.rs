@@ -56,7 +56,8 @@ fn block_layouts_start_where_the_topology_says() {
 const DIR: &str = "/home/alice/tf-topology";
 
 /// Real TensorFlow MultiWorkerMirroredStrategy (tests/fixtures/tensorflow/mwms.py,
-/// the README's program, verbatim, beside the show_resolver.py it imports)
+/// the program docs/tensorflow-examples.md shows, verbatim, beside the
+/// show_resolver.py it imports)
 /// from a plain `srun --tf-cluster` on 3 nodes: rank 0, the chief worker,
 /// runs where Slurm put it (26.05: node2, not node1), every worker's resolver
 /// sees its TF_CONFIG, the loss goes down and every worker ends with
