@@ -132,7 +132,7 @@ plugin_version() {
 }
 if [ "$dry" = 0 ]; then
     for t in nm readelf od; do
-        command -v "$t" >/dev/null || die "$t not found: install binutils (nm and readelf read the plugin's plugin_version)"
+        command -v "$t" >/dev/null || die "$t not found: install binutils and coreutils (nm, readelf and od read the plugin's plugin_version)"
     done
     if [ ! -f "$so" ] || [ ! -f "$cli" ]; then
         die "$so or $cli is missing (built? CARGO_TARGET_DIR?)"

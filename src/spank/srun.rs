@@ -246,7 +246,7 @@ fn network_for(settings: &Settings, word: &Handoff) -> Result<Option<network::Ne
     let mut lookups =
         network::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name)));
     // Only lookups need it: ended (and reaped) when `lookups` drops.
-    if let Some(sentinel) = hosts.as_ref().and_then(|_| interrupt::Sentinel::start()) {
+    if let Some(sentinel) = needs_hosts.then(interrupt::Sentinel::start).flatten() {
         lookups.interrupted = Box::new(move || sentinel.interrupted());
     }
     network::for_step(settings, hosts.iter().flat_map(|h| h.iter()), &lookups)
