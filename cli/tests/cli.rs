@@ -2,7 +2,9 @@
 //! JSON object of the variables the plugin would set; errors give a non-zero
 //! exit, one line on stderr and nothing on stdout.
 
-use std::process::{Command, Output};
+mod hermetic;
+
+use std::process::Output;
 
 use serde_json::{Value, json};
 
@@ -14,9 +16,8 @@ const BASIC: [(&str, &str); 4] = [
 ];
 
 fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tf-cluster"))
+    hermetic::tf_cluster()
         .args(args)
-        .env_clear()
         .envs(env.iter().copied())
         .output()
         .unwrap()

@@ -2,16 +2,16 @@
 //! /usr/share/man/man1/tf-cluster.1) says what `--help` says: the same
 //! commands, options and variables read.
 
+mod hermetic;
+
 use std::collections::BTreeSet;
-use std::process::Command;
 
 const MAN: &str = include_str!("../tf-cluster.1");
 
 fn help(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_tf-cluster"))
+    let out = hermetic::tf_cluster()
         .args(args)
         .arg("--help")
-        .env_clear()
         .output()
         .unwrap();
     assert!(out.status.success(), "{args:?}");

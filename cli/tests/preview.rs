@@ -6,14 +6,15 @@
 //! deal, so the first nodes take the extra tasks; ports are the port base +
 //! the task's local index), never copied from this program's output.
 
-use std::process::{Command, Output};
+mod hermetic;
+
+use std::process::Output;
 
 use serde_json::{Value, json};
 
 fn cli(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tf-cluster"))
+    hermetic::tf_cluster()
         .args(args)
-        .env_clear()
         .envs(env.iter().copied())
         .output()
         .unwrap()

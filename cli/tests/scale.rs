@@ -3,7 +3,9 @@
 //! refused past what TF_CONFIG can hold, and every framework past what the
 //! plugin lays out, each with its own one line.
 
-use std::process::{Command, Output};
+mod hermetic;
+
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -36,9 +38,8 @@ fn step(tasks: u32, nodes: u32, rank: u32) -> Vec<(&'static str, String)> {
 }
 
 fn cli(option: &str, env: &[(&str, String)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tf-cluster"))
+    hermetic::tf_cluster()
         .args(["env", option])
-        .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap()
