@@ -30,17 +30,17 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
+use common::outputs::Outputs;
 use common::{exec, exec_for, reserved_ports, srun, testbed};
 use serde_json::Value;
 
 const DIR: &str = "/home/alice/elastic-tests";
 
 /// A small DistributedDataParallel training on CPU (gloo), 40 steps, that can fail once on
-/// purpose, and prints `RESULT {json}` per worker at the end.
+/// purpose, and reports `RESULT {json}` per worker at the end (tests/fixtures/tfc_report.py).
 const TRAIN: &str = r#"import argparse
 import datetime
 import hashlib
-import json
 import os
 import signal
 import socket
@@ -50,6 +50,8 @@ import time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+
+from tfc_report import report
 
 STEPS = 40
 
@@ -146,7 +148,7 @@ def main():
         while not os.path.exists(a.hold) and time.monotonic() < deadline:
             time.sleep(0.2)
         held = os.path.exists(a.hold)
-    print("RESULT " + json.dumps({
+    report("RESULT", rank, {
         "rank": rank,
         "world_size": world,
         "host": host,
@@ -159,7 +161,7 @@ def main():
         "first_loss": losses[0],
         "last_loss": losses[-1],
         "weights_sha256": digest.hexdigest(),
-    }), flush=True)
+    })
     dist.barrier()
     dist.destroy_process_group()
 
@@ -204,7 +206,11 @@ fn install() {
     DONE.get_or_init(|| {
         common::install(
             DIR,
-            &[("train.py", TRAIN), ("two-steps.sbatch", TWO_STEPS)],
+            &[
+                ("train.py", TRAIN),
+                ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
+                ("two-steps.sbatch", TWO_STEPS),
+            ],
             "mkdir -p marks\n",
         );
     });
@@ -239,73 +245,68 @@ struct Step {
     output: String,
 }
 
-/// Parses `srun --label` output (`R: text`; torchrun's --tee prefixes a worker's lines with
-/// `[default<local rank>]:`).
-fn parse(output: &str, code: Option<i32>) -> Step {
+/// Reads each launcher's PET line from its task's own output file and each worker's RESULT
+/// from its own report file; `context` (srun's or sbatch's messages) and every file are kept
+/// for a failure's message and for the tests that count what workers printed.
+fn parse(outputs: &Outputs, code: Option<i32>, context: &str) -> Step {
+    let output = format!("{context}\n{}", outputs.dump());
     let mut launchers = BTreeMap::new();
-    let mut results = BTreeMap::new();
-    for line in output.lines() {
-        if let Some((_, rest)) = line.split_once("PET\t") {
+    for (task, lines) in outputs.labelled().lines {
+        for rest in lines.iter().filter_map(|l| l.strip_prefix("PET\t")) {
             let values: Vec<&str> = rest.split('\t').collect();
-            assert_eq!(values.len(), FIELDS.len(), "bad PET line {line:?}");
+            assert_eq!(values.len(), FIELDS.len(), "bad PET line {rest:?}");
             let l: BTreeMap<&'static str, String> = FIELDS
                 .iter()
                 .zip(values)
                 .map(|(n, v)| (*n, v.to_string()))
                 .collect();
             let rank: u32 = l["SLURM_PROCID"].parse().unwrap();
+            assert_eq!(rank, task, "a PET line in task {task}'s file:\n{output}");
             assert!(
                 launchers.insert(rank, Launcher(l)).is_none(),
                 "launcher {rank} twice:\n{output}"
             );
         }
-        // Each RESULT as one JSON value from where it starts: a node's two
-        // workers share its stdout, and a line's newline is a write of its
-        // own, so one line may hold `…}RESULT {…}` or end in another's text.
-        for (_, json) in line
-            .match_indices("RESULT ")
-            .map(|(i, m)| (i, &line[i + m.len()..]))
-        {
-            let v: Value = serde_json::Deserializer::from_str(json)
-                .into_iter::<Value>()
-                .next()
-                .and_then(|v| v.ok())
-                .unwrap_or_else(|| panic!("{json:?}: not a JSON value\n{output}"));
-            let rank = v["rank"].as_u64().expect("rank");
-            assert!(
-                results.insert(rank, v).is_none(),
-                "worker {rank} twice:\n{output}"
-            );
-        }
+    }
+    let mut results = BTreeMap::new();
+    for v in outputs.reports("RESULT") {
+        let rank = v["rank"].as_u64().expect("rank");
+        assert!(
+            results.insert(rank, v).is_none(),
+            "worker {rank} twice:\n{output}"
+        );
     }
     Step {
         code,
         launchers,
         results,
-        output: output.to_string(),
+        output,
     }
 }
 
-/// `srun ARGS bash -c COMMAND` from the submit host (its own allocation), stdout and stderr
-/// together.
+/// `srun ARGS bash -c COMMAND` from the submit host (its own allocation), each task's output
+/// in a file of its own.
 fn srun_step(seconds: u32, args: &[&str], command: &str) -> Step {
     srun_step_env(seconds, &[], args, command)
 }
 
 /// [`srun_step`] with `VAR=value`s in srun's environment.
 fn srun_step_env(seconds: u32, vars: &[&str], args: &[&str], command: &str) -> Step {
+    let outputs = Outputs::new("elastic");
+    let env = outputs.env();
     let mut cmd = vec!["env"];
     cmd.extend_from_slice(vars);
-    cmd.extend_from_slice(&["srun", "--label", "--time=9"]);
+    cmd.extend(env.iter().map(String::as_str));
+    cmd.extend_from_slice(&["srun", "--time=9"]);
     cmd.extend_from_slice(args);
     cmd.extend_from_slice(&["bash", "-c", command]);
     let out = exec_for(seconds, &cmd);
-    let text = format!(
-        "{}\n---- stderr ----\n{}",
+    let said = format!(
+        "srun: {}\n---- stderr ----\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    parse(&text, out.status.code())
+    parse(&outputs, out.status.code(), &said)
 }
 
 impl Step {
@@ -611,25 +612,26 @@ fn without_a_store_per_round_a_worker_that_fails_once_ends_the_training() {
 /// each, in the background: each step's worker 0 marks that it trained, then holds its
 /// rendezvous until the other step has trained too.
 const TWO_STEPS: &str = r#"#!/bin/bash
+# Each step's tasks write their output to files of their own in OUTPUTS_A or OUTPUTS_B
+# (and each worker its report there).
 set -u
 dir=/home/alice/elastic-tests
 work=$(mktemp -d "$dir/two.XXXXXX")
-step() { # NAME OTHER
-    srun -N3 --ntasks-per-node=1 --overlap --label --torch-cluster=elastic \
-        bash -c "$LAUNCH --mark $work/$1.trained --hold $work/$2.trained" >"$work/$1.out" 2>&1
+step() { # NAME OTHER FOLDER
+    TFC_REPORT_DIR=$3 srun -N3 --ntasks-per-node=1 --overlap --torch-cluster=elastic \
+        --output="$3/%j.%s.%t.out" --error="$3/%j.%s.%t.err" \
+        bash -c "$LAUNCH --mark $work/$1.trained --hold $work/$2.trained"
 }
-step A B &
+step A B "$OUTPUTS_A" &
 a=$!
-step B A &
+step B A "$OUTPUTS_B" &
 b=$!
 wait "$a"
 ra=$?
 wait "$b"
 rb=$?
 echo "STEP A rc=$ra"
-sed 's/^/A|/' "$work/A.out"
 echo "STEP B rc=$rb"
-sed 's/^/B|/' "$work/B.out"
 rm -rf "$work"
 "#;
 
@@ -638,46 +640,32 @@ fn two_elastic_steps_at_once_on_the_same_nodes() {
     let _t = testbed();
     let _one = one_training();
     install();
-    let out_file = format!("{DIR}/two-steps-{}.out", std::process::id());
     let launch = format!("LAUNCH={}", launcher(1, ""));
     let script = format!("{DIR}/two-steps.sbatch");
-    let submitted = exec_for(
+    let (job, outputs_a, outputs_b) = (
+        Outputs::new("elastic-job"),
+        Outputs::new("elastic-a"),
+        Outputs::new("elastic-b"),
+    );
+    let folder_a = format!("OUTPUTS_A={}", outputs_a.path());
+    let folder_b = format!("OUTPUTS_B={}", outputs_b.path());
+    let (code, said) = job.sbatch(
         600,
-        &[
-            "env",
-            &launch,
-            "sbatch",
-            "--wait",
-            "-N3",
-            "--ntasks-per-node=1",
-            "--time=9",
-            "-o",
-            &out_file,
-            "-D",
-            DIR,
-            &script,
-        ],
+        &[&launch, &folder_a, &folder_b],
+        &["-N3", "--ntasks-per-node=1", "--time=9", "-D", DIR, &script],
     );
-    let text = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
-    exec(&["rm", "-f", &out_file]);
-    let context = format!(
-        "sbatch: {}\n{text}",
-        String::from_utf8_lossy(&submitted.stderr)
-    );
-    assert!(submitted.status.success(), "{context}");
-    let of = |name: &str| -> Step {
-        let lines: String = text
-            .lines()
-            .filter_map(|l| l.strip_prefix(&format!("{name}|")))
-            .map(|l| format!("{l}\n"))
-            .collect();
+    let text = String::from_utf8_lossy(&exec(&["cat", &format!("{}/job.log", job.path())]).stdout)
+        .into_owned();
+    let context = format!("{said}\n{text}");
+    assert_eq!(code, Some(0), "{context}");
+    let of = |name: &str, outputs: &Outputs| -> Step {
         let code = text
             .lines()
             .find_map(|l| l.strip_prefix(&format!("STEP {name} rc=")))
             .and_then(|c| c.parse().ok());
-        parse(&lines, code)
+        parse(outputs, code, &context)
     };
-    let (a, b) = (of("A"), of("B"));
+    let (a, b) = (of("A", &outputs_a), of("B", &outputs_b));
     let mut endpoints = Vec::new();
     for (name, step) in [("A", &a), ("B", &b)] {
         assert_eq!(step.code, Some(0), "step {name}:\n{context}");
@@ -705,33 +693,13 @@ fn two_elastic_steps_at_once_on_the_same_nodes() {
 fn ids_carry_the_jobs_restart_count() {
     let _t = testbed();
     install();
-    let mut cmd = vec![
-        "env",
-        "SLURM_RESTART_COUNT=2",
-        "srun",
-        "--label",
-        "-N3",
-        "--ntasks-per-node=1",
-        "--torch-cluster=elastic:1:7",
-        "bash",
-        "-c",
-        PET,
-    ];
-    let out = exec(&cmd);
-    let text = format!(
-        "{}\n---- stderr ----\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let step = parse(&text, out.status.code());
-    assert_eq!(step.code, Some(0), "{text}");
+    let args = ["-N3", "--ntasks-per-node=1", "--torch-cluster=elastic:1:7"];
+    let step = srun_step_env(120, &["SLURM_RESTART_COUNT=2"], &args, PET);
+    assert_eq!(step.code, Some(0), "{}", step.output);
     step.assert_elastic(3, 1, 7, 2);
     // Without it, the first incarnation's ids are JOB.STEP.
-    cmd.drain(..2);
-    let out = exec(&cmd);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let step = parse(&text, out.status.code());
-    assert_eq!(step.code, Some(0), "{text}");
+    let step = srun_step(120, &args, PET);
+    assert_eq!(step.code, Some(0), "{}", step.output);
     step.assert_elastic(3, 1, 7, 0);
 }
 

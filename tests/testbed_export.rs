@@ -15,7 +15,7 @@ const SHOW: &str = r#"echo "IF $SLURM_PROCID ${NCCL_SOCKET_IFNAME-<unset>} ${GLO
 /// `env NCCL_SOCKET_IFNAME==eth0 srun EXPORT -N2 -n2 --torch-cluster
 /// --tf-network=eth1 /bin/bash -c SHOW`: each task's (NCCL, GLOO, TP).
 fn step(export: Option<&str>) -> Vec<(String, String, String)> {
-    let mut cmd = vec!["env", "NCCL_SOCKET_IFNAME==eth0", "srun"];
+    let mut cmd = vec![];
     cmd.extend(export);
     cmd.extend([
         "-N2",
@@ -27,7 +27,8 @@ fn step(export: Option<&str>) -> Vec<(String, String, String)> {
         "-c",
         SHOW,
     ]);
-    let out = common::exec(&cmd);
+    // Each task's lines from its own file.
+    let out = common::srun_tasks_env(&["NCCL_SOCKET_IFNAME==eth0"], &cmd);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{export:?}: {stderr}");

@@ -5,7 +5,8 @@
 
 mod common;
 
-use common::{Run, assert_no_node_drained, exec, exec_for, messages, parse_run, srun, srun_env};
+use common::outputs::Outputs;
+use common::{Run, assert_no_node_drained, exec, exec_for, messages, srun, srun_env};
 
 const DIR: &str = "/home/alice/findings";
 
@@ -13,7 +14,10 @@ const DIR: &str = "/home/alice/findings";
 fn install_ddp() {
     common::install(
         DIR,
-        &[("ddp.py", include_str!("fixtures/pytorch/ddp.py"))],
+        &[
+            ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+            ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
+        ],
         "",
     );
 }
@@ -34,19 +38,14 @@ fn assert_healthy(case: &str) {
     assert!(next.tasks[0].tf_config.is_some(), "{case}: the next step");
 }
 
-/// A batch job's output file: `sbatch --wait ARGS --wrap SCRIPT`, its text.
+/// `sbatch --wait ARGS --wrap SCRIPT`: its exit code, and its text: sbatch's
+/// and the job's own messages, then each task's output, a file per task.
 fn batch(args: &[&str], script: &str) -> (Option<i32>, String) {
-    let out_file = format!("/home/alice/findings-{}.out", std::process::id());
-    let mut cmd = vec!["sbatch", "--wait", "-o", out_file.as_str()];
-    cmd.extend_from_slice(args);
-    cmd.extend_from_slice(&["--wrap", script]);
-    let submitted = exec_for(300, &cmd);
-    let text = String::from_utf8_lossy(&exec(&["cat", out_file.as_str()]).stdout).into_owned();
-    exec(&["rm", "-f", out_file.as_str()]);
-    (
-        submitted.status.code(),
-        format!("{}{text}", String::from_utf8_lossy(&submitted.stderr)),
-    )
+    let outputs = Outputs::new("findings");
+    let mut sbatch_args = args.to_vec();
+    sbatch_args.extend_from_slice(&["--wrap", script]);
+    let (code, said) = outputs.sbatch(300, &[], &sbatch_args);
+    (code, format!("{said}{}", outputs.dump()))
 }
 
 /// What each task of a step saw of the PyTorch variables, one line each.
@@ -75,10 +74,25 @@ fn torchrun_in_a_het_step_trains() {
         "cd {DIR}; timeout 150 srun -n1 -w node1 : -n1 -w node2 --torch-cluster \
          torchrun --nproc_per_node=1 --redirects=1 --tee=1 ddp.py; echo rc=$?"
     );
+    let reports = Outputs::new("het-torchrun");
+    let report_dir = format!("TFC_REPORT_DIR={}", reports.path());
     let out = exec_for(
         240,
         &[
-            "salloc", "-N1", "-n1", "-w", "node1", ":", "-N1", "-n1", "-w", "node2", "bash", "-c",
+            "env",
+            &report_dir,
+            "salloc",
+            "-N1",
+            "-n1",
+            "-w",
+            "node1",
+            ":",
+            "-N1",
+            "-n1",
+            "-w",
+            "node2",
+            "bash",
+            "-c",
             &script,
         ],
     );
@@ -88,7 +102,7 @@ fn torchrun_in_a_het_step_trains() {
         text.contains("rc=0"),
         "the step failed or hung:\n{text}\n{stderr}"
     );
-    let results = common::results(&text);
+    let results = reports.reports("RESULT");
     assert_eq!(results.len(), 2, "{text}");
     let mut ranks: Vec<i64> = results
         .iter()
@@ -290,17 +304,7 @@ fn every_spelling_of_jobid_leaves_no_step_behind() {
             "{case}: steps left: {steps}"
         );
         let jobid = format!("--jobid={job}");
-        let next = parse_run(exec(&[
-            "timeout",
-            "60",
-            "srun",
-            &jobid,
-            "-n4",
-            "--tf-cluster",
-            "bash",
-            "-c",
-            common::PROBE,
-        ]));
+        let next = srun(&[&jobid, "-n4", "--tf-cluster"]);
         next.assert_workers(4);
     }
     exec(&["scancel", &job]);

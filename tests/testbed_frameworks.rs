@@ -14,14 +14,16 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
-use common::{Labelled, PROBE, Run, Task, reserved_ports, testbed};
+use common::outputs::Outputs;
+use common::{PROBE, Run, Task, reserved_ports, testbed};
 use serde_json::Value;
 
 /// Where the programs are put on the shared /home.
 const DIR: &str = "/home/alice/fw-tests";
 
-const FILES: [(&str, &str); 3] = [
+const FILES: [(&str, &str); 4] = [
     ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+    ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
     (
         "two-steps.sh",
         include_str!("fixtures/pytorch/two-steps.sh"),
@@ -39,7 +41,7 @@ fn install() {
     });
 }
 
-/// What one step's tasks printed (`srun --label`: `RANK: text`).
+/// What one step's tasks printed, each task in a file of its own.
 struct Step {
     run: Run,
     /// By rank: SLURM_NODEID.
@@ -48,12 +50,16 @@ struct Step {
     elastic_vars: Vec<u32>,
     /// By rank: the program's RESULT JSON.
     result: BTreeMap<u32, Value>,
+    /// By rank: every line the task printed but the probe's.
+    lines: BTreeMap<u32, Vec<String>>,
     output: String,
 }
 
-/// Parses labelled step output; `code` is the step's exit status.
-fn parse_step(output: &str, code: Option<i32>) -> Step {
-    let labelled = Labelled::parse(output);
+/// Reads each task's own output; `code` is the step's exit status, `context`
+/// what else a failure should show (srun's stderr).
+fn parse_step(outputs: &Outputs, code: Option<i32>, context: &str) -> Step {
+    let labelled = outputs.labelled();
+    let output = format!("{context}\n{}", outputs.dump());
     let mut node_id = BTreeMap::new();
     let mut elastic_vars = Vec::new();
     for (&rank, lines) in &labelled.lines {
@@ -66,30 +72,35 @@ fn parse_step(output: &str, code: Option<i32>) -> Step {
         }
     }
     Step {
-        run: labelled.run(code, output.to_string()),
+        run: labelled.run(code, output.clone()),
         node_id,
         elastic_vars,
         result: labelled.json("RESULT "),
-        output: output.to_string(),
+        lines: labelled.lines,
+        output,
     }
 }
 
-/// `srun --label SRUN_ARGS bash -c 'PROBE; NODE; cd DIR; exec PROGRAM'`.
+/// `srun SRUN_ARGS bash -c 'PROBE; NODE; cd DIR; exec PROGRAM'`, each task's
+/// output in a file of its own.
 fn step(srun_args: &[&str], program: &str) -> Step {
     install();
+    let outputs = Outputs::new("fw-step");
     let task = format!("{PROBE}; {NODE}; cd {DIR}; exec {program}");
     // Longer than common::exec's 120 s: six Python processes importing torch
     // on a busy 2-core machine take a while; Slurm ends a hung step.
-    let mut cmd = vec!["srun", "--label", "--kill-on-bad-exit=1", "--time=5"];
+    let files = outputs.srun_args();
+    let mut cmd = vec!["srun", "--kill-on-bad-exit=1", "--time=5"];
+    cmd.extend(files.iter().map(String::as_str));
     cmd.extend_from_slice(srun_args);
     cmd.extend_from_slice(&["bash", "-c", &task]);
     let out = common::exec_for(360, &cmd);
-    let text = format!(
-        "{}{}",
+    let srun_said = format!(
+        "srun: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    parse_step(&text, out.status.code())
+    parse_step(&outputs, out.status.code(), &srun_said)
 }
 
 /// Tasks per host, from Slurm's placement.
@@ -354,15 +365,11 @@ fn torch_jax_and_tf_ports_are_distinct() {
     s.run.assert_ran(6).assert_tf_config(&[("worker", 6)], 8888);
     let rank0 = s.task(0);
     let mut ports = BTreeMap::new();
-    for line in s.output.lines() {
-        let Some((rank, rest)) = line.split_once(": PORTS\t") else {
-            continue;
-        };
-        let f: Vec<&str> = rest.split('\t').collect();
-        ports.insert(
-            rank.trim().parse::<u32>().unwrap(),
-            (f[0].to_string(), f[1].to_string(), f[2].to_string()),
-        );
+    for (&rank, lines) in &s.lines {
+        for rest in lines.iter().filter_map(|l| l.strip_prefix("PORTS\t")) {
+            let f: Vec<&str> = rest.split('\t').collect();
+            ports.insert(rank, (f[0].to_string(), f[1].to_string(), f[2].to_string()));
+        }
     }
     assert_eq!(ports.len(), 6, "{}", s.output);
     // The TF ports that tasks on rank 0's host listen on.
@@ -418,11 +425,16 @@ fn two_steps(mode: &str) -> (Step, Step, bool, u32) {
     install();
     let probe = format!("PROBE={PROBE}; {NODE}");
     let script = format!("{DIR}/two-steps.sh");
+    let (outputs_a, outputs_b) = (Outputs::new("two-steps-a"), Outputs::new("two-steps-b"));
+    let folder_a = format!("OUTPUTS_A={}", outputs_a.path());
+    let folder_b = format!("OUTPUTS_B={}", outputs_b.path());
     let out = common::exec_for(
         480,
         &[
             "env",
             &probe,
+            &folder_a,
+            &folder_b,
             "salloc",
             "-N3",
             "--ntasks-per-node=1",
@@ -440,15 +452,10 @@ fn two_steps(mode: &str) -> (Step, Step, bool, u32) {
             .unwrap_or_else(|| panic!("no {key} in:\n{text}\n{stderr}"))
             .to_string()
     };
-    let lines = |p: &str| -> String {
-        text.lines()
-            .filter_map(|l| l.strip_prefix(p))
-            .map(|l| format!("{l}\n"))
-            .collect()
-    };
     let rc = |k: &str| field(k).parse::<i32>().ok();
-    let a = parse_step(&lines("A|"), rc("STEP A rc="));
-    let b = parse_step(&lines("B|"), rc("STEP B rc="));
+    let said = format!("salloc: {stderr}\n{text}");
+    let a = parse_step(&outputs_a, rc("STEP A rc="), &said);
+    let b = parse_step(&outputs_b, rc("STEP B rc="), &said);
     let alive = field("A_ALIVE_WHEN_B_ENDED=") == "1";
     let job = field("JOB=").parse().expect("job id");
     (a, b, alive, job)

@@ -23,10 +23,11 @@ fn run(args: &[&str]) -> (Option<i32>, BTreeMap<u32, BTreeMap<String, String>>, 
     probe.push_str(r#" "$SLURM_LOCALID"; for v in "#);
     probe.push_str(&VARS.join(" "));
     probe.push_str(r#"; do [ -n "${!v+x}" ] && printf '\t%s=%s' "$v" "${!v}"; done; echo"#);
-    let mut cmd = vec!["srun", "--time=2"];
+    let mut cmd = vec!["--time=2"];
     cmd.extend_from_slice(args);
     cmd.extend_from_slice(&["bash", "-c", &probe]);
-    let out = common::exec(&cmd);
+    // Each task's lines from its own file.
+    let out = common::srun_tasks(&cmd);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -66,10 +66,11 @@ struct Outcome {
 
 fn run(args: &[&str]) -> Outcome {
     let probe = probe();
-    let mut cmd = vec!["srun", "--time=2"];
+    let mut cmd = vec!["--time=2"];
     cmd.extend_from_slice(args);
     cmd.extend_from_slice(&["bash", "-c", &probe]);
-    let out = common::exec(&cmd);
+    // Each task's lines from its own file.
+    let out = common::srun_tasks(&cmd);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let mut tasks: Vec<Seen> = stdout

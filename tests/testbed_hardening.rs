@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use common::outputs::Outputs;
 use common::{
     Run, assert_no_node_drained, exclusive, exec, messages, sbatch, srun, srun_env, testbed,
 };
@@ -465,20 +466,15 @@ fn an_inherited_spec_never_breaks_a_helper_step() {
     let wrap = format!(
         "srun -n1 hostname; echo helper=$?; srun -n1 --tf-cluster=off bash -c '{probe}'; srun -n1 --tf-cluster=ps:2 true; echo explicit=$?; srun bash -c '{probe}'"
     );
-    let out_file = "/home/alice/inherit.out";
-    let submitted = exec(&[
-        "sbatch",
-        "--wait",
-        "-o",
-        out_file,
-        "-N2",
-        "-n4",
-        "--tf-cluster=ps:1,worker:3",
-        "--wrap",
-        &wrap,
-    ]);
-    let out = exec(&["cat", out_file]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Each task's lines in a file of its own; the job's log and the tasks'
+    // stderr hold the messages.
+    let outputs = Outputs::new("inherit");
+    let (code, said) = outputs.sbatch(
+        120,
+        &[],
+        &["-N2", "-n4", "--tf-cluster=ps:1,worker:3", "--wrap", &wrap],
+    );
+    let text = format!("{said}{}", outputs.dump());
     assert!(text.contains("helper=0"), "{text}");
     assert!(!text.contains("explicit=0"), "{text}");
     let warnings: Vec<&str> = text
@@ -490,8 +486,12 @@ fn an_inherited_spec_never_breaks_a_helper_step() {
         text.contains("asks for 2 tasks (ps:2) but the step has 1"),
         "{text}"
     );
-    let mut run = common::parse_run(out);
-    run.code = submitted.status.code();
+    let run = common::parse_run(std::process::Output {
+        status: std::process::ExitStatus::default(),
+        stdout: outputs.steps_stdout().concat().into_bytes(),
+        stderr: Vec::new(),
+    });
+    assert_eq!(code, Some(0), "{text}");
     // The off step (rank 0, no TF_CONFIG) and the full step's four tasks.
     let with: Vec<_> = run.tasks.iter().filter(|t| t.tf_config.is_some()).collect();
     assert_eq!(with.len(), 4, "{text}");

@@ -20,13 +20,15 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use common::{Labelled, PROBE, Run, exec, reserved_ports, testbed};
+use common::outputs::Outputs;
+use common::{PROBE, Run, exec, reserved_ports, testbed};
 use serde_json::Value;
 
 const DIR: &str = "/home/alice/launcher-tests";
 
-const FILES: [(&str, &str); 7] = [
+const FILES: [(&str, &str); 8] = [
     ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+    ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
     (
         "torchrun.sbatch",
         include_str!("fixtures/pytorch/torchrun.sbatch"),
@@ -84,14 +86,16 @@ struct Job {
     run: Run,
     /// By Slurm rank: the launcher's PET line, split.
     pet: BTreeMap<u32, Vec<String>>,
-    /// By the program's own rank: its RESULT JSON (from any line: torchrun
-    /// prefixes its workers' lines).
+    /// By the program's own rank: its RESULT JSON (each worker's report file).
     result: BTreeMap<u64, Value>,
     output: String,
 }
 
-fn parse(output: &str, code: Option<i32>, context: &str) -> Job {
-    let labelled = Labelled::parse(output);
+/// The job's outcome from each task's own output file (the probe's and the
+/// PET lines) and each worker's own report (RESULT).
+fn parse(outputs: &Outputs, code: Option<i32>, context: &str) -> Job {
+    let labelled = outputs.labelled();
+    let output = format!("{context}\n{}", outputs.dump());
     let mut pet = BTreeMap::new();
     for (&rank, lines) in &labelled.lines {
         for rest in lines.iter().filter_map(|l| l.strip_prefix("PET\t")) {
@@ -99,7 +103,7 @@ fn parse(output: &str, code: Option<i32>, context: &str) -> Job {
         }
     }
     let mut result = BTreeMap::new();
-    for v in common::results(output) {
+    for v in outputs.reports("RESULT") {
         let rank = v["rank"].as_u64().expect("rank");
         assert!(
             result.insert(rank, v).is_none(),
@@ -107,10 +111,10 @@ fn parse(output: &str, code: Option<i32>, context: &str) -> Job {
         );
     }
     Job {
-        run: labelled.run(code, format!("{context}\n---- job output ----\n{output}")),
+        run: labelled.run(code, output.clone()),
         pet,
         result,
-        output: output.to_string(),
+        output,
     }
 }
 
@@ -118,35 +122,22 @@ fn parse(output: &str, code: Option<i32>, context: &str) -> Job {
 /// srun lays its `tasks` tasks out by a host file (node3, node1, node2,
 /// node3, …). The batch script's bash reads the two variables from BASH_ENV:
 /// given with `sbatch --export=ALL,…`, Slurm 24.11's slurmd died on the
-/// testbed ("fatal: clone: Operation not permitted").
+/// testbed ("fatal: clone: Operation not permitted"). The script's srun puts
+/// each task's output in a file of its own (SLURM_STDOUTMODE), the workers
+/// their reports in the same folder (TFC_REPORT_DIR): the script is unchanged.
 fn sbatch(script: &str, tasks: u32) -> Job {
     install();
-    let out_file = format!("{DIR}/{script}-{}.out", std::process::id());
+    let outputs = Outputs::new(script);
     let prolog = format!("SLURM_TASK_PROLOG={DIR}/probe-prolog.sh");
     let bash_env = format!("BASH_ENV={DIR}/node3-first-{tasks}.sh");
     let script_path = format!("{DIR}/{script}");
-    let cmd = [
-        "env",
-        prolog.as_str(),
-        bash_env.as_str(),
-        "sbatch",
-        "--wait",
-        "-o",
-        out_file.as_str(),
-        "-D",
-        DIR,
-        // A hung job must not outlive the test.
-        "--time=5",
-        script_path.as_str(),
-    ];
-    let submitted = common::exec_for(420, &cmd);
-    let output = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
-    exec(&["rm", "-f", &out_file]);
-    parse(
-        &output,
-        submitted.status.code(),
-        &format!("sbatch: {}", String::from_utf8_lossy(&submitted.stderr)),
-    )
+    // A hung job must not outlive the test: --time.
+    let (code, said) = outputs.sbatch(
+        420,
+        &[&prolog, &bash_env],
+        &["-D", DIR, "--time=5", &script_path],
+    );
+    parse(&outputs, code, &said)
 }
 
 impl Job {
@@ -248,11 +239,16 @@ fn two_torchrun_steps_at_once() {
         PET.replacen("printf 'print PET", "printf 'PET", 1)
     );
     let script = format!("{DIR}/two-steps.sh");
+    let (outputs_a, outputs_b) = (Outputs::new("two-steps-a"), Outputs::new("two-steps-b"));
+    let folder_a = format!("OUTPUTS_A={}", outputs_a.path());
+    let folder_b = format!("OUTPUTS_B={}", outputs_b.path());
     let out = common::exec_for(
         480,
         &[
             "env",
             &probe,
+            &folder_a,
+            &folder_b,
             "salloc",
             "-N3",
             "--ntasks-per-node=1",
@@ -270,15 +266,9 @@ fn two_torchrun_steps_at_once() {
             .unwrap_or_else(|| panic!("no {key} in:\n{text}\n{stderr}"))
             .to_string()
     };
-    let lines = |p: &str| -> String {
-        text.lines()
-            .filter_map(|l| l.strip_prefix(p))
-            .map(|l| format!("{l}\n"))
-            .collect()
-    };
     let rc = |k: &str| field(k).parse::<i32>().ok();
-    let a = parse(&lines("A|"), rc("STEP A rc="), "step A");
-    let b = parse(&lines("B|"), rc("STEP B rc="), "step B");
+    let a = parse(&outputs_a, rc("STEP A rc="), "step A");
+    let b = parse(&outputs_b, rc("STEP B rc="), "step B");
     assert_eq!(
         field("A_ALIVE_WHEN_B_ENDED="),
         "1",
@@ -401,7 +391,7 @@ fn docs_show_and_link_the_launcher_scripts() {
         if name.ends_with(".sbatch") {
             shows(page, name);
         }
-        if name != "two-steps.sh" {
+        if name != "two-steps.sh" && name != "tfc_report.py" {
             links(page, "../", name);
         }
     }

@@ -153,16 +153,17 @@ fn a_flags_value_is_checked_as_on_the_command_line() {
     let _t = testbed();
     let run = |value: &str| {
         let var = format!("SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster={value}");
-        exec(&[
-            "env",
-            &var,
-            "srun",
-            "-N2",
-            "-n2",
-            "bash",
-            "-c",
-            "echo \"rank=$RANK addr=$MASTER_ADDR\"",
-        ])
+        // Each task's line from its own file.
+        common::srun_tasks_env(
+            &[&var],
+            &[
+                "-N2",
+                "-n2",
+                "bash",
+                "-c",
+                "echo \"rank=$RANK addr=$MASTER_ADDR\"",
+            ],
+        )
     };
     let lines = |out: &std::process::Output| {
         let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)

@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use common::{exec, exec_for, on, reserved_ports, results};
+use common::outputs::Outputs;
+use common::{exec, exec_for, on, reserved_ports};
 use serde_json::Value;
 
 const DIR: &str = "/home/alice/launchers-torchx";
@@ -40,7 +41,10 @@ fn setup() -> &'static Setup {
     SETUP.get_or_init(|| {
         common::install(
             DIR,
-            &[("ddp.py", include_str!("fixtures/pytorch/ddp.py"))],
+            &[
+                ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+                ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
+            ],
             "",
         );
         common::pip_venv(
@@ -55,13 +59,15 @@ fn setup() -> &'static Setup {
             old_torch,
             reference: String::new(),
         };
+        let reference = Outputs::new("torchx-reference");
         let out = exec_for(
             300,
             &[
                 "bash",
                 "-c",
                 &format!(
-                    "cd {DIR} && torchrun --standalone --nnodes=1 --nproc_per_node=2 {} ddp.py",
+                    "cd {DIR} && TFC_REPORT_DIR={} torchrun --standalone --nnodes=1 --nproc_per_node=2 {} ddp.py",
+                    reference.path(),
                     setup.torchrun_std()
                 ),
             ],
@@ -72,7 +78,7 @@ fn setup() -> &'static Setup {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(out.status.success(), "the reference run: {text}");
-        let results = results(&text);
+        let results = reference.reports("RESULT");
         assert_eq!(results.len(), 2, "the reference run: {text}");
         assert_eq!(
             results[0]["weights_sha256"], results[1]["weights_sha256"],
@@ -124,10 +130,12 @@ fn port_29500() -> MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A TorchX job: its id and the directory it was submitted from.
+/// A TorchX job: its id, the directory it was submitted from and the folder
+/// of its workers' reports.
 struct Job {
     id: String,
     dir: String,
+    reports: Outputs,
 }
 
 /// Jobs still to cancel when a test ends (or fails), so that none holds
@@ -150,11 +158,16 @@ impl Drop for Jobs {
 /// all TorchX printed. Panics unless TorchX exits 0.
 fn torchx(sub: &str, before: &str, wait: bool, component: &str) -> (Job, String) {
     let dir = format!("{DIR}/{sub}");
+    // The workers' reports (each a file of its own): the job inherits this
+    // environment, as it does the launcher-env variables.
+    let reports = Outputs::new(sub);
     let script = format!(
-        "set -e; rm -rf {dir}; mkdir -p {dir}; cp {DIR}/ddp.py {dir}/; cd {dir}\n\
+        "set -e; rm -rf {dir}; mkdir -p {dir}; cp {DIR}/ddp.py {DIR}/tfc_report.py {dir}/; cd {dir}\n\
          out=$(tf-cluster launcher-env --torch-cluster); echo \"$out\"; eval \"$out\"\n\
+         export TFC_REPORT_DIR={}\n\
          {before}\n\
          {VENV}/bin/torchx run -s slurm {} {component}",
+        reports.path(),
         if wait { "--wait" } else { "" }
     );
     let out = exec_for(PATIENCE.as_secs() as u32, &["bash", "-c", &script]);
@@ -174,7 +187,7 @@ fn torchx(sub: &str, before: &str, wait: bool, component: &str) -> (Job, String)
         .map(|rest| rest.chars().take_while(char::is_ascii_digit).collect())
         .filter(|id: &String| !id.is_empty())
         .unwrap_or_else(|| panic!("no app handle: {text}"));
-    (Job { id, dir }, text)
+    (Job { id, dir, reports }, text)
 }
 
 impl Job {
@@ -192,22 +205,23 @@ impl Job {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Waits until `n` workers printed their RESULT; their JSON.
+    /// Waits until `n` workers reported their RESULT; their JSON.
     fn wait_trained(&self, n: usize) -> Vec<Value> {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let text = self.output();
-            let found = results(&text);
+            let found = self.reports.reports("RESULT");
+            let text = || format!("{}\n{}", self.output(), self.reports.dump());
             if found.len() >= n {
-                assert_eq!(found.len(), n, "{text}");
+                assert_eq!(found.len(), n, "{}", text());
                 return found;
             }
             let state = self.state();
             assert!(
                 Instant::now() < deadline
                     && !state.iter().any(|s| s.1 != "RUNNING" && s.1 != "PENDING"),
-                "job {}: {n} workers did not train ({state:?}):\n{text}",
-                self.id
+                "job {}: {n} workers did not train ({state:?}):\n{}",
+                self.id,
+                text()
             );
             std::thread::sleep(Duration::from_secs(2));
         }
@@ -311,7 +325,7 @@ fn dist_ddp_trains_with_torchxs_own_rendezvous() {
     assert_eq!(state.len(), 2, "{state:?}");
     assert!(state.iter().all(|s| s.1 == "COMPLETED"), "{state:?}");
     let output = job.output();
-    let found = results(&output);
+    let found = job.reports.reports("RESULT");
     assert_eq!(found.len(), 2, "{output}");
     assert_trained(&job, &found, 2);
     for r in &found {
@@ -528,7 +542,7 @@ fn torchx_max_retries_requeues_with_the_plugins_new_ids() {
     let all = String::from_utf8_lossy(&all.stdout).into_owned();
     assert!(all.contains("|REQUEUED"), "{all}");
     let output = job.output();
-    let found = results(&output);
+    let found = job.reports.reports("RESULT");
     assert_eq!(found.len(), 2, "{output}");
     assert_trained(&job, &found, 2);
     // Every worker of the retry, in both components of the heterogeneous

@@ -5,6 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 
+use common::outputs::Outputs;
 use common::{PROBE, Run, exec, parse_run, repo, srun, srun_env, testbed};
 
 /// `run` ran the six tasks of `roles` with their TF_CONFIG, and ranks 0-3
@@ -128,14 +129,30 @@ fn arbitrary_from_a_host_file() {
 
 /// `bash -c SCRIPT` in an allocation of all three nodes, as alice; the
 /// probe is in a file of the shared /home so nested quoting stays simple.
-fn in_allocation(script: &str) -> Output {
+/// Every srun there puts each task's output in a file of its own in
+/// `outputs` (SLURM_STDOUTMODE), unless the script gives its own.
+fn in_allocation(outputs: &Outputs, vars: &[&str], script: &str) -> Output {
     let probe = exec(&[
         "bash",
         "-c",
         &format!("cat > probe.sh <<'EOF'\n{PROBE}\nEOF"),
     ]);
     assert!(probe.status.success(), "{probe:?}");
-    exec(&["salloc", "-N3", "-n6", "bash", "-c", script])
+    let env = outputs.env();
+    let mut cmd = vec!["env"];
+    cmd.extend(env.iter().map(String::as_str));
+    cmd.extend_from_slice(vars);
+    cmd.extend_from_slice(&["salloc", "-N3", "-n6", "bash", "-c", script]);
+    exec(&cmd)
+}
+
+/// The probe's tasks of `stdout`, with the step's exit code and messages.
+fn tasks_of(stdout: String, out: &Output) -> Run {
+    parse_run(Output {
+        status: out.status,
+        stdout: stdout.into_bytes(),
+        stderr: out.stderr.clone(),
+    })
 }
 
 /// A `--tf-cluster` srun inside a `--tf-cluster` step: the inner step's tasks
@@ -144,11 +161,24 @@ fn in_allocation(script: &str) -> Output {
 #[test]
 fn nested_srun_inside_an_allocation_step() {
     let _t = testbed();
+    let outputs = Outputs::new("nested");
     let out = in_allocation(
+        &outputs,
+        &[],
         "srun --overlap -N1 -n1 -w node1 --tf-cluster=chief:1 bash -c \
          'srun --overlap -N3 -n6 -m cyclic --tf-cluster=chief:1,worker:5 bash probe.sh'",
     );
-    let run = parse_run(out);
+    // The outer step's task printed nothing of its own; the inner step's
+    // tasks, each in its file, the probe.
+    let steps = outputs.steps_stdout();
+    assert_eq!(
+        steps.len(),
+        2,
+        "the outer and the inner step:\n{}",
+        outputs.dump()
+    );
+    assert!(steps[0].is_empty(), "{}", outputs.dump());
+    let run = tasks_of(steps[1].clone(), &out);
     // Slurm's cyclic order depends on the CPUs the outer step holds: the
     // check is that TF_CONFIG is the inner step's real layout.
     run.assert_ran(6)
@@ -166,21 +196,26 @@ fn nested_srun_inside_an_allocation_step() {
 #[test]
 fn two_steps_at_once_in_one_allocation() {
     let _t = testbed();
-    let out = in_allocation(
-        "srun --overlap -n6 -m cyclic --tf-cluster=ps:1,worker:5 bash probe.sh > cyclic.out &
-         srun --overlap -n6 -m block --tf-cluster=ps:2,worker:4 bash probe.sh > block.out &
-         wait; cat cyclic.out; echo SPLIT; cat block.out",
+    let (job, cyclic, block) = (
+        Outputs::new("two-steps"),
+        Outputs::new("cyclic"),
+        Outputs::new("block"),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (cyclic, block) = stdout.split_once("SPLIT\n").expect("both steps' output");
-    let part = |text: &str| {
-        parse_run(Output {
-            status: out.status,
-            stdout: text.as_bytes().to_vec(),
-            stderr: out.stderr.clone(),
-        })
-    };
-    let (cyclic, block) = (part(cyclic), part(block));
+    let (c, b) = (
+        format!("C={}", cyclic.path()),
+        format!("B={}", block.path()),
+    );
+    let out = in_allocation(
+        &job,
+        &[&c, &b],
+        "srun --overlap -n6 -m cyclic --tf-cluster=ps:1,worker:5 --output=$C/%j.%s.%t.out bash probe.sh &
+         srun --overlap -n6 -m block --tf-cluster=ps:2,worker:4 --output=$B/%j.%s.%t.out bash probe.sh &
+         wait",
+    );
+    let (cyclic, block) = (
+        tasks_of(cyclic.stdout(), &out),
+        tasks_of(block.stdout(), &out),
+    );
     cyclic
         .assert_ran(6)
         .assert_tf_config(&[("ps", 1), ("worker", 5)], 8888);

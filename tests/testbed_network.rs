@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{Labelled, testbed};
+use common::outputs::Outputs;
+use common::testbed;
 use serde_json::Value;
 
 const DIR: &str = "/home/alice/net-tests";
@@ -202,28 +203,25 @@ impl Job {
 /// `env VARS srun -N3 -n3 ARGS bash -c 'cd DIR; exec PYTHON netbytes.py KIND'`.
 fn job(vars: &[&str], args: &[&str], python: &str, kind: &str) -> Job {
     install();
+    let outputs = Outputs::new("netbytes");
+    let files = outputs.srun_args();
     let mut cmd = vec!["env"];
     cmd.extend_from_slice(vars);
-    cmd.extend_from_slice(&[
-        "srun",
-        "--label",
-        "--kill-on-bad-exit=1",
-        "--time=5",
-        "-N3",
-        "-n3",
-    ]);
+    cmd.extend_from_slice(&["srun", "--kill-on-bad-exit=1", "--time=5", "-N3", "-n3"]);
+    cmd.extend(files.iter().map(String::as_str));
     cmd.extend_from_slice(args);
     let task = format!("cd {DIR}; exec {python} netbytes.py {kind}");
     cmd.extend_from_slice(&["bash", "-c", &task]);
     let out = common::exec_for(400, &cmd);
     let output = format!(
-        "{}{}",
+        "srun: {}{}\n{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        outputs.dump()
     );
     Job {
         code: out.status.code(),
-        by_rank: Labelled::parse(&output).json("BYTES "),
+        by_rank: outputs.labelled().json("BYTES "),
         output,
     }
 }

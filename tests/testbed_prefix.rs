@@ -242,28 +242,38 @@ fn install_sh_beside_a_running_slurm_under_a_prefix() {
         "{snippet}"
     );
 
-    // Real steps, as alice, with the prefix's srun.
-    let run = parse_run(c.exec(
-        "alice",
-        &["srun", "-n2", "--tf-cluster=worker:2", "bash", "-c", PROBE],
-    ));
+    // Real steps, as alice, with the prefix's srun; each task's output in a
+    // file of its own, printed rank by rank afterwards.
+    let per_task = |args: &[&str]| {
+        let mut cmd = vec![
+            "bash",
+            "-c",
+            "d=$(mktemp -d); srun --output=\"$d/%t\" \"$@\"; rc=$?; for t in 0 1; do cat \"$d/$t\"; done; rm -rf \"$d\"; exit $rc",
+            "per-task",
+        ];
+        cmd.extend_from_slice(args);
+        c.exec("alice", &cmd)
+    };
+    let run = parse_run(per_task(&[
+        "-n2",
+        "--tf-cluster=worker:2",
+        "bash",
+        "-c",
+        PROBE,
+    ]));
     if run.code != Some(0) {
         panic!("srun --tf-cluster: {}\n{}", run.stderr, c.logs());
     }
     run.assert_ran(2).assert_tf_config(&[("worker", 2)], 8888);
     assert_eq!(run.hosts(), [HOST, HOST]);
 
-    let torch = c.exec(
-        "alice",
-        &[
-            "srun",
-            "-n2",
-            "--torch-cluster",
-            "bash",
-            "-c",
-            r#"printf 'T\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_PROCID" "${MASTER_ADDR-}" "${MASTER_PORT-}" "${RANK-}" "${WORLD_SIZE-}""#,
-        ],
-    );
+    let torch = per_task(&[
+        "-n2",
+        "--torch-cluster",
+        "bash",
+        "-c",
+        r#"printf 'T\t%s\t%s\t%s\t%s\t%s\n' "$SLURM_PROCID" "${MASTER_ADDR-}" "${MASTER_PORT-}" "${RANK-}" "${WORLD_SIZE-}""#,
+    ]);
     assert!(
         torch.status.success(),
         "srun --torch-cluster: {}",

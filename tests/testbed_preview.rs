@@ -15,6 +15,7 @@ mod common;
 
 use std::process::{ExitStatus, Output};
 
+use common::outputs::Outputs;
 use common::{PROBE, Run, exec, exec_for, install, parse_run, reserved_ports, testbed};
 
 /// Where the package installs the CLI.
@@ -193,14 +194,18 @@ fn assert_preview_is_the_step(preview: &str, step: &Run, context: &str) {
     }
 }
 
-/// The script both tests run: for each case, the preview, then the step.
-/// The job's variables go to stderr, for failure messages.
-fn script(cases: &[(&str, &str)]) -> String {
+/// The script both tests run: for each case, the preview, then the step,
+/// each of whose tasks writes to a file of its own in `outputs` (printed
+/// after the step, rank by rank). The job's variables go to stderr, for
+/// failure messages.
+fn script(cases: &[(&str, &str)], outputs: &Outputs) -> String {
+    let dir = outputs.path();
     let mut s = String::from("env | grep '^SLURM_' | sort >&2\n");
     for (name, args) in cases {
         s.push_str(&format!(
             "echo '=== preview {name}'\n{CLI} explain {args}\n\
-             echo '=== step {name}'\nsrun {args} bash {DIR}/probe.sh\n"
+             echo '=== step {name}'\nsrun --output={dir}/{name}.%t {args} bash {DIR}/probe.sh\n\
+             for t in $(seq 0 $((SLURM_NTASKS - 1))); do cat {dir}/{name}.$t; done\n"
         ));
     }
     s
@@ -229,7 +234,15 @@ fn check(text: &str, context: &str) {
 fn preview_in_an_salloc_shell_is_the_step() {
     let _t = testbed();
     install_probe();
-    let out = exec(&["salloc", "-N2", "-n4", "sh", "-c", &script(&CASES)]);
+    let outputs = Outputs::new("preview-salloc");
+    let out = exec(&[
+        "salloc",
+        "-N2",
+        "-n4",
+        "sh",
+        "-c",
+        &script(&CASES, &outputs),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let context = format!(
         "salloc exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
@@ -247,6 +260,7 @@ fn preview_in_an_salloc_shell_is_the_step() {
 fn preview_in_a_batch_script_is_the_step() {
     let _t = testbed();
     install_probe();
+    let outputs = Outputs::new("preview-batch");
     let out_file = format!("{DIR}/batch-{}.out", std::process::id());
     let submitted = exec_for(
         300,
@@ -259,7 +273,7 @@ fn preview_in_a_batch_script_is_the_step() {
             "-o",
             &out_file,
             "--wrap",
-            &script(&CASES),
+            &script(&CASES, &outputs),
         ],
     );
     let text = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();

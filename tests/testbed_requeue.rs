@@ -24,6 +24,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::outputs::Outputs;
 use common::{exec, on, testbed};
 
 const DIR: &str = "/home/alice/requeue-tests";
@@ -69,10 +70,13 @@ fn install() {
     });
 }
 
-/// A submitted job: its id and output file; cancelled when dropped before it ended.
+/// A submitted job: its id and output files; cancelled when dropped before it ended.
 struct Job {
     id: String,
-    out: String,
+    /// The batch script's log and, in files of their own, each task's (srun's tasks write
+    /// them in append mode, so a requeued job's second incarnation adds to the first's) and
+    /// each torchrun worker's (PET_LOG_DIR: one folder per rendezvous id, so per incarnation).
+    files: Outputs,
     checkpoints: String,
     ended: bool,
 }
@@ -86,14 +90,19 @@ impl Drop for Job {
     }
 }
 
-/// `env VARS sbatch --parsable -o OUT -D DIR/FOLDER --time=5 SHAPE SCRIPT`.
+/// `env VARS sbatch --parsable -o OUT -D DIR/FOLDER --time=5 SHAPE SCRIPT`, every task's and
+/// torchrun worker's output in a file of its own (the template as users copy it).
 fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str]) -> Job {
     install();
     let dir = format!("{DIR}/{folder}");
-    let out = format!("{dir}/{script}-{}.out", std::process::id());
-    exec(&["rm", "-f", &out]);
+    let files = Outputs::new(&format!("requeue-{folder}"));
+    let out = format!("{}/job.log", files.path());
     let script = format!("{dir}/{script}");
     let mut cmd = vec!["env", "TF_CLUSTER_EXAMPLE_CPU=1", "TF_CPP_MIN_LOG_LEVEL=2"];
+    let env = files.env();
+    cmd.extend(env.iter().map(String::as_str));
+    let workers = format!("PET_LOG_DIR={}/workers", files.path());
+    cmd.extend_from_slice(&["SLURM_OPEN_MODE=append", &workers]);
     // Fresh for each job: job ids start again from 1 when the testbed is brought up anew, and
     // /home may outlive it.
     let nanos = std::time::SystemTime::now()
@@ -118,15 +127,27 @@ fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str]) -> Job {
     );
     Job {
         id,
-        out,
+        files,
         checkpoints,
         ended: false,
     }
 }
 
 impl Job {
+    /// The batch script's log, then each other file after a `==> FILE NAME` line.
     fn output(&self) -> String {
-        String::from_utf8_lossy(&exec(&["cat", &self.out]).stdout).into_owned()
+        let mut text = String::new();
+        let mut files = self.files.tree();
+        if let Some(log) = files.remove("job.log") {
+            text.push_str(&log);
+        }
+        for (name, contents) in files {
+            text.push_str(&format!("{FILE}{name}\n{contents}"));
+            if !contents.ends_with('\n') {
+                text.push('\n');
+            }
+        }
+        text
     }
 
     /// `scontrol show job -o`'s fields (JobState, Restarts, NodeList, ExitCode…).
@@ -174,33 +195,56 @@ impl Job {
     }
 }
 
-/// The output split by the batch script's `incarnation K of job J on NODES` lines: per K, the
-/// node list it printed and its lines (srun's `R: ` label stripped).
+/// What stands before each file's name in [`Job::output`].
+const FILE: &str = "==> FILE ";
+
+/// [`Job::output`] by incarnation: per K, the node list the batch script printed (`incarnation
+/// K of job J on NODES`) and the lines of K: the batch script's after that line, and each
+/// task's or worker's from its `rank R/W on HOST: starting at step S of N, run ID` line on,
+/// K being ID's (`J.0` the first incarnation, `J.0.rK` the K-th requeue); srun's `R: ` label
+/// and torchrun's `[default0]:` prefix stripped.
 fn incarnations(output: &str) -> BTreeMap<u32, (String, Vec<String>)> {
     let mut found: BTreeMap<u32, (String, Vec<String>)> = BTreeMap::new();
+    let (log, files) = output.split_once(FILE).unwrap_or((output, ""));
     let mut current = None;
-    for line in output.lines() {
+    for line in log.lines() {
         if let Some(rest) = line.strip_prefix("incarnation ") {
             if let Some((k, rest)) = rest.split_once(" of job ") {
                 if let Some((_, nodes)) = rest.split_once(" on ") {
                     let k: u32 = k.parse().unwrap();
-                    found.insert(k, (nodes.to_string(), Vec::new()));
+                    found.entry(k).or_default().0 = nodes.to_string();
                     current = Some(k);
                     continue;
                 }
             }
         }
         if let Some(k) = current {
+            found.entry(k).or_default().1.push(line.to_string());
+        }
+    }
+    for file in files.split(FILE) {
+        let mut current = None;
+        for line in file.lines().skip(1) {
             let text = match line.split_once(": ") {
                 Some((label, text)) if label.trim().parse::<u32>().is_ok() => text,
                 _ => line,
             };
-            // torchrun's --tee prefix (bookworm's torch is given it): `[default0]:`.
+            // torchrun's --tee prefix: `[default0]:`.
             let text = match text.split_once("]:") {
                 Some((prefix, rest)) if prefix.starts_with("[default") => rest,
                 _ => text,
             };
-            found.get_mut(&k).unwrap().1.push(text.to_string());
+            if let Some((_, rest)) = text.split_once(": starting at step ") {
+                let (_, run, _) = starting(rest);
+                let k = match run.rsplit_once(".r") {
+                    Some((_, k)) => k.parse().unwrap_or_else(|_| panic!("run id {run}")),
+                    None => 0,
+                };
+                current = Some(k);
+            }
+            if let Some(k) = current {
+                found.entry(k).or_default().1.push(text.to_string());
+            }
         }
     }
     found
@@ -396,11 +440,8 @@ fn a_requeued_torchrun_job_resumes_with_a_new_id() {
     let _t = testbed();
     let _one = one_job();
     let started = Instant::now();
-    let vars: &[&str] = if old_torch() {
-        &["PET_REDIRECTS=1", "PET_TEE=1"]
-    } else {
-        &[]
-    };
+    // Each worker's stdout in a file of its own (`1`: the value torch 1.13 on Python 3.11 parses).
+    let vars: &[&str] = &["PET_REDIRECTS=1"];
     let mut job = submit(
         "pytorch",
         "requeue.sbatch",

@@ -104,16 +104,8 @@ fn gres_gpus_for_pytorch_and_jax() {
     let _t = testbed();
     let probe = r#"echo "GPUS $SLURM_LOCALID ${CUDA_VISIBLE_DEVICES-unset} ${LOCAL_RANK-unset} ${JAX_LOCAL_DEVICE_IDS-unset}""#;
     let lines = |framework: &str| {
-        let out = exec(&[
-            "srun",
-            "-N1",
-            "-n2",
-            "--gres=gpu:4",
-            framework,
-            "bash",
-            "-c",
-            probe,
-        ]);
+        let out =
+            common::srun_tasks(&["-N1", "-n2", "--gres=gpu:4", framework, "bash", "-c", probe]);
         assert!(out.status.success(), "{out:?}");
         let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()

@@ -21,6 +21,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 
 use common::exec;
+use common::outputs::Outputs;
 
 const DIR: &str = "/home/alice/templates";
 
@@ -167,39 +168,47 @@ fn done_lines(output: &str) -> BTreeMap<u32, Done> {
 
 /// `env TF_CLUSTER_EXAMPLE_CPU=1 VENV=… sbatch --wait SHAPE DIR/FOLDER/SCRIPT` from that
 /// folder; checks that the job succeeded and that ranks 0..world each ended with a finite
-/// loss, spread over `nodes` hosts.
+/// loss, spread over `nodes` hosts. The templates stay as users copy them; the harness
+/// chooses where their output goes: each srun task's in a file of its own
+/// (SLURM_STDOUTMODE), each torchrun worker's in a file of its own (torchrun's PET_LOG_DIR
+/// and PET_REDIRECTS, read from the environment as its --log-dir and --redirects), and each
+/// file is read apart.
 fn run(folder: &str, script: &str, venv: Option<&str>, shape: &[&str], world: u32, nodes: usize) {
     install();
     let dir = format!("{DIR}/{folder}");
-    let out_file = format!("{dir}/{script}-{}.out", std::process::id());
+    let outputs = Outputs::new(&format!("{folder}-{script}"));
     let venv = format!("VENV={}", venv.unwrap_or(""));
+    let workers = format!("PET_LOG_DIR={}/workers", outputs.path());
     let script_path = format!("{dir}/{script}");
-    let mut cmd = vec![
-        "env",
-        "TF_CLUSTER_EXAMPLE_CPU=1",
-        venv.as_str(),
-        "TF_CPP_MIN_LOG_LEVEL=2",
-        "sbatch",
-        "--wait",
-        "-o",
-        out_file.as_str(),
-        "-D",
-        dir.as_str(),
-        // A hung job must not outlive the test.
-        "--time=5",
-    ];
-    cmd.extend_from_slice(shape);
-    cmd.push(script_path.as_str());
-    let submitted = common::exec_for(360, &cmd);
-    let output = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
-    exec(&["rm", "-f", &out_file]);
-    let context = format!(
-        "{folder}/{script}: sbatch {:?}: {}\n---- job output ----\n{output}",
-        submitted.status.code(),
-        String::from_utf8_lossy(&submitted.stderr)
+    let mut args = vec!["-D", dir.as_str(), "--time=5"];
+    args.extend_from_slice(shape);
+    args.push(script_path.as_str());
+    // A hung job must not outlive the test: --time.
+    let (code, said) = outputs.sbatch(
+        360,
+        &[
+            "TF_CLUSTER_EXAMPLE_CPU=1",
+            &venv,
+            "TF_CPP_MIN_LOG_LEVEL=2",
+            &workers,
+            "PET_REDIRECTS=3",
+        ],
+        &args,
     );
-    assert!(submitted.status.success(), "{context}");
-    let done = done_lines(&output);
+    let context = format!(
+        "{folder}/{script}: {said}\n---- the job's files ----\n{}",
+        outputs.dump()
+    );
+    assert_eq!(code, Some(0), "{context}");
+    let mut done = BTreeMap::new();
+    for (name, text) in outputs.tree() {
+        for (rank, d) in done_lines(&text) {
+            assert!(
+                done.insert(rank, d).is_none(),
+                "rank {rank} twice ({name}):\n{context}"
+            );
+        }
+    }
     let ranks: Vec<u32> = done.keys().copied().collect();
     assert_eq!(ranks, (0..world).collect::<Vec<_>>(), "{context}");
     for (rank, d) in &done {

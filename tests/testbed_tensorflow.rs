@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 
 use std::sync::OnceLock;
 
-use common::{Labelled, PROBE, Run, Task, exec, reserved_ports, testbed};
+use common::outputs::Outputs;
+use common::{PROBE, Run, Task, reserved_ports, testbed};
 use serde_json::Value;
 
 /// Where the scripts are put on the shared /home.
@@ -67,39 +68,24 @@ struct Job {
     output: String,
 }
 
-/// `sbatch --wait ARGS DIR/SCRIPT` with the probe as task prolog.
+/// `sbatch --wait ARGS DIR/SCRIPT` with the probe as task prolog; each
+/// task's lines from its own file.
 fn sbatch(script: &str, args: &[&str]) -> Job {
     install();
-    let out_file = format!("{DIR}/{script}-{}.out", std::process::id());
+    let outputs = Outputs::new(script);
     let prolog = format!("SLURM_TASK_PROLOG={DIR}/probe-prolog.sh");
     let script_path = format!("{DIR}/{script}");
-    let mut cmd = vec![
-        "env",
-        "TF_CPP_MIN_LOG_LEVEL=2",
-        prolog.as_str(),
-        "sbatch",
-        "--wait",
-        "-o",
-        out_file.as_str(),
-        "-D",
-        DIR,
-    ];
-    cmd.extend_from_slice(args);
+    let mut sbatch_args = vec!["-D", DIR];
+    sbatch_args.extend_from_slice(args);
     // A hung job must not outlive the test: Slurm ends it at its time limit,
     // and the wait here is longer than common::exec's 120 s (TensorFlow starts
     // slowly on a busy 2-core machine).
-    cmd.extend_from_slice(&["--time=4", &script_path]);
-    let submitted = common::exec_for(300, &cmd);
-    let output = String::from_utf8_lossy(&exec(&["cat", &out_file]).stdout).into_owned();
-    exec(&["rm", "-f", &out_file]);
-    // `srun --label`: every line is `RANK: text`.
-    let labelled = Labelled::parse(&output);
+    sbatch_args.extend_from_slice(&["--time=4", &script_path]);
+    let (code, said) = outputs.sbatch(300, &["TF_CPP_MIN_LOG_LEVEL=2", &prolog], &sbatch_args);
+    let labelled = outputs.labelled();
     let (resolver, result) = (labelled.json("RESOLVER "), labelled.json("RESULT "));
-    let context = format!(
-        "sbatch: {}\n---- job output ----\n{output}",
-        String::from_utf8_lossy(&submitted.stderr)
-    );
-    let run = labelled.run(submitted.status.code(), context);
+    let output = format!("{said}\n{}", outputs.dump());
+    let run = labelled.run(code, output.clone());
     Job {
         run,
         resolver,

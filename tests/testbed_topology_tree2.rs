@@ -9,6 +9,7 @@
 mod common;
 mod topology;
 
+use common::outputs::Outputs;
 use common::{PROBE, srun, testbed_with_topology};
 use serde_json::Value;
 use topology::{assert_case, slurm_version};
@@ -95,23 +96,29 @@ fn multi_worker_mirrored_strategy_trains_where_slurm_put_rank_0() {
 
     // Each task prints its placement and TF_CONFIG, then becomes the trainer.
     let task = format!("{PROBE}; source /opt/tf/bin/activate; exec python mwms.py");
+    let outputs = Outputs::new("tree2");
+    let files = outputs.srun_args();
     let mut cmd = vec![
         "env",
         "TF_CPP_MIN_LOG_LEVEL=2",
         "srun",
-        "--label",
         "-D",
         DIR,
         "--time=4",
     ];
+    cmd.extend(files.iter().map(String::as_str));
     cmd.extend_from_slice(&step);
     cmd.extend_from_slice(&["--tf-cluster", "--tf-rpc-layer=grpc", "bash", "-c", &task]);
     // Longer than common::exec's 120 s: TensorFlow starts slowly on a busy box.
     let out = common::exec_for(300, &cmd);
-    let output = String::from_utf8_lossy(&out.stdout).into_owned();
-    let context = format!("{output}{}", String::from_utf8_lossy(&out.stderr));
-    // `srun --label`: every line is `RANK: text`.
-    let labelled = common::Labelled::parse(&output);
+    let context = format!(
+        "srun: {}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        outputs.dump()
+    );
+    // Each task's lines from its own file.
+    let labelled = outputs.labelled();
     let (resolver, result) = (labelled.json("RESOLVER "), labelled.json("RESULT "));
     let run = labelled.run(out.status.code(), context.clone());
     run.assert_ran(3)

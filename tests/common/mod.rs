@@ -16,22 +16,9 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-/// Every `RESULT {json}` a training printed, in order. Each is read as one JSON value from where
-/// it starts: workers on one stdout (torchrun's `--tee`, two processes of a reference run) write
-/// a line's text and its newline apart, so another's line or prefix can run into its end
-/// (`…}[default0]:RESULT {…}`).
-pub fn results(text: &str) -> Vec<Value> {
-    text.split("RESULT ")
-        .skip(1)
-        .map(|rest| {
-            serde_json::Deserializer::from_str(rest)
-                .into_iter::<Value>()
-                .next()
-                .and_then(Result::ok)
-                .unwrap_or_else(|| panic!("no RESULT JSON at: {rest}"))
-        })
-        .collect()
-}
+pub mod outputs;
+
+use outputs::Outputs;
 
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -313,8 +300,9 @@ pub fn install(dir: &str, files: &[(&str, &str)], after: &str) {
     );
 }
 
-/// The output of `srun --label` (`RANK: text` lines): the probe's lines and
-/// every other line by rank.
+/// What each task of a step printed, from its own file
+/// ([`outputs::Outputs::labelled`]): the probe's lines and every other line
+/// by rank.
 pub struct Labelled {
     /// The probe's `TASK` lines, for [`parse_run`].
     pub probe: String,
@@ -323,32 +311,6 @@ pub struct Labelled {
 }
 
 impl Labelled {
-    pub fn parse(output: &str) -> Labelled {
-        let mut labelled = Labelled {
-            probe: String::new(),
-            lines: BTreeMap::new(),
-        };
-        for line in output.lines() {
-            let Some((rank, text)) = line.split_once(": ") else {
-                continue;
-            };
-            let Ok(rank) = rank.trim().parse::<u32>() else {
-                continue;
-            };
-            if text.starts_with("TASK\t") {
-                labelled.probe.push_str(text);
-                labelled.probe.push('\n');
-            } else {
-                labelled
-                    .lines
-                    .entry(rank)
-                    .or_default()
-                    .push(text.to_string());
-            }
-        }
-        labelled
-    }
-
     /// Each rank's one `PREFIX` line, parsed as JSON.
     pub fn json(&self, prefix: &str) -> BTreeMap<u32, Value> {
         let mut found = BTreeMap::new();
@@ -405,14 +367,41 @@ pub fn srun(args: &[&str]) -> Run {
     srun_env(&[], args)
 }
 
-/// `env VARS srun ARGS bash -c PROBE`: srun with `VAR=value`s set.
+/// `env VARS srun ARGS bash -c PROBE`: srun with `VAR=value`s set. Each
+/// task's lines are read from its own file, never from srun's merged stream.
 pub fn srun_env(vars: &[&str], args: &[&str]) -> Run {
+    let mut full = args.to_vec();
+    full.extend_from_slice(&["bash", "-c", PROBE]);
+    parse_run(srun_tasks_env(vars, &full))
+}
+
+/// `srun ARGS` as alice, each task's stdout and stderr in files of their own
+/// (outputs::Outputs), returned as one output: stdout every task's, rank by
+/// rank (a step started inside a task after the step's own); stderr srun's
+/// own, then every task's.
+pub fn srun_tasks(args: &[&str]) -> Output {
+    srun_tasks_env(&[], args)
+}
+
+/// [`srun_tasks`] with `VAR=value`s in srun's environment.
+pub fn srun_tasks_env(vars: &[&str], args: &[&str]) -> Output {
+    let outputs = Outputs::new("srun");
+    let files = outputs.srun_args();
     let mut cmd = vec!["env"];
     cmd.extend_from_slice(vars);
     cmd.push("srun");
+    cmd.extend(files.iter().map(String::as_str));
     cmd.extend_from_slice(args);
-    cmd.extend_from_slice(&["bash", "-c", PROBE]);
-    parse_run(exec(&cmd))
+    let srun = exec(&cmd);
+    let mut stdout = srun.stdout;
+    stdout.extend(outputs.steps_stdout().concat().into_bytes());
+    let mut stderr = srun.stderr;
+    stderr.extend(outputs.all_stderr().into_bytes());
+    Output {
+        status: srun.status,
+        stdout,
+        stderr,
+    }
 }
 
 pub fn parse_run(out: Output) -> Run {
@@ -559,33 +548,32 @@ pub fn reserved_ports(list: &str) -> Vec<u16> {
 
 /// `sbatch --wait ARGS --wrap "srun SRUN_ARGS bash -c PROBE"`: what the
 /// batch step's tasks saw, and sbatch's own result.
+/// The step's tasks write their lines to files of their own; the job's
+/// output file holds the batch script's and slurmstepd's messages.
 pub fn sbatch(args: &[&str], srun_args: &str) -> Run {
-    let out_file = format!(
-        "/home/alice/sbatch-{}.out",
-        std::process::id() ^ rand_suffix()
-    );
+    let outputs = Outputs::new("sbatch");
+    let out_file = format!("{}/job.log", outputs.path());
+    let [task_out, task_err] = outputs.srun_args();
     let wrap = format!(
-        "srun {srun_args} bash -c '{}'",
+        "srun {task_out} {task_err} {srun_args} bash -c '{}'",
         PROBE.replace('\'', r"'\''")
     );
     let mut cmd = vec!["sbatch", "--wait", "-o", out_file.as_str()];
     cmd.extend_from_slice(args);
     cmd.extend_from_slice(&["--wrap", wrap.as_str()]);
     let submitted = exec(&cmd);
-    let output = exec(&["cat", out_file.as_str()]);
-    // The job's output file holds the tasks' lines and slurmstepd's errors.
-    let file = String::from_utf8_lossy(&output.stdout).into_owned();
-    let mut run = parse_run(output);
-    run.code = submitted.status.code();
-    run.stderr = format!("{}{file}", String::from_utf8_lossy(&submitted.stderr));
+    let file = String::from_utf8_lossy(&exec(&["cat", out_file.as_str()]).stdout).into_owned();
+    let mut run = parse_run(Output {
+        status: submitted.status,
+        stdout: outputs.stdout().into_bytes(),
+        stderr: Vec::new(),
+    });
+    run.stderr = format!(
+        "{}{file}{}",
+        String::from_utf8_lossy(&submitted.stderr),
+        outputs.stderr()
+    );
     run
-}
-
-/// Distinct per call within one test process.
-fn rand_suffix() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed) << 20
 }
 
 /// The state of every node (`idle`, `mix`, `drain`, …).
