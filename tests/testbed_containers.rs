@@ -141,14 +141,11 @@ impl Step {
     }
 }
 
-/// `env VARS srun ARGS sh -c PROBE` as alice.
+/// `env VARS srun ARGS sh -c PROBE` as alice, each task's lines from its own file.
 fn srun_env(vars: &[&str], args: &[&str]) -> Step {
-    let mut cmd = vec!["env"];
-    cmd.extend_from_slice(vars);
-    cmd.push("srun");
-    cmd.extend_from_slice(args);
+    let mut cmd = args.to_vec();
     cmd.extend_from_slice(&["sh", "-c", PROBE]);
-    let out = exec_for(300, &cmd);
+    let out = common::srun_tasks_for(300, vars, &cmd);
     let mut tasks: BTreeMap<u32, Seen> = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = line.splitn(3, ' ').collect();
@@ -1158,9 +1155,10 @@ fn apptainer_cleanenv_gets_the_mirror() {
     );
     let probe = "echo where=$(cat /etc/tfc-image); env | grep -E '^(RANK|MASTER_ADDR)='";
     let run = |mirror: bool| {
+        let outputs = common::outputs::Outputs::new("apptainer");
+        let files = outputs.srun_args();
         let mut cmd = vec![
             "srun",
-            "-l",
             "-N1",
             "-n2",
             "-w",
@@ -1168,6 +1166,7 @@ fn apptainer_cleanenv_gets_the_mirror() {
             "--torch-cluster",
             "--tf-auto-set-gpu=false",
         ];
+        cmd.extend(files.iter().map(String::as_str));
         if mirror {
             cmd.push("--tf-apptainer-env=true");
         }
@@ -1184,14 +1183,12 @@ fn apptainer_cleanenv_gets_the_mirror() {
         let out = exec_for(180, &cmd);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(0), "{stderr}");
-        let mut seen: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some((rank, text)) = line.split_once(": ") {
-                seen.entry(rank.trim().parse().unwrap())
-                    .or_default()
-                    .push(text.to_string());
-            }
-        }
+        // Each task's lines from its own file.
+        let seen: BTreeMap<u32, Vec<String>> = outputs
+            .tasks()
+            .into_iter()
+            .map(|(rank, t)| (rank, t.stdout.lines().map(str::to_string).collect()))
+            .collect();
         assert_eq!(seen.keys().copied().collect::<Vec<_>>(), [0, 1], "{stderr}");
         seen
     };

@@ -332,20 +332,25 @@ fn a_panic_in_any_hook_fails_only_the_step() {
 fn steps_without_the_option_are_byte_identical() {
     let bed = exclusive();
     let env_of = || -> BTreeMap<String, BTreeMap<String, String>> {
-        let out = exec(&["srun", "-N3", "-n6", "--gres=gpu:2", "-l", "env"]);
+        // Each task's environment from its own file.
+        let outputs = Outputs::new("env");
+        let files = outputs.srun_args();
+        let mut cmd = vec!["srun", "-N3", "-n6", "--gres=gpu:2"];
+        cmd.extend(files.iter().map(String::as_str));
+        cmd.push("env");
+        let out = exec(&cmd);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
         let mut tasks: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let (task, var) = line.split_once(": ").unwrap();
-            let (k, v) = var.split_once('=').unwrap_or((var, ""));
-            tasks
-                .entry(task.trim().to_string())
-                .or_default()
-                .insert(k.to_string(), v.to_string());
+        for (task, output) in outputs.tasks() {
+            let vars = tasks.entry(task.to_string()).or_default();
+            for var in output.stdout.lines() {
+                let (k, v) = var.split_once('=').unwrap_or((var, ""));
+                vars.insert(k.to_string(), v.to_string());
+            }
         }
         tasks
     };

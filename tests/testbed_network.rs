@@ -448,8 +448,8 @@ fn a_node_without_the_network_is_refused() {
 #[test]
 fn no_network_no_variables_and_bad_values_refused() {
     let _t = testbed();
-    let out = common::exec(&[
-        "srun",
+    // Each task's line from its own file.
+    let out = common::srun_tasks(&[
         "-N3",
         "-n3",
         "--torch-cluster",

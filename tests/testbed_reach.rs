@@ -212,17 +212,21 @@ fn a_later_het_component_reads_no_hand_off_the_user_exported() {
         let script = format!(
             "export SLURM_TF_CLUSTER=\"1;$((SLURM_JOB_ID+1)).0;{forged}\"; srun -n1 -w node1 : -n1 -w node2 --torch-cluster --tf-network=eth0 sh -c '{HET}'"
         );
+        // Each task's line from its own file (SLURM_STDOUTMODE).
+        let outputs = common::outputs::Outputs::new("het-forged");
+        let [out_mode, err_mode, _] = outputs.env();
         let out = exec_for(
             180,
             &[
-                "salloc", "-N1", "-n1", "-w", "node1", ":", "-N1", "-n1", "-w", "node2", "sh",
-                "-c", &script,
+                "env", &out_mode, &err_mode, "salloc", "-N1", "-n1", "-w", "node1", ":", "-N1",
+                "-n1", "-w", "node2", "sh", "-c", &script,
             ],
         );
         let text = format!(
-            "{}{}",
+            "{}{}{}",
             String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&out.stderr),
+            outputs.dump()
         );
         let mut seen: Vec<&str> = text
             .lines()

@@ -77,8 +77,20 @@ struct Job {
     /// them in append mode, so a requeued job's second incarnation adds to the first's) and
     /// each torchrun worker's (PET_LOG_DIR: one folder per rendezvous id, so per incarnation).
     files: Outputs,
+    /// Which of those files hold the ranks' lines.
+    ranks_in: RanksIn,
     checkpoints: String,
     ended: bool,
+}
+
+/// Where a job's ranks print.
+#[derive(Clone, Copy, PartialEq)]
+enum RanksIn {
+    /// One process per srun task: the tasks' files.
+    Tasks,
+    /// torchrun's workers: their own files (PET_LOG_DIR), never the task's copy (torch 1.13
+    /// needs `--tee 1` beside `--redirects 1`, which copies them to the task's stdout too).
+    Workers,
 }
 
 impl Drop for Job {
@@ -92,7 +104,7 @@ impl Drop for Job {
 
 /// `env VARS sbatch --parsable -o OUT -D DIR/FOLDER --time=5 SHAPE SCRIPT`, every task's and
 /// torchrun worker's output in a file of its own (the template as users copy it).
-fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str]) -> Job {
+fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str], ranks_in: RanksIn) -> Job {
     install();
     let dir = format!("{DIR}/{folder}");
     let files = Outputs::new(&format!("requeue-{folder}"));
@@ -128,6 +140,7 @@ fn submit(folder: &str, script: &str, vars: &[&str], shape: &[&str]) -> Job {
     Job {
         id,
         files,
+        ranks_in,
         checkpoints,
         ended: false,
     }
@@ -142,6 +155,10 @@ impl Job {
             text.push_str(&log);
         }
         for (name, contents) in files {
+            let worker = name.starts_with("workers/");
+            if worker != (self.ranks_in == RanksIn::Workers) && !name.ends_with(".err") {
+                continue;
+            }
             text.push_str(&format!("{FILE}{name}\n{contents}"));
             if !contents.ends_with('\n') {
                 text.push('\n');
@@ -315,6 +332,7 @@ fn a_preempted_tensorflow_job_resumes_from_its_checkpoint() {
         "preemptible.sbatch",
         &["VENV=/opt/tf"],
         &["--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=1"],
+        RanksIn::Tasks,
     );
     job.wait("step 10 of the first incarnation", |_, out| {
         incarnations(out)
@@ -440,13 +458,19 @@ fn a_requeued_torchrun_job_resumes_with_a_new_id() {
     let _t = testbed();
     let _one = one_job();
     let started = Instant::now();
-    // Each worker's stdout in a file of its own (`1`: the value torch 1.13 on Python 3.11 parses).
-    let vars: &[&str] = &["PET_REDIRECTS=1"];
+    // Each worker's stdout in a file of its own. torch 1.13 on Python 3.11 parses only `1` for
+    // both, and fails without --tee.
+    let vars: &[&str] = if old_torch() {
+        &["PET_REDIRECTS=1", "PET_TEE=1"]
+    } else {
+        &["PET_REDIRECTS=1"]
+    };
     let mut job = submit(
         "pytorch",
         "requeue.sbatch",
         vars,
         &["--nodes=3", "--ntasks-per-node=1", "--gpus-per-node=1"],
+        RanksIn::Workers,
     );
     job.wait("a checkpoint at step 10", |_, out| {
         incarnations(out)
@@ -531,17 +555,34 @@ fn a_requeued_torchrun_job_resumes_with_a_new_id() {
 
 #[test]
 fn incarnations_and_rank_lines_are_read() {
-    let out = "incarnation 0 of job 7 on node[1-2]\n0: rank 0/2 on node1: starting at step 0 of \
-               60, run 7.0\n1: rank 1/2 on node2: starting at step 0 of 60, run 7.0rank 0/2 on \
-               node1: done, loss 0.5\nincarnation 1 of job 7 on node[2-3]\n0: step 10: loss 1\n1: [default0]:rank 2/3 on node3: done, loss 0.1\n";
+    // The batch script's log, then two tasks' files (srun's `--label` on each line), each
+    // holding both incarnations (the second appended to the first).
+    let out = "incarnation 0 of job 7 on node[1-2]\nincarnation 0 ended with 42\n\
+               incarnation 1 of job 7 on node[2-3]\n\
+               ==> FILE 7.0.0.out\n\
+               0: rank 0/2 on node1: starting at step 0 of 60, run 7.0\n\
+               0: rank 0/2 on node1: done, loss 0.5\n\
+               0: rank 0/2 on node2: starting at step 10 of 60, run 7.0.r1\n\
+               0: step 10: loss 1\n\
+               ==> FILE 7.0.1.out\n\
+               1: rank 1/2 on node2: starting at step 0 of 60, run 7.0\n\
+               1: [default0]:rank 1/2 on node3: starting at step 10 of 60, run 7.0.r1\n\
+               1: [default0]:rank 1/2 on node3: done, loss 0.1\n";
     let runs = incarnations(out);
     assert_eq!(runs[&0].0, "node[1-2]");
     let start = rank_lines(&runs[&0].1, "starting at step ");
     assert_eq!(start[&1].1, "node2");
     assert_eq!(starting(&start[&1].2), (0, "7.0".to_string(), None));
     assert_eq!(rank_lines(&runs[&0].1, "done, loss ")[&0].2, "0.5");
+    assert_eq!(runs[&0].1[0], "incarnation 0 ended with 42");
+    assert_eq!(runs[&1].0, "node[2-3]");
     assert_eq!(
         runs[&1].1,
-        ["step 10: loss 1", "rank 2/3 on node3: done, loss 0.1"]
+        [
+            "rank 0/2 on node2: starting at step 10 of 60, run 7.0.r1",
+            "step 10: loss 1",
+            "rank 1/2 on node3: starting at step 10 of 60, run 7.0.r1",
+            "rank 1/2 on node3: done, loss 0.1"
+        ]
     );
 }

@@ -385,6 +385,11 @@ pub fn srun_tasks(args: &[&str]) -> Output {
 
 /// [`srun_tasks`] with `VAR=value`s in srun's environment.
 pub fn srun_tasks_env(vars: &[&str], args: &[&str]) -> Output {
+    srun_tasks_for(120, vars, args)
+}
+
+/// [`srun_tasks_env`] with a limit of `seconds` instead of [`exec`]'s 120.
+pub fn srun_tasks_for(seconds: u32, vars: &[&str], args: &[&str]) -> Output {
     let outputs = Outputs::new("srun");
     let files = outputs.srun_args();
     let mut cmd = vec!["env"];
@@ -392,7 +397,7 @@ pub fn srun_tasks_env(vars: &[&str], args: &[&str]) -> Output {
     cmd.push("srun");
     cmd.extend(files.iter().map(String::as_str));
     cmd.extend_from_slice(args);
-    let srun = exec(&cmd);
+    let srun = exec_for(seconds, &cmd);
     let mut stdout = srun.stdout;
     stdout.extend(outputs.steps_stdout().concat().into_bytes());
     let mut stderr = srun.stderr;

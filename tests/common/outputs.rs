@@ -149,13 +149,18 @@ impl Outputs {
         tasks
     }
 
-    /// The tasks of the one step that wrote here, by rank (a heterogeneous
-    /// step's components each under their own job id, their ranks the
-    /// step's). A rank twice (several steps' files) fails the test: it must
-    /// then say which step it judges.
+    /// The tasks of the one step that wrote here, by rank. A heterogeneous
+    /// step's components write under their own job ids, and there Slurm's
+    /// `%t` is not the step's rank (22.05: 0, then 2, 3, 4 for ranks 0-3 of a
+    /// 1 + 3 step), so the ranks are the files' order: component by
+    /// component, task by task. A rank twice (several steps' files) fails the
+    /// test: it must then say which step it judges.
     pub fn tasks(&self) -> BTreeMap<u32, TaskOutput> {
+        let steps = self.steps();
+        let jobs: std::collections::BTreeSet<u64> = steps.keys().map(|(j, _, _)| *j).collect();
         let mut tasks = BTreeMap::new();
-        for ((job, step, rank), output) in self.steps() {
+        for (index, ((job, step, task), output)) in steps.into_iter().enumerate() {
+            let rank = if jobs.len() > 1 { index as u32 } else { task };
             assert!(
                 tasks.insert(rank, output).is_none(),
                 "rank {rank} twice here (job {job} step {step} too): several steps' files"
