@@ -23,7 +23,9 @@
 # slurm.h, slurm_version.h), and the plugin's plugin_version is that
 # SLURM_VERSION_NUMBER: it loads only in that Slurm release (major.minor).
 # Nothing else is changed: plugstack.conf must include the snippet's folder
-# (the script says so when it does not).
+# (the script says so when it does not). A plugin directory or sysconfdir
+# that plugstack.conf cannot hold (a blank, '#', a glob or any other special)
+# is refused before anything is built or written; --dry-run makes every check.
 #
 # Environment: CARGO_TARGET_DIR (target), CARGO (cargo). Needs cargo (Rust >=
 # 1.85), libclang (bindgen), nm and readelf (binutils).
