@@ -381,7 +381,11 @@ fn refuses_a_path_plugstack_conf_cannot_hold_before_writing_anything() {
         (dir("sl\u{e9}"), "--plugin-dir", "has the byte"),
         (conf("etc*"), "--sysconfdir", "has '*'"),
         (conf("etc[1]"), "--sysconfdir", "has '['"),
-        (vec!["--plugin-dir".into(), long], "--plugin-dir", "bytes long"),
+        (
+            vec!["--plugin-dir".into(), long],
+            "--plugin-dir",
+            "bytes long",
+        ),
     ];
     let stage = tmp.join("stage");
     for (given, option, has) in cases {

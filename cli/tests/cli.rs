@@ -111,7 +111,11 @@ fn errors_are_one_line_and_no_output() {
 /// TensorFlow's strategies take only chief, worker, evaluator and ps.
 #[test]
 fn explain_refuses_master_as_srun_does() {
-    for spec in ["master:1,worker:1", "master:1,worker:3", "chief:1,master:1,worker:2"] {
+    for spec in [
+        "master:1,worker:1",
+        "master:1,worker:3",
+        "chief:1,master:1,worker:2",
+    ] {
         let out = cli(&["explain", &format!("--tf-cluster={spec}")], &BASIC);
         assert_eq!(out.status.code(), Some(1), "{spec}");
         assert!(out.stdout.is_empty(), "{spec}");
@@ -126,8 +130,15 @@ fn explain_refuses_master_as_srun_does() {
         );
     }
     // Other job names stay accepted, as tf.train.ClusterSpec takes them.
-    let out = cli(&["explain", "--tf-cluster=chief:1,trainer:2,worker:1"], &BASIC);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cli(
+        &["explain", "--tf-cluster=chief:1,trainer:2,worker:1"],
+        &BASIC,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("trainer"));
 }
 
