@@ -274,10 +274,10 @@ fn installs_beside_a_slurm_under_a_prefix() {
 /// A Slurm of release `version` under `prefix`, as install.sh sees one: the
 /// three headers it checks (`slurm_version.h` saying `version`) and the
 /// plugin directory.
-fn fake_slurm(prefix: &Path, version: u32) {
-    let include = prefix.join("include/slurm");
+fn fake_slurm(prefix: String, version: u32) -> String {
+    let include = Path::new(&prefix).join("include/slurm");
     std::fs::create_dir_all(&include).unwrap();
-    std::fs::create_dir_all(prefix.join("lib/slurm")).unwrap();
+    std::fs::create_dir_all(Path::new(&prefix).join("lib/slurm")).unwrap();
     std::fs::write(include.join("spank.h"), "").unwrap();
     std::fs::write(include.join("slurm.h"), "").unwrap();
     std::fs::write(
@@ -285,6 +285,7 @@ fn fake_slurm(prefix: &Path, version: u32) {
         format!("#define SLURM_VERSION_NUMBER 0x{version:06x}\n"),
     )
     .unwrap();
+    prefix
 }
 
 /// What `cargo build --release` leaves in `target` for install.sh, made in a
@@ -317,6 +318,14 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A scratch directory with a build for [`VERSION`] in its `target`.
+fn with_build(name: &str) -> (PathBuf, PathBuf) {
+    let tmp = scratch(name);
+    let target = tmp.join("target");
+    fake_build(&target, VERSION);
+    (tmp, target)
+}
+
 /// The lines of an output's stderr.
 fn stderr_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stderr)
@@ -336,14 +345,10 @@ const VERSION: u32 = 0x180b05;
 /// snippet's (--sysconfdir, or found under --slurm-prefix).
 #[test]
 fn refuses_a_path_plugstack_conf_cannot_hold_before_writing_anything() {
-    let tmp = scratch("install-paths");
+    let (tmp, target) = with_build("install-paths");
     let t = tmp.to_str().unwrap();
-    let target = tmp.join("target");
-    fake_build(&target, VERSION);
-    let spaced = format!("{t}/opt/my slurm");
-    fake_slurm(Path::new(&spaced), VERSION);
-    let plain = format!("{t}/opt/slurm");
-    fake_slurm(Path::new(&plain), VERSION);
+    let spaced = fake_slurm(format!("{t}/opt/my slurm"), VERSION);
+    let plain = fake_slurm(format!("{t}/opt/slurm"), VERSION);
     // A cargo that leaves a mark when it is run.
     let ran = tmp.join("cargo-ran");
     let cargo = tmp.join("cargo");
@@ -431,12 +436,9 @@ fn refuses_a_path_plugstack_conf_cannot_hold_before_writing_anything() {
 /// path on its line.
 #[test]
 fn writes_the_plugin_s_path_as_given() {
-    let tmp = scratch("install-written");
+    let (tmp, target) = with_build("install-written");
     let t = tmp.to_str().unwrap();
-    let target = tmp.join("target");
-    fake_build(&target, VERSION);
-    let slurm = format!("{t}/spack/slurm-24.11.5+pmix@x=y,z:1");
-    fake_slurm(Path::new(&slurm), VERSION);
+    let slurm = fake_slurm(format!("{t}/spack/slurm-24.11.5+pmix@x=y,z:1"), VERSION);
     let prefix = format!("{t}/tools & more #1/a\\b");
     let stage = tmp.join("stage");
     let args = [
@@ -500,8 +502,7 @@ fn writes_the_plugin_s_path_as_given() {
 fn dry_run_fails_where_the_real_run_fails() {
     let tmp = scratch("install-dry");
     let t = tmp.to_str().unwrap();
-    let slurm = format!("{t}/opt/slurm");
-    fake_slurm(Path::new(&slurm), VERSION);
+    let slurm = fake_slurm(format!("{t}/opt/slurm"), VERSION);
     let other = tmp.join("other");
     fake_build(&other, VERSION + 0x100);
     let ours = tmp.join("ours");
