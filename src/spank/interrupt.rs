@@ -91,6 +91,7 @@ impl Cat {
 /// Two `cat`s reading a pipe only the plugin writes to: they end at EOF,
 /// so they cannot outlive srun, and are ended by their pids when dropped.
 pub struct Sentinel {
+    /// Both, once started (one started alone is ended on the way out).
     cats: Vec<Cat>,
     /// The pipe's write end, O_CLOEXEC: closing it ends the sentinel.
     _pipe: OwnedFd,
@@ -112,9 +113,9 @@ impl Sentinel {
     /// Both sentinels died of the same signal: one sent to srun's process
     /// group (Ctrl-C).
     pub fn interrupted(&self) -> bool {
-        let states: Vec<State> = self.cats.iter().map(Cat::poll).collect();
-        match states[..] {
-            [State::Killed(a), State::Killed(b)] => a == b,
+        // Both polled: each reaped as soon as it is gone.
+        match (self.cats[0].poll(), self.cats[1].poll()) {
+            (State::Killed(a), State::Killed(b)) => a == b,
             _ => false,
         }
     }
