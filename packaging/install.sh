@@ -23,12 +23,16 @@
 # slurm.h, slurm_version.h), and the plugin's plugin_version is that
 # SLURM_VERSION_NUMBER: it loads only in that Slurm release (major.minor).
 # Nothing else is changed: plugstack.conf must include the snippet's folder
-# (the script says so when it does not).
+# (the script says so when it does not). A plugin directory or sysconfdir
+# that plugstack.conf cannot hold (a blank, '#', a glob or any other special)
+# is refused before anything is built or written; --dry-run makes every check.
 #
 # Environment: CARGO_TARGET_DIR (target), CARGO (cargo). Needs cargo (Rust >=
 # 1.85), libclang (bindgen), nm and readelf (binutils).
 set -euo pipefail
 umask 022
+# Byte-wise character classes for the path checks below (not exported).
+LC_ALL=C
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 die() { echo "install: error: $*" >&2; exit 1; }
 usage() {
@@ -94,8 +98,48 @@ fi
 if [ -z "$sysconfdir" ]; then
     if [ "$slurm_prefix" = /usr ]; then sysconfdir=/etc/slurm; else sysconfdir=$slurm_prefix/etc; fi
 fi
+[ "$plugin_dir" = / ] || plugin_dir=${plugin_dir%/}
+[ "$sysconfdir" = / ] || sysconfdir=${sysconfdir%/}
+so_path=${plugin_dir%/}/tf_cluster.so
 docdir=$prefix/share/doc/tf-cluster
 snippet=$sysconfdir/plugstack.conf.d/tf-cluster.conf
+include_line="include $sysconfdir/plugstack.conf.d/*.conf"
+
+# Every check comes before anything is written, and --dry-run makes them all.
+#
+# plugstack.conf splits a line at blanks, cuts it at '#' and reads at most
+# 4095 bytes of it, and an include line is a glob: the plugin's path and the
+# snippet's folder go there only when made of characters Slurm reads as
+# themselves. Anything else is refused here rather than written into a line
+# that makes Slurm load another file (and, with `required`, fail every srun).
+plain='A-Za-z0-9._+,:@=/-'
+plugstack_path() { # PATH OPTION WHAT
+    local rest=${1//[$plain]/} c
+    if [ -n "$rest" ]; then
+        c=${rest:0:1}
+        case $c in
+        ' ') c='a blank' ;;
+        $'\t') c='a tab' ;;
+        $'\n') c='a line break' ;;
+        [[:graph:]]) c="'$c'" ;;
+        *) c="the byte $(printf %q "$c")" ;;
+        esac
+        die "$3 $(printf %q "$1") has $c, which plugstack.conf cannot hold (it splits lines at" \
+            "blanks, cuts them at '#', and include lines are globs): give $2 a path of letters," \
+            "digits and . _ + , : @ = / - only (a symbolic link to the directory will do)"
+    fi
+    [ "${#1}" -le 4000 ] ||
+        die "$3 is ${#1} bytes long; plugstack.conf reads lines of at most 4095: give $2 a shorter path"
+}
+plugstack_path "$so_path" --plugin-dir "the plugin's path"
+plugstack_path "$sysconfdir/plugstack.conf.d" --sysconfdir "the snippet's folder"
+if [ "$build" = 1 ]; then
+    command -v "${CARGO:-cargo}" >/dev/null ||
+        die "${CARGO:-cargo} not found: install Rust >= 1.85 (rustup), or give --no-build with a build in ${CARGO_TARGET_DIR:-target}"
+fi
+for t in nm readelf od; do
+    command -v "$t" >/dev/null || die "$t not found: install binutils and coreutils (nm, readelf and od read the plugin's plugin_version)"
+done
 
 # Each change, shown (--dry-run: only shown).
 run() {
@@ -130,17 +174,32 @@ plugin_version() {
         while read -r o va fs; do echo $((o)) $((va)) $((fs)); done)
     return 1
 }
-if [ "$dry" = 0 ]; then
-    for t in nm readelf od; do
-        command -v "$t" >/dev/null || die "$t not found: install binutils and coreutils (nm, readelf and od read the plugin's plugin_version)"
-    done
+# The build checked against the headers: before the install, and with
+# --dry-run too where there is a build to check (with --no-build).
+check_build() {
     if [ ! -f "$so" ] || [ ! -f "$cli" ]; then
         die "$so or $cli is missing (built? CARGO_TARGET_DIR?)"
     fi
     built=$(plugin_version "$so") || die "$so: no plugin_version symbol"
     [ "$built" = "$v" ] || die "$so was built for Slurm $((built >> 16)).$(printf %02d $(((built >> 8) & 255))).$((built & 255)), not $slurm: build again (without --no-build)"
+}
+if [ "$dry" = 0 ] || [ "$build" = 0 ]; then
+    check_build
+else
+    echo "# then: the build's plugin_version is checked against $version_h"
 fi
 
+# The snippet: plugstack.conf.example with this plugin's path on its line.
+new='' lines=0
+while IFS= read -r line || [ -n "$line" ]; do
+    if [[ $line =~ ^required[[:space:]]+[^[:space:]]*tf_cluster\.so([[:space:]].*)?$ ]]; then
+        line="required $so_path${BASH_REMATCH[1]}"
+        lines=$((lines + 1))
+    fi
+    new+=$line$'\n'
+done <plugstack.conf.example
+new=${new%$'\n'}
+[ "$lines" = 1 ] || die "plugstack.conf.example has $lines 'required …tf_cluster.so' lines, not one"
 run install -d "$destdir$plugin_dir"
 run install -m 644 "$so" "$destdir$plugin_dir/tf_cluster.so.new"
 run mv -f "$destdir$plugin_dir/tf_cluster.so.new" "$destdir$plugin_dir/tf_cluster.so"
@@ -157,10 +216,6 @@ while read -r entry; do
     fi
 done <packaging/docs.list
 
-# The snippet: plugstack.conf.example's line, with this plugin's path.
-new=$(sed -E "s#[^[:space:]]*tf_cluster\.so#$plugin_dir/tf_cluster.so#" plugstack.conf.example)
-grep -q "^required $plugin_dir/tf_cluster.so" <<<"$new" ||
-    die "plugstack.conf.example has no 'required …tf_cluster.so' line"
 dest=$destdir$snippet
 if [ -f "$dest" ] && [ "$(cat "$dest")" != "$new" ]; then
     echo "install: $snippet exists and differs: kept; the new one is $snippet.new" >&2
@@ -175,10 +230,20 @@ if [ "$dry" = 0 ]; then
     mv -f "$dest.tmp" "$dest"
 fi
 
+# Whether plugstack.conf (staged or in place) includes the snippet's folder.
 conf=$sysconfdir/plugstack.conf
-if ! grep -qs "^[[:space:]]*include[[:space:]]\+$sysconfdir/plugstack.conf.d/" \
-    "$destdir$conf" "$conf"; then
-    echo "install: to enable the plugin, add 'include $sysconfdir/plugstack.conf.d/*.conf' to" \
+included=0
+for f in "$destdir$conf" "$conf"; do
+    [ -r "$f" ] || continue
+    while IFS= read -r line || [ -n "$line" ]; do
+        if [[ $line =~ ^[[:space:]]*include[[:space:]]+([^[:space:]#]+) ]] &&
+            [[ ${BASH_REMATCH[1]} == "$sysconfdir/plugstack.conf.d/"* ]]; then
+            included=1
+        fi
+    done <"$f"
+done
+if [ "$included" = 0 ]; then
+    echo "install: to enable the plugin, add '$include_line' to" \
         "$conf (or the file PlugStackConfig names), on every node and submit host" >&2
 fi
 echo "install: done${destdir:+ (staged in $destdir)}; check a node with: tf-cluster doctor" >&2

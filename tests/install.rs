@@ -51,11 +51,19 @@ fn install(args: &[&str]) -> Output {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target"));
+    install_from(&target, args, &[])
+}
+
+/// `bash packaging/install.sh ARGS` with `target` as CARGO_TARGET_DIR and
+/// more variables.
+fn install_from(target: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new("bash")
         .arg(repo().join("packaging/install.sh"))
         .args(args)
         .env("CARGO_TARGET_DIR", target)
         .env_remove("SLURM_INCLUDE_DIR")
+        .env_remove("CARGO")
+        .envs(env.iter().copied())
         .output()
         .unwrap()
 }
@@ -260,5 +268,298 @@ fn installs_beside_a_slurm_under_a_prefix() {
     );
     assert!(report.contains("same build as this CLI"), "{report}");
     assert!(!report.contains("FAIL"), "{report}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// A Slurm of release `version` under `prefix`, as install.sh sees one: the
+/// three headers it checks (`slurm_version.h` saying `version`) and the
+/// plugin directory.
+fn fake_slurm(prefix: String, version: u32) -> String {
+    let include = Path::new(&prefix).join("include/slurm");
+    std::fs::create_dir_all(&include).unwrap();
+    std::fs::create_dir_all(Path::new(&prefix).join("lib/slurm")).unwrap();
+    std::fs::write(include.join("spank.h"), "").unwrap();
+    std::fs::write(include.join("slurm.h"), "").unwrap();
+    std::fs::write(
+        include.join("slurm_version.h"),
+        format!("#define SLURM_VERSION_NUMBER 0x{version:06x}\n"),
+    )
+    .unwrap();
+    prefix
+}
+
+/// What `cargo build --release` leaves in `target` for install.sh, made in a
+/// moment: a shared object exporting `plugin_version` = `version` (cc), and
+/// a CLI.
+fn fake_build(target: &Path, version: u32) {
+    let release = target.join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    let c = release.join("plugin.c");
+    std::fs::write(
+        &c,
+        format!("const unsigned int plugin_version = 0x{version:06x};\n"),
+    )
+    .unwrap();
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(release.join("libtf_cluster.so"))
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(release.join("tf-cluster"), "#!/bin/sh\n").unwrap();
+}
+
+/// A scratch directory of its own for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tfc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A scratch directory with a build for [`VERSION`] in its `target`.
+fn with_build(name: &str) -> (PathBuf, PathBuf) {
+    let tmp = scratch(name);
+    let target = tmp.join("target");
+    fake_build(&target, VERSION);
+    (tmp, target)
+}
+
+/// The lines of an output's stderr.
+fn stderr_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The fake Slurm's release: 24.11.5.
+const VERSION: u32 = 0x180b05;
+
+/// A path plugstack.conf cannot hold (Slurm splits its lines at blanks, cuts
+/// them at '#', reads 4095 bytes of a line and globs an include line; a
+/// path with sed's or the shell's specials is refused with them) is refused
+/// in one line before anything is built or written, by --dry-run too: the
+/// plugin's directory (given or found under --slurm-prefix) and the
+/// snippet's (--sysconfdir, or found under --slurm-prefix).
+#[test]
+fn refuses_a_path_plugstack_conf_cannot_hold_before_writing_anything() {
+    let (tmp, target) = with_build("install-paths");
+    let t = tmp.to_str().unwrap();
+    let spaced = fake_slurm(format!("{t}/opt/my slurm"), VERSION);
+    let plain = fake_slurm(format!("{t}/opt/slurm"), VERSION);
+    // A cargo that leaves a mark when it is run.
+    let ran = tmp.join("cargo-ran");
+    let cargo = tmp.join("cargo");
+    std::fs::write(&cargo, format!("#!/bin/sh\ntouch '{}'\n", ran.display())).unwrap();
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let long = format!("{t}/{}", "d".repeat(4090));
+    let dir = |name: &str| vec!["--plugin-dir".to_string(), format!("{t}/{name}")];
+    let conf = |name: &str| vec!["--sysconfdir".to_string(), format!("{t}/{name}")];
+    // Each case: its arguments, the option the message names, what it says
+    // the path has.
+    let cases: Vec<(Vec<String>, &str, &str)> = vec![
+        (
+            vec!["--slurm-prefix".into(), spaced.clone()],
+            "--plugin-dir",
+            "has a blank",
+        ),
+        (
+            vec![
+                "--slurm-prefix".into(),
+                spaced.clone(),
+                "--plugin-dir".into(),
+                format!("{plain}/lib/slurm"),
+            ],
+            "--sysconfdir",
+            "has a blank",
+        ),
+        (dir("a&b"), "--plugin-dir", "has '&'"),
+        (dir("a#b"), "--plugin-dir", "has '#'"),
+        (dir("a\tb"), "--plugin-dir", "has a tab"),
+        (dir("a\nb"), "--plugin-dir", "has a line break"),
+        (dir("a\\1b"), "--plugin-dir", "has '\\'"),
+        (dir("$(id)"), "--plugin-dir", "has '$'"),
+        (dir("a|b"), "--plugin-dir", "has '|'"),
+        (dir("a'b"), "--plugin-dir", "has '''"),
+        (dir("sl\u{e9}"), "--plugin-dir", "has the byte"),
+        (conf("etc*"), "--sysconfdir", "has '*'"),
+        (conf("etc[1]"), "--sysconfdir", "has '['"),
+        (
+            vec!["--plugin-dir".into(), long],
+            "--plugin-dir",
+            "bytes long",
+        ),
+    ];
+    let stage = tmp.join("stage");
+    for (given, option, has) in cases {
+        for dry in [false, true] {
+            let mut args: Vec<String> = vec![];
+            if !given.iter().any(|a| a == "--slurm-prefix") {
+                args.extend(["--slurm-prefix".into(), plain.clone()]);
+            }
+            args.extend(given.iter().cloned());
+            args.extend([
+                "--prefix".into(),
+                format!("{t}/usr"),
+                "--destdir".into(),
+                stage.to_str().unwrap().into(),
+            ]);
+            if dry {
+                args.push("--dry-run".into());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = install_from(&target, &args, &[("CARGO", cargo.to_str().unwrap())]);
+            let case = format!("{given:?} dry-run {dry}");
+            assert_eq!(out.status.code(), Some(1), "{case}: {}", text(&out));
+            assert!(out.stdout.is_empty(), "{case}: {}", text(&out));
+            let lines = stderr_lines(&out);
+            assert_eq!(lines.len(), 1, "{case}: {}", text(&out));
+            assert!(
+                lines[0].starts_with("install: error: ")
+                    && lines[0].contains(has)
+                    && lines[0].contains(&format!("give {option} ")),
+                "{case}: {}",
+                lines[0]
+            );
+            assert!(!stage.exists(), "{case}: wrote {}", stage.display());
+            assert!(!ran.exists(), "{case}: cargo ran");
+        }
+    }
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// Paths plugstack.conf holds are written there as given, beside a prefix
+/// whose name only the shell and sed would mind (it is not in
+/// plugstack.conf): the snippet is plugstack.conf.example with the plugin's
+/// path on its line.
+#[test]
+fn writes_the_plugin_s_path_as_given() {
+    let (tmp, target) = with_build("install-written");
+    let t = tmp.to_str().unwrap();
+    let slurm = fake_slurm(format!("{t}/spack/slurm-24.11.5+pmix@x=y,z:1"), VERSION);
+    let prefix = format!("{t}/tools & more #1/a\\b");
+    let stage = tmp.join("stage");
+    let args = [
+        "--slurm-prefix",
+        &slurm,
+        "--prefix",
+        &prefix,
+        "--destdir",
+        stage.to_str().unwrap(),
+        "--no-build",
+    ];
+    let out = install_from(&target, &args, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let staged = |path: &str| stage.join(path.trim_start_matches('/'));
+    let snippet = std::fs::read_to_string(staged(&format!(
+        "{slurm}/etc/plugstack.conf.d/tf-cluster.conf"
+    )))
+    .unwrap();
+    let example = std::fs::read_to_string(repo().join("plugstack.conf.example")).unwrap();
+    let plugin_line = format!("required {slurm}/lib/slurm/tf_cluster.so");
+    assert_eq!(
+        snippet.lines().collect::<Vec<_>>(),
+        example
+            .lines()
+            .map(|l| match l.starts_with("required ") {
+                true => plugin_line.as_str(),
+                false => l,
+            })
+            .collect::<Vec<_>>()
+    );
+    assert!(staged(&format!("{slurm}/lib/slurm/tf_cluster.so")).is_file());
+    assert!(staged(&format!("{prefix}/bin/tf-cluster")).is_file());
+    assert!(staged(&format!("{prefix}/share/man/man1/tf-cluster.1")).is_file());
+    assert!(staged(&format!("{prefix}/share/doc/tf-cluster/docs/admin.md")).is_file());
+    let said = text(&out);
+    assert!(
+        said.contains(&format!(
+            "add 'include {slurm}/etc/plugstack.conf.d/*.conf' to {slurm}/etc/plugstack.conf"
+        )),
+        "{said}"
+    );
+    // With that include line in plugstack.conf, the script does not ask for it.
+    std::fs::write(
+        staged(&format!("{slurm}/etc/plugstack.conf")),
+        format!("  include {slurm}/etc/plugstack.conf.d/*.conf\n"),
+    )
+    .unwrap();
+    let again = install_from(&target, &args, &[]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        !text(&again).contains("to enable the plugin"),
+        "{}",
+        text(&again)
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
+/// `--dry-run` makes every check the real run makes, and fails as it does:
+/// a build for another Slurm, a build missing, cargo missing.
+#[test]
+fn dry_run_fails_where_the_real_run_fails() {
+    let tmp = scratch("install-dry");
+    let t = tmp.to_str().unwrap();
+    let slurm = fake_slurm(format!("{t}/opt/slurm"), VERSION);
+    let other = tmp.join("other");
+    fake_build(&other, VERSION + 0x100);
+    let ours = tmp.join("ours");
+    fake_build(&ours, VERSION);
+    let empty = tmp.join("empty");
+    let stage = tmp.join("stage");
+    let usr = format!("{t}/usr");
+    let base = [
+        "--slurm-prefix",
+        &slurm,
+        "--prefix",
+        &usr,
+        "--destdir",
+        stage.to_str().unwrap(),
+    ];
+    let run = |target: &Path, more: &[&str], env: &[(&str, &str)]| {
+        let mut args = base.to_vec();
+        args.extend_from_slice(more);
+        install_from(target, &args, env)
+    };
+    let none: &[(&str, &str)] = &[];
+    for (case, target, more, env, says) in [
+        (
+            "built for another Slurm",
+            &other,
+            &["--no-build"][..],
+            none,
+            "was built for Slurm 24.12.5, not 24.11.5: build again",
+        ),
+        ("not built", &empty, &["--no-build"][..], none, "is missing"),
+        (
+            "no cargo",
+            &ours,
+            &[][..],
+            &[("CARGO", "/nonexistent/cargo")][..],
+            "/nonexistent/cargo not found",
+        ),
+    ] {
+        let real = run(target, more, env);
+        let mut dry_args = more.to_vec();
+        dry_args.push("--dry-run");
+        let dry = run(target, &dry_args, env);
+        for (mode, out) in [("real", &real), ("dry-run", &dry)] {
+            assert_eq!(out.status.code(), Some(1), "{case}, {mode}: {}", text(out));
+            let last = stderr_lines(out).pop().unwrap_or_default();
+            assert!(
+                last.starts_with("install: error: ") && last.contains(says),
+                "{case}, {mode}: {}",
+                text(out)
+            );
+            assert!(!stage.exists(), "{case}, {mode}: wrote {}", stage.display());
+        }
+        assert_eq!(stderr_lines(&real), stderr_lines(&dry), "{case}");
+    }
+    // A build for this Slurm: the dry run passes and writes nothing.
+    let dry = run(&ours, &["--no-build", "--dry-run"], none);
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert!(!stage.exists());
     std::fs::remove_dir_all(&tmp).unwrap();
 }

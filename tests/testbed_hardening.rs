@@ -66,6 +66,7 @@ const BAD_SPECS: &[(&str, &str, &str)] = &[
     ("dash in role", "my-ps:1", "role name \"my-ps\" has '-' (use a-z, 0-9 and '_', a letter first)"),
     ("two chiefs", "chief:2,worker:2", "role chief has count 2 (TensorFlow allows at most one chief)"),
     ("two evaluators", "worker:2,evaluator:2", "role evaluator has count 2 (TensorFlow allows at most one evaluator)"),
+    ("master role", "master:1,worker:2", "role master is refused: TensorFlow's strategies take only chief, worker, evaluator and ps (\"Disallowed task type\"), and master is the old name of the one chief (write chief:1)"),
     ("missing colon", "worker1", "\"worker1\" has no ':count'"),
     ("leading comma", ",worker:1", "entry 1 is empty"),
     ("double comma", "ps:1,,worker:3", "entry 2 is empty"),

@@ -108,6 +108,41 @@ fn errors_are_one_line_and_no_output() {
     }
 }
 
+/// `master` is refused as srun refuses it: one line, the same text, since
+/// TensorFlow's strategies take only chief, worker, evaluator and ps.
+#[test]
+fn explain_refuses_master_as_srun_does() {
+    for spec in [
+        "master:1,worker:1",
+        "master:1,worker:3",
+        "chief:1,master:1,worker:2",
+    ] {
+        let out = cli(&["explain", &format!("--tf-cluster={spec}")], &BASIC);
+        assert_eq!(out.status.code(), Some(1), "{spec}");
+        assert!(out.stdout.is_empty(), "{spec}");
+        assert_eq!(
+            String::from_utf8(out.stderr).unwrap(),
+            format!(
+                "tf-cluster: bad --tf-cluster \"{spec}\": role master is refused: \
+                 TensorFlow's strategies take only chief, worker, evaluator and ps \
+                 (\"Disallowed task type\"), and master is the old name of the one chief \
+                 (write chief:1) (expected role:count[,role:count…], e.g. ps:1,worker:3)\n"
+            )
+        );
+    }
+    // Other job names stay accepted, as tf.train.ClusterSpec takes them.
+    let out = cli(
+        &["explain", "--tf-cluster=chief:1,trainer:2,worker:1"],
+        &BASIC,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("trainer"));
+}
+
 #[test]
 fn explain_lists_every_rank() {
     let mut env = BASIC.to_vec();

@@ -12,6 +12,9 @@ pub const EVALUATOR: &str = "evaluator";
 /// TensorFlow's coordinating worker: at most one, as for the evaluator.
 const CHIEF: &str = "chief";
 
+/// The old name of the chief, which TensorFlow's strategies refuse.
+const MASTER: &str = "master";
+
 /// Longest role name accepted (TensorFlow job names are short words).
 const MAX_NAME: usize = 64;
 
@@ -55,6 +58,14 @@ impl RoleSpec {
                 return bad(format!(
                     "role name {} is longer than {MAX_NAME} bytes",
                     shown(name)
+                ));
+            }
+            // Before the case: `Master` is refused for what it names.
+            if name.eq_ignore_ascii_case(MASTER) {
+                return bad(format!(
+                    "role {name} is refused: TensorFlow's strategies take only chief, worker, \
+                     evaluator and ps (\"Disallowed task type\"), and {MASTER} is the old name \
+                     of the one {CHIEF} (write {CHIEF}:1)"
                 ));
             }
             if let Some(why) = not_a_job_name(name) {
@@ -293,6 +304,44 @@ mod tests {
         }
         assert!(RoleSpec::parse("chief:1,worker:2,evaluator:1").is_ok());
         assert!(RoleSpec::parse("ps:2,worker:2").is_ok());
+    }
+
+    /// TensorFlow 2.21's strategies take only chief, worker, evaluator and
+    /// ps ("Disallowed task type"): `master`, the old name of the one chief,
+    /// fails every task there, so srun refuses it, in any spelling and
+    /// beside a chief too. Other job names stay (`tf.train.ClusterSpec`
+    /// and SlurmClusterResolver take them).
+    #[test]
+    fn master_is_refused_for_the_chief() {
+        for (spec, name) in [
+            ("master:2,worker:1", "master"),
+            ("chief:1,master:1,worker:1", "master"),
+            ("master:1", "master"),
+            ("worker:3,master:1", "master"),
+            ("Master:1,worker:1", "Master"),
+            ("MASTER:1", "MASTER"),
+        ] {
+            let e = RoleSpec::parse(spec).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "bad --tf-cluster \"{spec}\": role {name} is refused: TensorFlow's \
+                     strategies take only chief, worker, evaluator and ps (\"Disallowed task \
+                     type\"), and master is the old name of the one chief (write chief:1) \
+                     (expected role:count[,role:count…], e.g. ps:1,worker:3)"
+                ),
+            );
+        }
+        assert_eq!(
+            roles("chief:1,worker:2,trainer:1,master_1:1,masters:2"),
+            [
+                ("chief".into(), 1),
+                ("worker".into(), 2),
+                ("trainer".into(), 1),
+                ("master_1".into(), 1),
+                ("masters".into(), 2)
+            ]
+        );
     }
 
     #[test]
