@@ -170,31 +170,47 @@ fn done_lines(output: &str) -> BTreeMap<u32, Done> {
 /// folder; checks that the job succeeded and that ranks 0..world each ended with a finite
 /// loss, spread over `nodes` hosts. The templates stay as users copy them; the harness
 /// chooses where their output goes: each srun task's in a file of its own
-/// (SLURM_STDOUTMODE), each torchrun worker's in a file of its own (torchrun's PET_LOG_DIR
-/// and PET_REDIRECTS, read from the environment as its --log-dir and --redirects), and each
-/// file is read apart.
+/// (SLURM_STDOUTMODE) and, where a task's torchrun starts several workers (`Workers::Files`),
+/// each worker's in a file of its own (torchrun's PET_LOG_DIR and PET_REDIRECTS, read from the
+/// environment as its --log-dir and --redirects); each file is read apart.
 fn run(folder: &str, script: &str, venv: Option<&str>, shape: &[&str], world: u32, nodes: usize) {
+    run_with(folder, script, venv, shape, world, nodes, Workers::Inherit);
+}
+
+/// Where the workers a task's launcher starts write.
+#[derive(PartialEq)]
+enum Workers {
+    /// On their launcher's stdout (one worker per task, or none).
+    Inherit,
+    /// Each in a file of its own: torchrun's per-worker logs.
+    Files,
+}
+
+/// [`run`] with the workers' output where `workers` says.
+fn run_with(
+    folder: &str,
+    script: &str,
+    venv: Option<&str>,
+    shape: &[&str],
+    world: u32,
+    nodes: usize,
+    workers: Workers,
+) {
     install();
     let dir = format!("{DIR}/{folder}");
     let outputs = Outputs::new(&format!("{folder}-{script}"));
     let venv = format!("VENV={}", venv.unwrap_or(""));
-    let workers = format!("PET_LOG_DIR={}/workers", outputs.path());
+    let log_dir = format!("PET_LOG_DIR={}/workers", outputs.path());
     let script_path = format!("{dir}/{script}");
     let mut args = vec!["-D", dir.as_str(), "--time=5"];
     args.extend_from_slice(shape);
     args.push(script_path.as_str());
+    let mut vars = vec!["TF_CLUSTER_EXAMPLE_CPU=1", &venv, "TF_CPP_MIN_LOG_LEVEL=2"];
+    if workers == Workers::Files {
+        vars.extend_from_slice(&[&log_dir, "PET_REDIRECTS=3"]);
+    }
     // A hung job must not outlive the test: --time.
-    let (code, said) = outputs.sbatch(
-        360,
-        &[
-            "TF_CLUSTER_EXAMPLE_CPU=1",
-            &venv,
-            "TF_CPP_MIN_LOG_LEVEL=2",
-            &workers,
-            "PET_REDIRECTS=3",
-        ],
-        &args,
-    );
+    let (code, said) = outputs.sbatch(360, &vars, &args);
     let context = format!(
         "{folder}/{script}: {said}\n---- the job's files ----\n{}",
         outputs.dump()
@@ -240,7 +256,7 @@ fn pytorch_ddp() {
 fn pytorch_torchrun() {
     let _t = common::testbed();
     let s = shape("--ntasks-per-node=1", "--gpus-per-node=2");
-    run("pytorch", "torchrun.sbatch", None, &s, 4, 2);
+    run_with("pytorch", "torchrun.sbatch", None, &s, 4, 2, Workers::Files);
 }
 
 /// FSDP over 2 ranks on 2 nodes (gloo on CPU).
