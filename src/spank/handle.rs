@@ -55,6 +55,12 @@ pub fn callback<R>(
     })
 }
 
+/// Whether this process is srun (not sbatch or salloc, not slurmstepd).
+pub fn in_srun() -> bool {
+    // SAFETY: no arguments; Slurm answers from its own state.
+    unsafe { sys::spank_context() == sys::spank_context_S_CTX_LOCAL }
+}
+
 impl<'a> Spank<'a> {
     /// True in slurmstepd, false in srun/sbatch/salloc.
     pub fn remote(&self) -> bool {
