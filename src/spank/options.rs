@@ -6,8 +6,8 @@
 //! hundred bytes).
 
 use std::ffi::{CString, c_char, c_int};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::bindings as sys;
 use super::guard::guard;
@@ -159,6 +159,27 @@ pub fn given_here(option: &str) -> bool {
     given.load(Ordering::Relaxed) || given_in_pass(rest, inherited)
 }
 
+/// The last value each option's callback was given in this process, by
+/// `val` (what `spank_option_getopt` returns later; Slurm refuses that call
+/// in `init_post_opt`).
+static VALUES: Mutex<Vec<Option<String>>> = Mutex::new(Vec::new());
+
+/// The value srun's parsing last gave `option` (None: not given), from
+/// the callbacks themselves: usable in `init_post_opt`.
+pub fn seen(option: &str) -> Option<String> {
+    let i = all().iter().position(|o| o.name == option)?;
+    let values = VALUES.lock().unwrap_or_else(PoisonError::into_inner);
+    values.get(i).cloned().flatten()
+}
+
+/// Whether srun's parsing gave it any framework option, from its command
+/// line or handed down (`=off` is none), as the callbacks saw them.
+pub fn seen_asking() -> bool {
+    FRAMEWORKS
+        .iter()
+        .any(|f| seen(f.option).is_some_and(|v| v != OFF))
+}
+
 /// Whether srun was given any framework option, from its command line or
 /// handed down (`=off` is none): whether the step may ask for the plugin.
 pub fn asks(spank: &Spank) -> Result<bool> {
@@ -186,6 +207,15 @@ extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> 
         }
         // SAFETY: Slurm passes NULL or a NUL-terminated option value.
         let value = unsafe { handle::option_value(optarg) }?;
+        if let Ok(i) = usize::try_from(val) {
+            let mut values = VALUES.lock().unwrap_or_else(PoisonError::into_inner);
+            if values.len() < all().len() {
+                values.resize(all().len(), None);
+            }
+            if let Some(slot) = values.get_mut(i) {
+                *slot = Some(value.clone());
+            }
+        }
         match given(val).map(|o| o.meaning) {
             Some(Meaning::Framework(f)) => crate::core::frameworks::check_value(f, &value),
             Some(Meaning::Setting(setting)) => Settings::default()
@@ -315,6 +345,23 @@ mod tests {
             inherited_var(&pytorch::FRAMEWORK),
             "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster"
         );
+    }
+
+    /// srun parses its options once per component of a heterogeneous step,
+    /// each pass reading the value sbatch/salloc handed down: an option only
+    /// inherited is one call per pass, never "given to srun", however many
+    /// components (two passes once counted as given: 2 calls).
+    #[test]
+    fn an_option_is_judged_per_parse_pass() {
+        // Inherited only: one call in each of two passes.
+        assert!(!given_in_pass(1, true));
+        assert!(!(given_in_pass(1, true) || given_in_pass(1, true)));
+        // Inherited and on srun's command line: two calls in a pass.
+        assert!(given_in_pass(2, true));
+        // On the command line only, in any pass.
+        assert!(given_in_pass(1, false));
+        assert!(!given_in_pass(0, false) && given_in_pass(1, false));
+        assert!(!given_in_pass(0, true));
     }
 
     #[test]

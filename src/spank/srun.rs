@@ -85,8 +85,8 @@ impl Srun {
     pub fn init_post_opt(&self, spank: &Spank) -> i32 {
         options::end_pass();
         let _ = guard("init_post_opt", Some(spank), || {
-            if options::asks(spank)? {
-                set(self.early(spank)?.encode());
+            if options::seen_asking() {
+                set(self.early().encode());
             } else if std::env::var_os(handoff::VAR).is_some() {
                 set(String::new());
             }
@@ -95,16 +95,13 @@ impl Srun {
         0
     }
 
-    /// What srun knows before the step exists ([`Early`]).
-    fn early(&self, spank: &Spank) -> Result<Early> {
+    /// What srun knows before the step exists ([`Early`]), from what its
+    /// option callbacks saw (Slurm answers no `spank_option_getopt` in
+    /// `init_post_opt`).
+    fn early(&self) -> Early {
         let mut inherited = Frameworks::default();
-        for option in options::all() {
-            let options::Meaning::Framework(f) = option.meaning else {
-                continue;
-            };
-            let asked = spank
-                .getopt(&option.raw)?
-                .is_some_and(|v| v != options::OFF);
+        for &f in FRAMEWORKS.iter() {
+            let asked = options::seen(f.option).is_some_and(|v| v != options::OFF);
             if asked
                 && f.skip_when_inherited
                 && std::env::var_os(inherited_var(f)).is_some()
@@ -113,12 +110,12 @@ impl Srun {
                 inherited = inherited.with(f);
             }
         }
-        Ok(Early {
+        Early {
             inherited,
             off_overridden: self.off_overridden(),
             // A malformed count is refused in local_user_init.
             restart_count: core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
-        })
+        }
     }
 
     /// After slurmctld created the step and before anything is launched:
