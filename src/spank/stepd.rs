@@ -77,7 +77,7 @@ use crate::core::handoff::{self, Decision, Early, Handoff, StepBind, Verdict};
 use crate::core::interfaces::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::plan::TaskBinding;
-use crate::core::step::{OUTSIDE_HET, het_size, number};
+use crate::core::step::{het_size, number};
 use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
@@ -213,7 +213,7 @@ impl Stepd {
         if handoff.is_none() && early.is_some() {
             let env = spank.env()?;
             if het_size(&mut TaskEnv(&env)).ok().flatten().is_none() {
-                return Err(Error::new(OUTSIDE_HET));
+                return Err(Error::new(NO_HET_VARIABLES));
             }
         }
         // No word from srun at all (an srun without the plugin): the job's
@@ -396,6 +396,10 @@ impl Stepd {
         Err(Error::new(NO_USER_INIT))
     }
 }
+
+/// A component of a heterogeneous step that srun's hand-off did not reach,
+/// without the heterogeneous job's variables to rebuild its layout from.
+const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
 
 /// A task of a step that asked for the plugin, without the node's share.
 const NO_USER_INIT: &str = "slurmstepd did not run user_init for this step, so the node's share was not made: failing rather than guessing";
@@ -741,7 +745,13 @@ mod tests {
     /// Whole, on one line: Error keeps at most 300 characters.
     #[test]
     fn the_no_user_init_refusal_is_one_short_line() {
-        assert_eq!(Error::new(NO_USER_INIT).message(), NO_USER_INIT);
-        assert!(!NO_USER_INIT.contains('\n'));
+        for text in [
+            NO_USER_INIT,
+            NO_HET_VARIABLES,
+            crate::core::step::OUTSIDE_HET,
+        ] {
+            assert_eq!(Error::new(text).message(), text);
+            assert!(!text.contains('\n'));
+        }
     }
 }
