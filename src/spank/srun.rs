@@ -235,20 +235,28 @@ impl Srun {
     }
 }
 
-/// Whether this srun launches a heterogeneous step, which its word on the
-/// step reaches in one component only: Some(the leader's job, when it is
-/// another job than this component's). Its environment says so (Slurm set it
-/// for the step just before `local_user_init`: SLURM_JOB_ID is the leader's,
-/// the components' ids follow), or srun found it so (see [`INVISIBLE_HET`]).
+/// Whether this srun launches a heterogeneous step of more than one
+/// component, which its word on the step reaches in one component only:
+/// Some(the leader's job, when it is another job than this component's).
+/// Its environment says so (Slurm set it for the step just before
+/// `local_user_init`: SLURM_JOB_ID is the leader's, SLURM_NTASKS the whole
+/// step's tasks, more than this component's), or srun found it so (see
+/// [`INVISIBLE_HET`]). A `--het-group=1` step is one component: srun's word
+/// reaches it whole.
 fn het_step(spank: &Spank) -> Option<Option<u32>> {
-    let env = &mut ProcessEnv;
-    let het = matches!(het_size(env), Ok(Some(2..)))
-        || INVISIBLE_HET.load(std::sync::atomic::Ordering::Relaxed);
-    if !het {
+    let invisible = INVISIBLE_HET.load(std::sync::atomic::Ordering::Relaxed);
+    let more = || match (
+        number(&mut ProcessEnv, "SLURM_NTASKS"),
+        spank.total_task_count(),
+    ) {
+        (Ok(Some(all)), Ok(own)) => all > own,
+        _ => true,
+    };
+    if !(invisible || (matches!(het_size(&mut ProcessEnv), Ok(Some(2..))) && more())) {
         return None;
     }
     let job = spank.job_id().ok()?;
-    let leader = number(env, "SLURM_JOB_ID")
+    let leader = number(&mut ProcessEnv, "SLURM_JOB_ID")
         .ok()
         .flatten()
         .filter(|&l| l < job && job - l < 128);
