@@ -46,6 +46,20 @@ fn in_het_allocation(options: &[&str], script: &str) -> (String, f64) {
     (text, took)
 }
 
+/// The distinct run ids (`RDZV=`) of `lines`.
+fn run_ids<'l>(lines: impl Iterator<Item = &'l String>) -> std::collections::BTreeSet<&'l str> {
+    lines
+        .map(|l| {
+            l.split("RDZV=")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// The word each host's tasks hold: `full` (srun's hand-off on the step),
 /// `early` (only srun's early word) or what else.
 fn words(lines: &[String]) -> Vec<String> {
@@ -97,17 +111,7 @@ fn every_component_follows_one_decision() {
         let rank: u32 = l.split("R=").nth(1).unwrap()[..1].parse().unwrap();
         assert_eq!(host, if rank < 2 { "node1" } else { "node2" }, "{text}");
     }
-    let ids: std::collections::BTreeSet<&str> = both
-        .iter()
-        .map(|l| {
-            l.split("RDZV=")
-                .nth(1)
-                .unwrap()
-                .split_whitespace()
-                .next()
-                .unwrap()
-        })
-        .collect();
+    let ids = run_ids(both.iter().copied());
     assert_eq!(ids.len(), 1, "one run id for the step: {text}");
     // --het-group=1: node2's two tasks, ranks 0-1 of a world of 2.
     let one: Vec<&String> = lines.iter().filter(|l| l.contains("WS=2")).collect();
@@ -132,17 +136,7 @@ fn every_component_gets_one_run_id() {
     assert!(text.contains("rc=0"), "{text}");
     let lines = het_lines(&text);
     assert_eq!(lines.len(), 4, "{text}");
-    let ids: std::collections::BTreeSet<&str> = lines
-        .iter()
-        .map(|l| {
-            l.split("RDZV=")
-                .nth(1)
-                .unwrap()
-                .split_whitespace()
-                .next()
-                .unwrap()
-        })
-        .collect();
+    let ids = run_ids(lines.iter());
     eprintln!("MEASURED run ids: {ids:?}");
     assert_eq!(ids.len(), 1, "{text}");
 }

@@ -178,18 +178,7 @@ impl Early {
         }
         let mut early = Early::default();
         let mut fields = rest.split(';').skip(1).peekable();
-        let mut field = |key: &str| -> Option<Option<&str>> {
-            let f = *fields.peek()?;
-            let got = match f.split_once('=') {
-                Some((k, value)) if k == key => Some(Some(value)),
-                None if f == key => Some(None),
-                _ => None,
-            };
-            if got.is_some() {
-                fields.next();
-            }
-            got
-        };
+        let mut field = |key: &str| next_field(&mut fields, key);
         match field("inherited") {
             None => {}
             Some(Some(bits)) => {
@@ -216,6 +205,25 @@ impl Early {
             Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
         }
     }
+}
+
+/// The next of the `;`-separated `fields` when it is `key` (Some(None), a
+/// flag) or `key=VALUE` (Some(Some(VALUE))), taken; None, and left, when
+/// it is another: each field at most once, in its place.
+fn next_field<'t>(
+    fields: &mut std::iter::Peekable<impl Iterator<Item = &'t str>>,
+    key: &str,
+) -> Option<Option<&'t str>> {
+    let f = *fields.peek()?;
+    let got = match f.split_once('=') {
+        Some((k, value)) if k == key => Some(Some(value)),
+        None if f == key => Some(None),
+        _ => None,
+    };
+    if got.is_some() {
+        fields.next();
+    }
+    got
 }
 
 /// A set of frameworks written as bits (their indices in
@@ -319,18 +327,7 @@ impl Handoff {
             return Ok(None);
         }
         let mut fields = fields.peekable();
-        let mut field = |key: &str| -> Option<Option<&str>> {
-            let f = *fields.peek()?;
-            let got = match f.split_once('=') {
-                Some((k, value)) if k == key => Some(Some(value)),
-                None if f == key => Some(None),
-                _ => None,
-            };
-            if got.is_some() {
-                fields.next();
-            }
-            got
-        };
+        let mut field = |key: &str| next_field(&mut fields, key);
         let decision = match (field("hosts"), field("runs"), field("verdict")) {
             (Some(Some(list)), Some(Some(runs)), None) => {
                 let hosts = HostList::parse(list, MAX_NODES as usize)
