@@ -139,7 +139,8 @@ impl<'a> Spank<'a> {
         )
     }
 
-    /// The job id (srun: the first component's in a heterogeneous step).
+    /// The job id (srun: in a heterogeneous step, the component's srun
+    /// runs `local_user_init` for, the first to launch).
     pub fn job_id(&self) -> Result<u32> {
         self.item_u32(sys::spank_item_S_JOB_ID, "S_JOB_ID")
     }
