@@ -85,7 +85,10 @@ impl Srun {
     pub fn init_post_opt(&self, spank: &Spank) -> i32 {
         options::end_pass();
         let _ = guard("init_post_opt", Some(spank), || {
-            if options::seen_asking() {
+            // A `--tf-off` turns every framework off unless it was only
+            // inherited and a framework option given to srun beats it.
+            let off = options::seen(options::ALL_OFF).is_some() && !self.off_overridden();
+            if options::seen_asking() && !off {
                 set(self.early().encode());
             } else if std::env::var_os(handoff::VAR).is_some() {
                 set(String::new());
