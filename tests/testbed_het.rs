@@ -189,6 +189,10 @@ fn an_explicit_option_beats_an_inherited_tf_off_in_every_component() {
     let with_tf = lines.iter().filter(|l| l.contains("TF=set")).count();
     eprintln!("MEASURED with TF_CONFIG: {with_tf} of 6");
     assert_eq!(with_tf, 6, "the two explicit steps' tasks: {text}");
+    // The plain step, which the inherited --tf-off leaves alone, holds no
+    // word of srun's at all, as without the plugin.
+    let untouched = lines.iter().filter(|l| l.ends_with("WORD=unset")).count();
+    assert_eq!(untouched, 4, "{text}");
 }
 
 /// A helper step that srun says it leaves alone is left alone on every
