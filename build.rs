@@ -80,7 +80,7 @@ fn main() {
         )
         .clang_arg(format!("-I{include}"))
         .allowlist_function(
-            "spank_(getenv|setenv|option_getopt|option_register|remote|get_item|strerror)",
+            "spank_(getenv|setenv|option_getopt|option_register|remote|get_item|strerror|context)",
         )
         .allowlist_function("slurm_(error|info|verbose|debug|strerror|spank_log)")
         .allowlist_function("slurm_job_step_layout_(get|free)|slurm_kill_job_step")

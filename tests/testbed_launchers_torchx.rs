@@ -547,8 +547,8 @@ fn torchx_max_retries_requeues_with_the_plugins_new_ids() {
     assert_trained(&job, &found, 2);
     // Every worker of the retry, in both components of the heterogeneous
     // step, sees SLURM_RESTART_COUNT=1 and the plugin's ids with `.r1`: the
-    // second component, which srun's hand-off never reaches, takes the count
-    // from the job's environment on its node.
+    // component srun's hand-off does not reach takes the count from srun's
+    // early word, as srun read it.
     let new_id = format!("{}.0.r1", job.id);
     for r in &found {
         assert_eq!(r["restart_count"].as_str(), Some("1"), "{r}");

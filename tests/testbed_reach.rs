@@ -198,13 +198,12 @@ fn a_hand_off_the_user_exported_is_not_obeyed() {
 /// What each task of a heterogeneous step saw: `HET RANK=… NCCL=…`.
 const HET: &str = r#"echo "HET RANK=${RANK-unset} NCCL=${NCCL_SOCKET_IFNAME-unset}""#;
 
-/// A heterogeneous step's later components never get srun's hand-off
-/// (Slurm passes srun's variables to the first component only), so what
-/// they hold is the user's or an outer step's: never read. In a
-/// heterogeneous allocation, a hand-off exported for component 1's job id
-/// (`verdict=skip`, or `net=lo`) neither drops that component's variables
-/// nor names its interface. (Component 1 once obeyed such a value: issue
-/// 34, item 6.)
+/// srun's word on a heterogeneous step reaches one component only, and
+/// srun sets its early word for every component before Slurm copies its
+/// environment for them: a hand-off exported for component 1's job id
+/// (`verdict=skip`, or `net=lo`) never reaches component 1, so it neither
+/// drops that component's variables nor names its interface. (Component 1
+/// once obeyed such a value.)
 #[test]
 fn a_later_het_component_reads_no_hand_off_the_user_exported() {
     let _bed = common::testbed();

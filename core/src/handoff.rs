@@ -24,6 +24,14 @@
 //! inherited a spec that does not fit it (nothing is set); `refused`, srun
 //! refused the step and said why (every task fails before exec).
 //!
+//! srun's early word, `1;srun` then the fields `inherited=BITS`,
+//! `off-overridden`, `restart=K` (each at most once, in this order): what
+//! srun knows once it parsed its options, before slurmctld creates the step
+//! ([`Early`]). srun sets it for every step that asks for the plugin, before
+//! Slurm copies its environment for each component of the step; its word on
+//! the step then replaces it where it reaches (every task of a plain step,
+//! one component of a heterogeneous one).
+//!
 //! A `SLURM_` name: srun passes it even with `--export=NONE`. Only the tasks
 //! of the step it names read it: a value made for another step (an outer
 //! srun's, one the user exported) is not srun's word. srun sets it for every
@@ -114,6 +122,119 @@ pub struct Handoff {
     pub restart_count: u32,
 }
 
+/// srun's early word ([`Early::encode`]): what srun knew of the step after
+/// parsing its options and before slurmctld created the step. Slurm copies
+/// srun's environment for every component of a heterogeneous step before
+/// srun's word on the step exists, and that word reaches one component only
+/// (srun's `_launch_one_app` runs the plugins' `local_user_init` for the
+/// first component to launch): the others have this one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Early {
+    /// Frameworks the step only inherited from the job, whose option leaves
+    /// unfitting steps alone: left out where they do not fit.
+    pub inherited: Frameworks,
+    /// A `--tf-off` the step only inherited, beaten by a framework option
+    /// given to this srun.
+    pub off_overridden: bool,
+    /// The job's restart count as srun learnt it (0: the first
+    /// incarnation).
+    pub restart_count: u32,
+}
+
+/// The id field of an early word.
+const EARLY_ID: &str = "srun";
+
+impl Early {
+    /// The variable's value.
+    pub fn encode(&self) -> String {
+        let mut text = format!("1;{EARLY_ID}");
+        if !self.inherited.is_empty() {
+            text.push_str(&format!(";inherited={}", self.inherited.0));
+        }
+        if self.off_overridden {
+            text.push_str(";off-overridden");
+        }
+        if self.restart_count > 0 {
+            text.push_str(&format!(";restart={}", self.restart_count));
+        }
+        text
+    }
+
+    /// srun's early word in `text`: None when `text` is not one (empty, or
+    /// a word on a step); a malformed one is refused.
+    pub fn decode(text: &str) -> Result<Option<Early>> {
+        let bad = |why: &str| -> Error { Error::new(format!("bad {VAR} {}: {why}", shown(text))) };
+        let Some(rest) = text
+            .strip_prefix("1;")
+            .and_then(|r| r.strip_prefix(EARLY_ID))
+        else {
+            return Ok(None);
+        };
+        if !(rest.is_empty() || rest.starts_with(';')) {
+            return Ok(None);
+        }
+        if text.len() > MAX_LEN {
+            return Err(bad(&format!("longer than {MAX_LEN} bytes")));
+        }
+        let mut early = Early::default();
+        let mut fields = rest.split(';').skip(1).peekable();
+        let mut field = |key: &str| next_field(&mut fields, key);
+        match field("inherited") {
+            None => {}
+            Some(Some(bits)) => {
+                early.inherited =
+                    frameworks(bits).ok_or_else(|| bad("inherited names no framework"))?
+            }
+            Some(None) => return Err(bad("a field without its value")),
+        }
+        match field("off-overridden") {
+            None => {}
+            Some(None) => early.off_overridden = true,
+            Some(Some(_)) => return Err(bad("a flag with a value")),
+        }
+        match field("restart") {
+            None => {}
+            Some(k) => {
+                early.restart_count = k
+                    .and_then(parse_u32)
+                    .ok_or_else(|| bad("restart is not a count"))?
+            }
+        }
+        match fields.next() {
+            None => Ok(Some(early)),
+            Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
+        }
+    }
+}
+
+/// The next of the `;`-separated `fields` when it is `key` (Some(None), a
+/// flag) or `key=VALUE` (Some(Some(VALUE))), taken; None, and left, when
+/// it is another: each field at most once, in its place.
+fn next_field<'t>(
+    fields: &mut std::iter::Peekable<impl Iterator<Item = &'t str>>,
+    key: &str,
+) -> Option<Option<&'t str>> {
+    let f = *fields.peek()?;
+    let got = match f.split_once('=') {
+        Some((k, value)) if k == key => Some(Some(value)),
+        None if f == key => Some(None),
+        _ => None,
+    };
+    if got.is_some() {
+        fields.next();
+    }
+    got
+}
+
+/// A set of frameworks written as bits (their indices in
+/// crate::frameworks::FRAMEWORKS): None unless every bit names one.
+fn frameworks(bits: &str) -> Option<Frameworks> {
+    parse_u32(bits)
+        .and_then(|b| u8::try_from(b).ok())
+        .map(Frameworks)
+        .filter(|f| f.0 & !Frameworks::ALL.0 == 0)
+}
+
 impl Handoff {
     /// srun's word on step `job`.`step` with `decision` and nothing else.
     pub fn new(job: u32, step: u32, decision: Decision) -> Handoff {
@@ -192,6 +313,10 @@ impl Handoff {
                 "unknown version (is srun's tf-cluster the same build as the node's?)",
             ));
         }
+        // srun's early word names no step.
+        if id == EARLY_ID {
+            return Ok(None);
+        }
         let Some((j, s)) = id.split_once('.') else {
             return Err(bad("no JOB.STEP"));
         };
@@ -202,18 +327,7 @@ impl Handoff {
             return Ok(None);
         }
         let mut fields = fields.peekable();
-        let mut field = |key: &str| -> Option<Option<&str>> {
-            let f = *fields.peek()?;
-            let got = match f.split_once('=') {
-                Some((k, value)) if k == key => Some(Some(value)),
-                None if f == key => Some(None),
-                _ => None,
-            };
-            if got.is_some() {
-                fields.next();
-            }
-            got
-        };
+        let mut field = |key: &str| next_field(&mut fields, key);
         let decision = match (field("hosts"), field("runs"), field("verdict")) {
             (Some(Some(list)), Some(Some(runs)), None) => {
                 let hosts = HostList::parse(list, MAX_NODES as usize)
@@ -257,11 +371,8 @@ impl Handoff {
             }
         }
         if let Some(bits) = value(field("leave-out"))? {
-            handoff.left_out = parse_u32(bits)
-                .and_then(|b| u8::try_from(b).ok())
-                .map(Frameworks)
-                .filter(|f| f.0 & !Frameworks::ALL.0 == 0)
-                .ok_or_else(|| bad("leave-out names no framework"))?;
+            handoff.left_out =
+                frameworks(bits).ok_or_else(|| bad("leave-out names no framework"))?;
         }
         handoff.no_resv_ports = flag(field("no-resv-ports"))?;
         handoff.tres_bind = match (value(field("tres-bind"))?, flag(field("no-tres-bind"))?) {
@@ -374,6 +485,38 @@ mod tests {
         assert_eq!(Handoff::decode(&text, 8, 3).unwrap(), None);
         // srun empties the variable of a step that did not ask.
         assert_eq!(Handoff::decode("", 7, 3).unwrap(), None);
+    }
+
+    /// The early word round-trips, names no step, and is told apart from
+    /// a word on a step.
+    #[test]
+    fn the_early_word_round_trips_and_names_no_step() {
+        let full = Early {
+            inherited: Frameworks(0b011),
+            off_overridden: true,
+            restart_count: 5,
+        };
+        let text = full.encode();
+        assert_eq!(text, "1;srun;inherited=3;off-overridden;restart=5");
+        assert_eq!(Early::decode(&text).unwrap(), Some(full));
+        assert_eq!(Early::decode("1;srun").unwrap(), Some(Early::default()));
+        assert_eq!(Early::default().encode(), "1;srun");
+        assert_eq!(Handoff::decode(&text, 7, 3).unwrap(), None);
+        for other in ["", "1;7.3;verdict=none", "1;srunx", "2;srun"] {
+            assert_eq!(Early::decode(other).unwrap(), None, "{other}");
+        }
+        for (text, why) in [
+            ("1;srun;inherited=8", "no framework"),
+            ("1;srun;inherited", "without its value"),
+            ("1;srun;off-overridden=1", "a flag with a value"),
+            ("1;srun;restart=x", "restart"),
+            ("1;srun;restart", "restart"),
+            ("1;srun;restart=1;off-overridden", "misplaced"),
+            ("1;srun;verdict=none", "misplaced"),
+        ] {
+            let e = Early::decode(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -114,6 +114,13 @@ pub struct Step {
 /// in every task of the step. Scripts key logs and checkpoints on it.
 pub const RUN_ID_VAR: &str = "TF_CLUSTER_RUN_ID";
 
+/// The refusal of a heterogeneous step srun was started for from outside
+/// its job (`srun --jobid=J --het-group=0,1` from a login shell): neither
+/// srun nor the components its word does not reach have the job's
+/// heterogeneous variables, so no one can lay the step out (within Error's
+/// 300 characters).
+pub const OUTSIDE_HET: &str = "a heterogeneous step, but srun was started outside the job (--jobid): its environment lacks the job's SLURM_JOB_NODELIST_HET_GROUP_k, so srun cannot learn the other components' layouts; run this srun inside the job (batch script, salloc shell)";
+
 /// The job's restart count as srun reads it: SLURM_RESTART_COUNT, which
 /// Slurm sets (only when non-zero) in a requeued job's batch step, and every
 /// srun of its script inherits. 0 without it.

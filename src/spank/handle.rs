@@ -55,6 +55,12 @@ pub fn callback<R>(
     })
 }
 
+/// Whether this process is srun (not sbatch or salloc, not slurmstepd).
+pub fn in_srun() -> bool {
+    // SAFETY: no arguments; Slurm answers from its own state.
+    unsafe { sys::spank_context() == sys::spank_context_S_CTX_LOCAL }
+}
+
 impl<'a> Spank<'a> {
     /// True in slurmstepd, false in srun/sbatch/salloc.
     pub fn remote(&self) -> bool {
@@ -133,7 +139,8 @@ impl<'a> Spank<'a> {
         )
     }
 
-    /// The job id (srun: the first component's in a heterogeneous step).
+    /// The job id (srun: in a heterogeneous step, the component's srun
+    /// runs `local_user_init` for, the first to launch).
     pub fn job_id(&self) -> Result<u32> {
         self.item_u32(sys::spank_item_S_JOB_ID, "S_JOB_ID")
     }

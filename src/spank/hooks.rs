@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use super::bindings as sys;
 use super::guard::guard;
-use super::handle::callback;
+use super::handle::{self, callback};
 use super::options;
 use super::srun::Srun;
 use super::stepd::Stepd;
@@ -73,6 +73,21 @@ pub extern "C" fn slurm_spank_local_user_init(
 ) -> c_int {
     callback(sp, ac, av, |spank| match SIDE.get() {
         Some(Side::Srun(srun)) => srun.local_user_init(spank),
+        _ => 0,
+    })
+}
+
+/// srun, sbatch, salloc and slurmstepd, after the options are parsed (srun:
+/// once per component of a heterogeneous step, before slurmctld creates the
+/// step): srun's early word (see super::srun). It always succeeds.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_init_post_opt(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    callback(sp, ac, av, |spank| match SIDE.get() {
+        Some(Side::Srun(srun)) if handle::in_srun() => srun.init_post_opt(spank),
         _ => 0,
     })
 }

@@ -6,15 +6,15 @@
 //! hundred bytes).
 
 use std::ffi::{CString, c_char, c_int};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::bindings as sys;
 use super::guard::guard;
 use super::handle::{self, RawOption, Spank};
 pub use crate::core::frameworks::{ALL_OFF, OFF};
 use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
-use crate::core::handoff::Handoff;
+use crate::core::handoff::{Early, Handoff};
 use crate::core::settings::{SETTINGS, Setting};
 use crate::core::{Error, Result, Settings};
 
@@ -95,23 +95,106 @@ fn given(val: c_int) -> Option<&'static SpankOption> {
 
 /// How often each option's callback ran in this process, by `val`. srun
 /// reads the value sbatch/salloc handed down first, then its own command
-/// line: one call with the inherited variable set means the option was only
-/// inherited.
+/// line: in one pass, one call with the inherited variable set means the
+/// option was only inherited (see [`end_pass`]).
 static CALLS: OnceLock<Vec<AtomicU32>> = OnceLock::new();
 
-/// How often the callback of `option` ran in this srun (see [`CALLS`]).
-pub fn calls(option: &str) -> u32 {
-    let Some(i) = all().iter().position(|o| o.name == option) else {
-        return 0;
-    };
+/// Per option, by `val`: the callback's calls counted into earlier passes
+/// (see [`end_pass`]), and whether one of those passes had it from srun's
+/// own command line.
+static PASSES: OnceLock<Vec<(AtomicU32, AtomicBool)>> = OnceLock::new();
+
+fn passes() -> &'static [(AtomicU32, AtomicBool)] {
+    PASSES.get_or_init(|| {
+        all()
+            .iter()
+            .map(|_| (AtomicU32::new(0), AtomicBool::new(false)))
+            .collect()
+    })
+}
+
+/// How often the callback of the option at `i` ran in this process.
+fn calls_of(i: usize) -> u32 {
     CALLS
         .get()
         .and_then(|c| c.get(i))
         .map_or(0, |c| c.load(Ordering::Relaxed))
 }
 
+/// Whether one pass of srun's parsing, in which the option's callback ran
+/// `calls` times, had the option from the command line: the value handed
+/// down by sbatch/salloc (`inherited`) is one call of every pass.
+pub fn given_in_pass(calls: u32, inherited: bool) -> bool {
+    calls >= 2 || (calls == 1 && !inherited)
+}
+
+/// srun parses its options once per component of a heterogeneous step
+/// (srun's opt.c: the environment, with the options sbatch/salloc handed
+/// down, then the command line, then the plugins' `init_post_opt`, for each
+/// component), so an inherited option is seen once per component. Called
+/// from `init_post_opt`, at the end of each pass: the calls since the last
+/// pass are judged as one pass.
+pub fn end_pass() {
+    for (i, option) in all().iter().enumerate() {
+        let (counted, given) = &passes()[i];
+        let now = calls_of(i);
+        let before = counted.swap(now, Ordering::Relaxed);
+        let inherited = std::env::var_os(inherited_var_of(&option.name)).is_some();
+        if given_in_pass(now.saturating_sub(before), inherited) {
+            given.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether `option` was given to this srun itself, in any pass of its
+/// parsing (see [`end_pass`]; calls after the last pass count as one more),
+/// not only handed down by sbatch/salloc (or exported as their variable).
+pub fn given_here(option: &str) -> bool {
+    let Some(i) = all().iter().position(|o| o.name == option) else {
+        return false;
+    };
+    let (counted, given) = &passes()[i];
+    let inherited = std::env::var_os(inherited_var_of(option)).is_some();
+    let rest = calls_of(i).saturating_sub(counted.load(Ordering::Relaxed));
+    given.load(Ordering::Relaxed) || given_in_pass(rest, inherited)
+}
+
+/// The last value each option's callback was given in this process, by
+/// `val` (what `spank_option_getopt` returns later; Slurm refuses that call
+/// in `init_post_opt`).
+static VALUES: Mutex<Vec<Option<String>>> = Mutex::new(Vec::new());
+
+/// The value srun's parsing last gave `option` (None: not given), from
+/// the callbacks themselves: usable in `init_post_opt`.
+pub fn seen(option: &str) -> Option<String> {
+    let i = all().iter().position(|o| o.name == option)?;
+    let values = VALUES.lock().unwrap_or_else(PoisonError::into_inner);
+    values.get(i).cloned().flatten()
+}
+
+/// Whether srun's parsing gave it any framework option, from its command
+/// line or handed down (`=off` is none), as the callbacks saw them.
+pub fn seen_asking() -> bool {
+    FRAMEWORKS
+        .iter()
+        .any(|f| seen(f.option).is_some_and(|v| v != OFF))
+}
+
+/// Whether srun was given any framework option, from its command line or
+/// handed down (`=off` is none): whether the step may ask for the plugin.
+pub fn asks(spank: &Spank) -> Result<bool> {
+    for option in all() {
+        if let Meaning::Framework(_) = option.meaning {
+            if spank.getopt(&option.raw)?.is_some_and(|v| v != OFF) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
 /// An option's value, checked as soon as srun/sbatch/salloc parse it, so a
-/// typo is refused before anything is submitted, and counted ([`calls`]).
+/// typo is refused before anything is submitted, and counted ([`CALLS`]).
 /// In slurmstepd it always succeeds: the task decides there.
 extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     if remote != 0 {
@@ -124,6 +207,15 @@ extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> 
         }
         // SAFETY: Slurm passes NULL or a NUL-terminated option value.
         let value = unsafe { handle::option_value(optarg) }?;
+        if let Ok(i) = usize::try_from(val) {
+            let mut values = VALUES.lock().unwrap_or_else(PoisonError::into_inner);
+            if values.len() < all().len() {
+                values.resize(all().len(), None);
+            }
+            if let Some(slot) = values.get_mut(i) {
+                *slot = Some(value.clone());
+            }
+        }
         match given(val).map(|o| o.meaning) {
             Some(Meaning::Framework(f)) => crate::core::frameworks::check_value(f, &value),
             Some(Meaning::Setting(setting)) => Settings::default()
@@ -207,13 +299,26 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
 
 /// In slurmstepd, for one task: the step's settings without the frameworks
 /// srun left out (None when no framework is left), given srun's hand-off
-/// for this step (None: srun said nothing).
-pub fn task_settings(spank: &Spank, handoff: Option<&Handoff>) -> Result<Option<Settings>> {
-    let off_overridden = handoff.is_some_and(|h| h.off_overridden);
+/// for this step (None: srun said nothing), else its early word (a
+/// heterogeneous step's component srun's hand-off does not reach).
+pub fn task_settings(
+    spank: &Spank,
+    handoff: Option<&Handoff>,
+    early: Option<&Early>,
+) -> Result<Option<Settings>> {
+    let off_overridden = match (handoff, early) {
+        (Some(h), _) => h.off_overridden,
+        (None, Some(e)) => e.off_overridden,
+        (None, None) => false,
+    };
     let Some(mut settings) = step_settings(spank, off_overridden)? else {
         return Ok(None);
     };
-    settings.restart_count = handoff.map_or(0, |h| h.restart_count);
+    settings.restart_count = match (handoff, early) {
+        (Some(h), _) => h.restart_count,
+        (None, Some(e)) => e.restart_count,
+        (None, None) => 0,
+    };
     let left_out = handoff.map(|h| h.left_out).unwrap_or_default();
     let asked = settings.frameworks;
     settings.frameworks = Frameworks::default();
@@ -240,6 +345,23 @@ mod tests {
             inherited_var(&pytorch::FRAMEWORK),
             "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster"
         );
+    }
+
+    /// srun parses its options once per component of a heterogeneous step,
+    /// each pass reading the value sbatch/salloc handed down: an option only
+    /// inherited is one call per pass, never "given to srun", however many
+    /// components (two passes once counted as given: 2 calls).
+    #[test]
+    fn an_option_is_judged_per_parse_pass() {
+        // Inherited only: one call in each of two passes.
+        assert!(!given_in_pass(1, true));
+        assert!(!(given_in_pass(1, true) || given_in_pass(1, true)));
+        // Inherited and on srun's command line: two calls in a pass.
+        assert!(given_in_pass(2, true));
+        // On the command line only, in any pass.
+        assert!(given_in_pass(1, false));
+        assert!(!given_in_pass(0, false) && given_in_pass(1, false));
+        assert!(!given_in_pass(0, true));
     }
 
     #[test]

@@ -8,13 +8,13 @@
 use super::guard::guard;
 use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
-use super::{fault, interrupt, step_info_rpc, step_layout_rpc};
+use super::{fault, interrupt, step_info_rpc, step_kill_rpc, step_layout_rpc};
 use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
-use crate::core::handoff::{self, Decision, Handoff, MAX_LEN, StepBind, Verdict};
+use crate::core::handoff::{self, Decision, Early, Handoff, MAX_LEN, StepBind, Verdict};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
-use crate::core::step::{het_job_id, het_nodelist, het_size, number};
+use crate::core::step::{OUTSIDE_HET, het_job_id, het_nodelist, het_size, number};
 use crate::core::task_map;
 use crate::core::{self, Error, Kind, MAX_NODES, Probe, Result, Settings};
 
@@ -24,14 +24,6 @@ pub struct Srun {
     /// so Slurm's mark of an allocation srun made itself (see
     /// [`Srun::own_allocation`]) can be read in `local_user_init`.
     started_outside: bool,
-}
-
-/// An option given to this srun itself, not only handed down by
-/// sbatch/salloc (or exported as their variable): srun's callback ran twice,
-/// or once without the inherited variable (see [`options::calls`]).
-fn given_here(option: &str) -> bool {
-    let calls = options::calls(option);
-    calls >= 2 || (calls == 1 && std::env::var_os(inherited_var_of(option)).is_none())
 }
 
 impl Srun {
@@ -48,8 +40,8 @@ impl Srun {
     /// turn off a framework option given to this srun itself.
     fn off_overridden(&self) -> bool {
         let only_inherited = std::env::var_os(inherited_var_of(options::ALL_OFF)).is_some()
-            && options::calls(options::ALL_OFF) <= 1;
-        only_inherited && FRAMEWORKS.iter().any(|f| given_here(f.option))
+            && !options::given_here(options::ALL_OFF);
+        only_inherited && FRAMEWORKS.iter().any(|f| options::given_here(f.option))
     }
 
     /// srun made the step's allocation itself: its exit ends the job, so it
@@ -73,12 +65,60 @@ impl Srun {
             if settings.frameworks.contains(f)
                 && f.skip_when_inherited
                 && std::env::var_os(inherited_var(f)).is_some()
-                && options::calls(f.option) <= 1
+                && !options::given_here(f.option)
             {
                 found = found.with(f);
             }
         }
         found
+    }
+
+    /// At the end of each pass of srun's option parsing (one per component
+    /// of a heterogeneous step), before slurmctld creates the step and
+    /// before Slurm copies srun's environment for any component: counts the
+    /// pass ([`options::end_pass`]) and sets srun's early word for a step
+    /// that asks for the plugin, so that every component holds srun's word
+    /// (the hand-off on the step replaces it where it reaches) and none a
+    /// value the user exported or an outer step left. A step that asks for
+    /// nothing is left as it is, but for such a value, emptied. It always
+    /// succeeds: what fails is refused in `local_user_init`.
+    pub fn init_post_opt(&self, spank: &Spank) -> i32 {
+        options::end_pass();
+        let _ = guard("init_post_opt", Some(spank), || {
+            // A `--tf-off` turns every framework off unless it was only
+            // inherited and a framework option given to srun beats it.
+            let off = options::seen(options::ALL_OFF).is_some() && !self.off_overridden();
+            if options::seen_asking() && !off {
+                set(self.early().encode());
+            } else if std::env::var_os(handoff::VAR).is_some() {
+                set(String::new());
+            }
+            Ok(())
+        });
+        0
+    }
+
+    /// What srun knows before the step exists ([`Early`]), from what its
+    /// option callbacks saw (Slurm answers no `spank_option_getopt` in
+    /// `init_post_opt`).
+    fn early(&self) -> Early {
+        let mut inherited = Frameworks::default();
+        for &f in FRAMEWORKS.iter() {
+            let asked = options::seen(f.option).is_some_and(|v| v != options::OFF);
+            if asked
+                && f.skip_when_inherited
+                && std::env::var_os(inherited_var(f)).is_some()
+                && !options::given_here(f.option)
+            {
+                inherited = inherited.with(f);
+            }
+        }
+        Early {
+            inherited,
+            off_overridden: self.off_overridden(),
+            // A malformed count is refused in local_user_init.
+            restart_count: core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
+        }
     }
 
     /// After slurmctld created the step and before anything is launched:
@@ -101,7 +141,7 @@ impl Srun {
                     }
                     Ok(())
                 }
-                Err(e) => self.refuse(e, word(spank, off_overridden, 0)?),
+                Err(e) => self.refuse(spank, e, word(spank, off_overridden, 0)?),
             },
         );
         if self.own_allocation() { rc } else { 0 }
@@ -120,7 +160,7 @@ impl Srun {
         // writes the same ids.
         let restart_count = match core::step::restart_count(&mut ProcessEnv) {
             Ok(n) => n,
-            Err(e) => return self.refuse(e, word(spank, off_overridden, 0)?),
+            Err(e) => return self.refuse(spank, e, word(spank, off_overridden, 0)?),
         };
         let mut word = word(spank, off_overridden, restart_count)?;
         let e = match decide_for(spank, settings, &mut word) {
@@ -130,7 +170,7 @@ impl Srun {
         let left_out = self.only_inherited(settings);
         // Interrupted, the user asked for no more lookups: refused as is.
         if left_out.is_empty() || e.kind() == Kind::Interrupted {
-            return self.refuse(e, word);
+            return self.refuse(spank, e, word);
         }
         let names: Vec<String> = left_out.iter().map(|f| format!("--{}", f.option)).collect();
         let warn = || {
@@ -163,13 +203,13 @@ impl Srun {
                 word.left_out = left_out;
                 hand(spank, &word)
             }
-            Err(e) => self.refuse(e, word),
+            Err(e) => self.refuse(spank, e, word),
         }
     }
 
     /// What cannot run: refused before launch when srun can end the job,
     /// else handed to the tasks to fail.
-    fn refuse(&self, e: Error, mut word: Handoff) -> Result<()> {
+    fn refuse(&self, spank: &Spank, e: Error, mut word: Handoff) -> Result<()> {
         // Interrupted too: failing srun inside an existing allocation would
         // leave the created step RUNNING (srun's shepherd asks slurmctld to
         // kill it, measured to no effect on 22.05, 24.11, 26.05): its tasks refuse
@@ -182,9 +222,53 @@ impl Srun {
         word.network = None;
         word.kept.clear();
         set(word.encode());
+        // srun's word reaches one component of a heterogeneous step: the
+        // others, with only srun's early word, cannot know that srun refused
+        // the step, so srun ends it itself once it is launched.
+        if let Some(leader) = het_step(spank) {
+            let (job, step) = (word.job, word.step);
+            let ended = std::thread::Builder::new()
+                .name("tf-cluster-end".into())
+                .spawn(move || step_kill_rpc::end_from_srun(job, step, leader));
+            if let Err(e) = ended {
+                log::warn!("cannot end the refused heterogeneous step: {e}");
+            }
+        }
         Ok(())
     }
 }
+
+/// Whether this srun launches a heterogeneous step of more than one
+/// component, which its word on the step reaches in one component only:
+/// Some(the leader's job, when it is another job than this component's).
+/// Its environment says so (Slurm set it for the step just before
+/// `local_user_init`: SLURM_JOB_ID is the leader's, SLURM_NTASKS the whole
+/// step's tasks, more than this component's), or srun found it so (see
+/// [`INVISIBLE_HET`]). A `--het-group=1` step is one component: srun's word
+/// reaches it whole.
+fn het_step(spank: &Spank) -> Option<Option<u32>> {
+    let invisible = INVISIBLE_HET.load(std::sync::atomic::Ordering::Relaxed);
+    let more = || match (
+        number(&mut ProcessEnv, "SLURM_NTASKS"),
+        spank.total_task_count(),
+    ) {
+        (Ok(Some(all)), Ok(own)) => all > own,
+        _ => true,
+    };
+    if !(invisible || (matches!(het_size(&mut ProcessEnv), Ok(Some(2..))) && more())) {
+        return None;
+    }
+    let job = spank.job_id().ok()?;
+    let leader = number(&mut ProcessEnv, "SLURM_JOB_ID")
+        .ok()
+        .flatten()
+        .filter(|&l| l < job && job - l < 128);
+    Some(leader)
+}
+
+/// srun found its step to be a heterogeneous one its environment does not
+/// describe (an srun given `--jobid` from outside the job).
+static INVISIBLE_HET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// srun's word on its step before it decided (a verdict of `none`).
 fn word(spank: &Spank, off_overridden: bool, restart_count: u32) -> Result<Handoff> {
@@ -298,6 +382,7 @@ fn map_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<Dec
         }
     };
     let (map, hosts_text) = component.into_map(job, step)?;
+    outside_het_step(spank, job, step, map.runs.len())?;
     core::check_before_launch(
         settings,
         &core::Launch {
@@ -319,6 +404,50 @@ fn map_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<Dec
         took.as_micros(),
     );
     Ok(mapped.decision)
+}
+
+/// A heterogeneous step whose environment srun was not given: an srun
+/// started from outside the job (`srun --jobid=J --het-group=0,1` from a
+/// login shell) has none of the job's SLURM_JOB_ID_HET_GROUP_k and
+/// SLURM_JOB_NODELIST_HET_GROUP_k, so it learns only its first component's
+/// layout and the other components cannot rebuild theirs: refused, saying
+/// so. Told from Slurm's record: Slurm sets srun's SLURM_NTASKS to the whole
+/// step's task count (more than this component's `tasks`), and a
+/// neighbouring job of the heterogeneous job has a step of the same id run
+/// by this very srun (one more RPC, only then).
+fn outside_het_step(spank: &Spank, job: u32, step: u32, tasks: u32) -> Result<()> {
+    let env = &mut ProcessEnv;
+    let total = number(env, "SLURM_NTASKS").ok().flatten().unwrap_or(0);
+    if total <= tasks || !matches!(het_size(env), Ok(None)) {
+        return Ok(());
+    }
+    let host = short_hostname();
+    let ours = |other: u32| {
+        let info = match fault::active("step_info_rpc", Some(spank)) {
+            true => return false,
+            false => step_info_rpc::fetch(other, step),
+        };
+        info.is_ok_and(|i| i.srun.0 == std::process::id() && i.srun.1.as_deref() == host.as_deref())
+    };
+    let neighbours = [job.checked_add(1), job.checked_sub(1)];
+    if !neighbours.into_iter().flatten().any(ours) {
+        return Ok(());
+    }
+    INVISIBLE_HET.store(true, std::sync::atomic::Ordering::Relaxed);
+    Err(Error::new(OUTSIDE_HET))
+}
+
+/// This host's short name, as srun records itself in the step (slurmctld's
+/// `srun_host`).
+fn short_hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: writes at most buf.len() bytes into buf.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = std::str::from_utf8(&buf[..end]).ok()?;
+    Some(name.split('.').next().unwrap_or(name).to_string())
 }
 
 /// The hand-off's length, within [`MAX_LEN`] (one variable holds less than

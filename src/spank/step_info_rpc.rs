@@ -18,6 +18,8 @@ pub struct StepInfo {
     pub resv_ports: Option<String>,
     /// The step's task-to-TRES binding (`gpu:map_gpu:0,1`), None: none.
     pub tres_bind: Option<String>,
+    /// The srun that runs the step: its process id and host.
+    pub srun: (u32, Option<String>),
 }
 
 /// Frees the response whatever happens while it is read.
@@ -58,6 +60,7 @@ pub fn fetch(job: u32, step: u32) -> Result<StepInfo> {
     Ok(StepInfo {
         resv_ports: text(s.resv_ports)?,
         tres_bind: text(s.tres_bind)?,
+        srun: (s.srun_pid, text(s.srun_host)?),
     })
 }
 

@@ -111,6 +111,19 @@ pub fn end_refused_step(target: Target) {
 /// the second is skipped when the first failed or was slow. Logged to
 /// slurmd's log only.
 pub fn end_from_host(job: u32, step: u32, leader: Option<u32>) {
+    end_twice(job, step, leader, "slurmstepd");
+}
+
+/// In srun, on a thread of its own, after it refused a heterogeneous step
+/// inside an existing allocation: srun's word reaches one component only,
+/// so srun ends the step once it is launched, on every component (the
+/// leader's step, then this component's), as slurmstepd does after a
+/// task's refusal. srun ends with the step; failures are said at `-v`.
+pub fn end_from_srun(job: u32, step: u32, leader: Option<u32>) {
+    end_twice(job, step, leader, "srun");
+}
+
+fn end_twice(job: u32, step: u32, leader: Option<u32>, from: &str) {
     let target = Target { job, step, leader };
     for round in 0..2 {
         std::thread::sleep(SETTLE);
@@ -119,7 +132,13 @@ pub fn end_from_host(job: u32, step: u32, leader: Option<u32>) {
         for job in target.jobs() {
             if let Err(e) = rpc(job, step, libc::SIGKILL as u16) {
                 failed = true;
-                log::warn!("{e} from slurmstepd");
+                // srun: the step may have ended already (its tasks fail
+                // fast), which the user need not read; slurmd's log keeps
+                // slurmstepd's.
+                match from {
+                    "srun" => log::debug!("{e} from {from}"),
+                    _ => log::warn!("{e} from {from}"),
+                }
             }
         }
         if round == 0 && (failed || started.elapsed() > WATCHDOG) {

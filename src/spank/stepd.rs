@@ -70,13 +70,14 @@ use super::guard::guard;
 use super::handle::{Env, Spank};
 use super::options;
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
+use crate::core::frameworks::Frameworks;
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::handoff::{self, Decision, Handoff, StepBind, Verdict};
+use crate::core::handoff::{self, Decision, Early, Handoff, StepBind, Verdict};
 use crate::core::interfaces::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
 use crate::core::plan::TaskBinding;
-use crate::core::step::number;
+use crate::core::step::{het_size, number};
 use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
@@ -183,29 +184,54 @@ impl Stepd {
     }
 
     fn prepare(&self, spank: &Spank) -> Result<Prepared> {
+        // The batch script, salloc's interactive step and the extern step
+        // inherit the job's options but are not the step's tasks: nothing
+        // of theirs is read, whatever their environment holds.
+        if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
+            return Ok(Prepared::Nothing);
+        }
         if self.registration_failed {
             return Ok(match fail_closed(spank) {
                 Ok(()) => Prepared::Nothing,
                 Err(e) => Prepared::Failed(e),
             });
         }
-        let handoff = handed(spank)?;
-        let Some(mut settings) = options::task_settings(spank, handoff.as_ref())? else {
+        // A step that asks for nothing reads nothing more (not srun's word,
+        // not the restart count): it runs as without the plugin.
+        if !options::asks(spank)? {
+            return Ok(Prepared::Nothing);
+        }
+        let Words { handoff, early } = handed(spank)?;
+        let Some(mut settings) = options::task_settings(spank, handoff.as_ref(), early.as_ref())?
+        else {
             return Ok(Prepared::Nothing);
         };
-        // No hand-off (a heterogeneous step's later component, which srun's
-        // never reaches): the job's restart count where srun reads it, the
-        // job's environment as srun sent it (here, before any container
-        // plugin, never the task's), so every component writes the same ids.
-        if handoff.is_none() {
+        // Only srun's early word: a component of a heterogeneous step that
+        // srun's hand-off did not reach. Without the job's heterogeneous
+        // variables (an srun started outside the job) its layout cannot be
+        // rebuilt; srun refuses the step too, and says why.
+        if handoff.is_none() && early.is_some() {
+            let env = spank.env()?;
+            if het_size(&mut TaskEnv(&env)).ok().flatten().is_none() {
+                return Err(Error::new(NO_HET_VARIABLES));
+            }
+        }
+        // No word from srun at all (an srun without the plugin): the job's
+        // restart count where srun reads it, the job's environment as srun
+        // sent it (here, before any container plugin, never the task's).
+        if handoff.is_none() && early.is_none() {
             let env = spank.env()?;
             settings.restart_count = core::step::restart_count(&mut TaskEnv(&env))?;
         }
-        // The batch script, salloc's interactive step and the extern step
-        // inherit the job's options but are not the step's tasks.
-        if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
-            return Ok(Prepared::Nothing);
-        }
+        // Only srun's early word (a heterogeneous step's component srun's
+        // hand-off does not reach): the frameworks the step only inherited
+        // are left out where the step does not fit them, as srun leaves them
+        // out of the components its hand-off reaches.
+        let inherited = match (&handoff, &early) {
+            (None, Some(e)) => e.inherited,
+            _ => Frameworks::default(),
+        };
+        let asked = settings.frameworks;
         let tres_bind = handoff.as_ref().and_then(|h| h.tres_bind.clone());
         let no_resv_ports = handoff.as_ref().is_some_and(|h| h.no_resv_ports);
         let on_host = &mut OnHost(spank, no_resv_ports);
@@ -223,7 +249,24 @@ impl Stepd {
                 Some((name.to_string(), value.to_string()))
             })
             .collect();
-        let node = Node::prepare(settings, step)?;
+        let node = match inherited.is_empty() {
+            true => Node::prepare(settings, step)?,
+            false => match Node::prepare(settings.clone(), step.clone()) {
+                Ok(node) => node,
+                Err(e) => {
+                    let mut rest = settings;
+                    rest.frameworks = Frameworks::default();
+                    for f in asked.iter().filter(|&f| !inherited.contains(f)) {
+                        rest.frameworks = rest.frameworks.with(f);
+                    }
+                    if rest.frameworks.is_empty() {
+                        log::debug!("{e}: the spec the step only inherited is left out");
+                        return Ok(Prepared::Nothing);
+                    }
+                    Node::prepare(rest, step)?
+                }
+            },
+        };
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
                 .into_iter()
@@ -336,20 +379,27 @@ impl Stepd {
     /// the plugin fails, any other is left alone. Whether it asked is read
     /// as `user_init` reads it (its options, srun's hand-off, the step id).
     fn without_user_init(&self, spank: &Spank, srun_refused: &mut bool) -> Result<()> {
-        if self.registration_failed {
-            return fail_closed(spank);
-        }
-        let handoff = handed(spank)?;
-        if options::task_settings(spank, handoff.as_ref())?.is_none() {
-            return Ok(());
-        }
-        *srun_refused = handoff.is_some_and(|h| h.decision == Decision::Verdict(Verdict::Refused));
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(());
         }
+        if self.registration_failed {
+            return fail_closed(spank);
+        }
+        if !options::asks(spank)? {
+            return Ok(());
+        }
+        let Words { handoff, early } = handed(spank)?;
+        if options::task_settings(spank, handoff.as_ref(), early.as_ref())?.is_none() {
+            return Ok(());
+        }
+        *srun_refused = handoff.is_some_and(|h| h.decision == Decision::Verdict(Verdict::Refused));
         Err(Error::new(NO_USER_INIT))
     }
 }
+
+/// A component of a heterogeneous step that srun's hand-off did not reach,
+/// without the heterogeneous job's variables to rebuild its layout from.
+const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
 
 /// A task of a step that asked for the plugin, without the node's share.
 const NO_USER_INIT: &str = "slurmstepd did not run user_init for this step, so the node's share was not made: failing rather than guessing";
@@ -533,24 +583,36 @@ fn say_replaced(replaced: &[String]) {
     }
 }
 
-/// srun's hand-off to this very step, read and checked once per node (its
-/// job and step from Slurm's items): None when there is none for it. A
-/// heterogeneous job's later components never get srun's (Slurm passes
-/// srun's variables to the first component only: measured on 22.05 and
-/// 26.05), so whatever they hold is the user's or an outer step's: none is
-/// read there, and they rebuild the layout.
-fn handed(spank: &Spank) -> Result<Option<Handoff>> {
-    let job = spank.job_id()?;
-    let later_component = spank
-        .getenv("SLURM_JOB_ID")?
-        .is_some_and(|leader| het_leader(job, &leader).is_some());
-    if later_component {
-        return Ok(None);
+/// What srun said to this node's tasks: its hand-off to this very step, or
+/// its early word (set before the step existed).
+#[derive(Default)]
+struct Words {
+    handoff: Option<Handoff>,
+    early: Option<Early>,
+}
+
+/// srun's words to this very step, read and checked once per node (its job
+/// and step from Slurm's items). srun sets its early word before Slurm
+/// copies its environment for any component of the step, then its hand-off,
+/// which reaches a plain step's tasks and one component of a heterogeneous
+/// step (the first launched, whichever component that is, with its own job
+/// id): every component holds one or the other, and a value the user
+/// exported or an outer step left reaches none. So a hand-off naming this
+/// task's own job and step is srun's, in whatever component.
+fn handed(spank: &Spank) -> Result<Words> {
+    let Some(text) = spank.getenv(handoff::VAR)? else {
+        return Ok(Words::default());
+    };
+    if let Some(early) = Early::decode(&text)? {
+        return Ok(Words {
+            handoff: None,
+            early: Some(early),
+        });
     }
-    match spank.getenv(handoff::VAR)? {
-        Some(text) => Handoff::decode(&text, job, spank.step_id()?),
-        None => Ok(None),
-    }
+    Ok(Words {
+        handoff: Handoff::decode(&text, spank.job_id()?, spank.step_id()?)?,
+        early: None,
+    })
 }
 
 /// Without the options, whether a step asked for the plugin is unknown: the
@@ -558,8 +620,11 @@ fn handed(spank: &Spank) -> Result<Option<Handoff>> {
 /// variables.
 fn fail_closed(spank: &Spank) -> Result<()> {
     match handed(spank) {
-        Ok(None) => Ok(()),
-        Ok(Some(_)) | Err(_) => Err(Error::new(
+        Ok(Words {
+            handoff: None,
+            early: None,
+        }) => Ok(()),
+        Ok(_) | Err(_) => Err(Error::new(
             "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
         )),
     }
@@ -680,7 +745,13 @@ mod tests {
     /// Whole, on one line: Error keeps at most 300 characters.
     #[test]
     fn the_no_user_init_refusal_is_one_short_line() {
-        assert_eq!(Error::new(NO_USER_INIT).message(), NO_USER_INIT);
-        assert!(!NO_USER_INIT.contains('\n'));
+        for text in [
+            NO_USER_INIT,
+            NO_HET_VARIABLES,
+            crate::core::step::OUTSIDE_HET,
+        ] {
+            assert_eq!(Error::new(text).message(), text);
+            assert!(!text.contains('\n'));
+        }
     }
 }
