@@ -114,3 +114,62 @@ fn lines_are_at_most_100_characters() {
     );
     assert!(pages.len() > 4, "no pages in docs/");
 }
+
+/// The keys plugstack.conf takes: every setting of the core's table, and the
+/// frameworks' options whose argument a site may default
+/// (`torch-cluster=elastic`).
+fn plugstack_keys() -> Vec<String> {
+    let mut keys: Vec<String> = tf_cluster_core::settings::SETTINGS
+        .iter()
+        .map(|s| s.key.to_string())
+        .collect();
+    for f in tf_cluster_core::FRAMEWORKS.iter() {
+        if f.arg.as_ref().is_some_and(|a| a.site_default) {
+            keys.push(f.option.to_string());
+        }
+    }
+    keys.sort();
+    keys
+}
+
+/// The plugstack.conf argument lists of docs/admin.md and
+/// plugstack.conf.example name every key the plugin takes, and no other.
+#[test]
+fn plugstack_argument_lists_are_the_settings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let keys = plugstack_keys();
+    assert!(keys.len() >= 9, "{keys:?}");
+
+    let admin = std::fs::read_to_string(root.join("docs/admin.md")).unwrap();
+    let section = admin
+        .split_once("**Arguments.**")
+        .and_then(|(_, rest)| rest.split_once("A bad argument"))
+        .expect("docs/admin.md: the **Arguments.** list, up to \"A bad argument\"")
+        .0;
+    let mut in_admin: Vec<String> = section
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k.to_string())
+        .collect();
+    in_admin.sort();
+    assert_eq!(in_admin, keys, "docs/admin.md's plugstack arguments");
+
+    let example = std::fs::read_to_string(root.join("plugstack.conf.example")).unwrap();
+    let block = example
+        .split_once("# Site defaults")
+        .and_then(|(_, rest)| rest.split_once("\n#\n"))
+        .expect("plugstack.conf.example: the site defaults, up to an empty # line")
+        .0;
+    let mut in_example: Vec<String> = block
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, _)| k.trim_start_matches(|c: char| !c.is_ascii_lowercase()))
+        .filter(|k| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .filter(|k| *k != "key")
+        .map(str::to_string)
+        .collect();
+    in_example.sort();
+    in_example.dedup();
+    assert_eq!(in_example, keys, "plugstack.conf.example's site defaults");
+}
