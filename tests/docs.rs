@@ -173,3 +173,29 @@ fn plugstack_argument_lists_are_the_settings() {
     in_example.dedup();
     assert_eq!(in_example, keys, "plugstack.conf.example's site defaults");
 }
+
+/// docs/launchers.md quotes the refusals of a bad framework value as the
+/// core words them today (srun prints them after `tf-cluster: `).
+#[test]
+fn launchers_page_quotes_the_current_refusals() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/launchers.md"))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (option, value) in [("torch-cluster", "0"), ("jax-cluster", "0")] {
+        let f = tf_cluster_core::FRAMEWORKS
+            .iter()
+            .find(|f| f.option == option)
+            .unwrap();
+        let e = tf_cluster_core::frameworks::check_value(f, value)
+            .expect_err("a bad value")
+            .to_string();
+        let quoted = format!("tf-cluster: {e}");
+        assert!(
+            page.contains(&quoted),
+            "docs/launchers.md does not quote {quoted:?}"
+        );
+    }
+}
