@@ -140,13 +140,18 @@ fn plugstack_argument_lists_are_the_settings() {
     let keys = plugstack_keys();
     assert!(keys.len() >= 9, "{keys:?}");
 
-    let admin = std::fs::read_to_string(root.join("docs/admin.md")).unwrap();
-    let section = admin
-        .split_once("**Arguments.**")
-        .and_then(|(_, rest)| rest.split_once("A bad argument"))
-        .expect("docs/admin.md: the **Arguments.** list, up to \"A bad argument\"")
-        .0;
-    let mut in_admin: Vec<String> = section
+    // The text of `file` between `from` and `to`.
+    let between = |file: &str, from: &str, to: &str| {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let (_, rest) = text
+            .split_once(from)
+            .unwrap_or_else(|| panic!("{file}: no {from:?}"));
+        let (part, _) = rest
+            .split_once(to)
+            .unwrap_or_else(|| panic!("{file}: no {to:?} after {from:?}"));
+        part.to_string()
+    };
+    let mut in_admin: Vec<String> = between("docs/admin.md", "**Arguments.**", "A bad argument")
         .lines()
         .filter_map(|l| l.strip_prefix("- `"))
         .filter_map(|l| l.split_once('='))
@@ -155,13 +160,7 @@ fn plugstack_argument_lists_are_the_settings() {
     in_admin.sort();
     assert_eq!(in_admin, keys, "docs/admin.md's plugstack arguments");
 
-    let example = std::fs::read_to_string(root.join("plugstack.conf.example")).unwrap();
-    let block = example
-        .split_once("# Site defaults")
-        .and_then(|(_, rest)| rest.split_once("\n#\n"))
-        .expect("plugstack.conf.example: the site defaults, up to an empty # line")
-        .0;
-    let mut in_example: Vec<String> = block
+    let mut in_example: Vec<String> = between("plugstack.conf.example", "# Site defaults", "\n#\n")
         .split_whitespace()
         .filter_map(|w| w.split_once('='))
         .map(|(k, _)| k.trim_start_matches(|c: char| !c.is_ascii_lowercase()))

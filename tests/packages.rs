@@ -138,6 +138,20 @@ fn deb_files_and_dependencies() {
     );
 }
 
+/// The files of `deb`, unpacked into a scratch dir of this test (`what`).
+fn unpack(deb: &PathBuf, what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tfc-deb-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(deb)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    dir
+}
+
 /// The entries of packaging/docs.list: the docs every install ships.
 fn doc_entries() -> Vec<String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -198,15 +212,7 @@ fn deb_metadata_and_docs() {
     assert!(!control.contains("Homepage:"), "{control}");
     assert!(!control.contains("schedmd"), "{control}");
     assert!(!control.contains("localhost"), "{control}");
-    let dir = std::env::temp_dir().join(format!("tfc-deb-docs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(&deb)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let dir = unpack(&deb, "docs");
     let docdir = dir.join("usr/share/doc/tf-cluster");
     for entry in doc_entries() {
         assert!(docdir.join(&entry).exists(), "{entry} not in the .deb");
@@ -322,15 +328,7 @@ fn one_version_per_build_in_the_packages_the_cli_and_the_plugin() {
         .unwrap_or_else(|| panic!("{deb_version}: no +slurm{release}"))
         .to_string();
 
-    let dir = std::env::temp_dir().join(format!("tfc-deb-version-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(&deb)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let dir = unpack(&deb, "version");
     let cli = Command::new(dir.join("usr/bin/tf-cluster"))
         .arg("--version")
         .output()
@@ -358,7 +356,11 @@ fn one_version_per_build_in_the_packages_the_cli_and_the_plugin() {
     // The changelog has a section per version, the newest Cargo.toml's.
     let versions = changelog_versions();
     let cargo = env!("CARGO_PKG_VERSION");
-    assert_eq!(versions.first().map(String::as_str), Some(cargo), "{versions:?}");
+    assert_eq!(
+        versions.first().map(String::as_str),
+        Some(cargo),
+        "{versions:?}"
+    );
     let previous = &versions[1];
 
     match version.strip_prefix(&format!("{cargo}~dev.")) {
@@ -385,7 +387,10 @@ fn one_version_per_build_in_the_packages_the_cli_and_the_plugin() {
             }
         }
         None => {
-            assert_eq!(version, cargo, "neither the release nor a development build");
+            assert_eq!(
+                version, cargo,
+                "neither the release nor a development build"
+            );
             let tags = git(&["tag", "--points-at", "HEAD"]).unwrap_or_default();
             assert!(tags.lines().any(|t| t == format!("v{cargo}")), "{tags}");
             let (dp, dv) = (format!("{previous}+slurm{release}"), deb_version.clone());
