@@ -98,14 +98,19 @@ fn version(root: &std::path::Path) -> String {
     let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) else {
         return format!("{cargo}~dev");
     };
-    // A commit, a checkout or a new tag changes the version: build again.
-    for f in ["HEAD", "logs/HEAD", "packed-refs"] {
-        println!("cargo:rerun-if-changed={git_dir}/{f}");
-    }
+    // A commit, a checkout or a new tag changes the version: build again. Only files that
+    // exist (cargo runs the script again at every build for a missing one).
+    let mut watched = vec![
+        std::path::PathBuf::from(&git_dir).join("HEAD"),
+        std::path::PathBuf::from(&git_dir).join("logs/HEAD"),
+    ];
     if let Some(common) = git(&["rev-parse", "--git-common-dir"]) {
         let common = root.join(common);
-        println!("cargo:rerun-if-changed={}", common.join("refs/tags").display());
-        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+        watched.push(common.join("refs/tags"));
+        watched.push(common.join("packed-refs"));
+    }
+    for path in watched.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
     }
     let tag = format!("v{cargo}");
     let tags = git(&["tag", "--points-at", "HEAD"]).unwrap_or_default();
