@@ -53,7 +53,8 @@ fn build_id(root: &std::path::Path) -> String {
         feed(&std::fs::read(root.join(file)).unwrap_or_default());
         feed(&[0]);
     }
-    format!("{} src {hash:016x}", version(root))
+    let cargo = std::env::var("CARGO_PKG_VERSION").expect("CARGO_PKG_VERSION");
+    format!("{} src {hash:016x}", version(root, &cargo))
 }
 
 /// The build's version. A release is Cargo.toml's version (`0.2.0`): a
@@ -64,9 +65,9 @@ fn build_id(root: &std::path::Path) -> String {
 /// alike (0.1.0 < 0.2.0~dev.400.g… < 0.2.0~dev.401.g… < 0.2.0), so Cargo.toml
 /// is raised to the next release right after a release is tagged.
 /// TF_CLUSTER_VERSION overrides it (a build from a snapshot's tarball, as
-/// packaging/rpm.sh makes): it must start with Cargo.toml's version.
-fn version(root: &std::path::Path) -> String {
-    let cargo = std::env::var("CARGO_PKG_VERSION").expect("CARGO_PKG_VERSION");
+/// packaging/rpm.sh makes): it must start with Cargo.toml's version, `cargo`.
+fn version(root: &std::path::Path, cargo: &str) -> String {
+    let cargo = cargo.to_string();
     println!("cargo:rerun-if-env-changed=TF_CLUSTER_VERSION");
     if let Ok(forced) = std::env::var("TF_CLUSTER_VERSION") {
         let ok = forced.starts_with(&cargo)
