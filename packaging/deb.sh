@@ -5,7 +5,9 @@
 #   bash packaging/deb.sh [OUTDIR]        OUTDIR defaults to target/deb
 #
 # -> OUTDIR/tf-cluster_<version>+slurm<MM.mm>_<arch>.deb (the only .deb left
-# there), e.g. tf-cluster_0.1.0+slurm24.11_amd64.deb, holding
+# there), e.g. tf-cluster_0.2.0+slurm24.11_amd64.deb (a release) or
+# tf-cluster_0.2.0~dev.412.g1a2b3c4d5e+slurm24.11_amd64.deb (a development
+# build: the version `tf-cluster --version` prints, buildinfo.rs), holding
 #   /usr/lib/<multiarch>/slurm-wlm/tf_cluster.so   the plugin (Debian's Slurm plugin dir)
 #   /usr/bin/tf-cluster                          the CLI (env, explain, doctor)
 #   /usr/share/man/man1/tf-cluster.1.gz          its manual (cli/tf-cluster.1)
@@ -40,19 +42,22 @@ slurm=$major.$(printf %02d $minor)
 # The next release after MM.mm: Slurm numbers them YY.MM (22.05, 23.02, 24.11);
 # anything below MM.(mm+1) is this release, its micro versions included.
 slurm_next=$major.$(printf %02d $((minor + 1)))
-crate_version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
-version=$crate_version+slurm$slurm
 arch=$(dpkg --print-architecture)
 multiarch=$(cc -print-multiarch 2>/dev/null || true)
 [ -n "$multiarch" ] || die "cannot tell the multiarch triplet (cc -print-multiarch)"
 plugin_dir=/usr/lib/$multiarch/slurm-wlm
 
 if [ "${TFC_DEB_NO_BUILD:-0}" != 1 ]; then
-    echo "deb: building tf-cluster $crate_version against Slurm $slurm ($include)" >&2
+    echo "deb: building tf-cluster against Slurm $slurm ($include)" >&2
     SLURM_INCLUDE_DIR=$include CARGO_TARGET_DIR=$target cargo build --release --quiet
 fi
 so=$target/release/libtf_cluster.so cli=$target/release/tf-cluster
 [ -f "$so" ] && [ -f "$cli" ] || die "$so or $cli is missing"
+# The version the build carries (buildinfo.rs: Cargo.toml's, with the revision
+# for a development build), as `tf-cluster --version` prints it.
+build_version=$("$cli" --version | awk '{ print $2 }')
+[[ $build_version =~ ^[0-9][0-9A-Za-z.~+]*$ ]] || die "$cli --version: no version in '$("$cli" --version)'"
+version=$build_version+slurm$slurm
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/tf-cluster-deb.XXXXXX")
 chmod 755 "$stage"

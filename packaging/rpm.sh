@@ -25,7 +25,12 @@ die() { echo "rpm: error: $*" >&2; exit 1; }
 command -v rpmbuild >/dev/null || die "rpmbuild is missing (Debian: apt-get install rpm; RHEL: dnf install rpm-build)"
 [ -f "$include/slurm/slurm_version.h" ] || die "$include/slurm/slurm_version.h not found (slurm-devel, or SLURM_INCLUDE_DIR)"
 
-version=$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)
+# The version the build carries (buildinfo.rs: Cargo.toml's, with the revision
+# for a development build), from the CLI built here; the spec's build gets it as
+# TF_CLUSTER_VERSION, since the tarball has no .git.
+SLURM_INCLUDE_DIR=$include cargo build --release --quiet -p tf-cluster-cli
+version=$("${CARGO_TARGET_DIR:-target}/release/tf-cluster" --version | awk '{ print $2 }')
+[[ $version =~ ^[0-9][0-9A-Za-z.~+]*$ ]] || die "no version from tf-cluster --version: '$version'"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 top=$out/rpmbuild

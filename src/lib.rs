@@ -8,6 +8,78 @@ use tf_cluster_core as core;
 mod build_id;
 mod spank;
 
+/// The build's version (buildinfo.rs, included by build.rs and cli/build.rs),
+/// from real git repositories made here.
+#[cfg(test)]
+mod build_version {
+    #![allow(dead_code)]
+    include!("../buildinfo.rs");
+
+    use std::path::Path;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    fn rev(dir: &Path) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["rev-parse", "--short=10", "HEAD"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// A tarball (no .git) is the release; a checkout at the release's tag
+    /// too; two commits later a development build naming its commit, which
+    /// dpkg sorts before the release.
+    #[test]
+    fn release_tag_tarball_and_development_builds() {
+        let dir = std::env::temp_dir().join(format!("tfc-version-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(version(&dir, "3.1.0"), "3.1.0");
+        git(&dir, &["init", "-q"]);
+        git(&dir, &["commit", "-q", "--allow-empty", "-m", "one"]);
+        assert_eq!(
+            version(&dir, "3.1.0"),
+            format!("3.1.0~dev.1.g{}", rev(&dir))
+        );
+        git(&dir, &["tag", "v3.1.0"]);
+        assert_eq!(version(&dir, "3.1.0"), "3.1.0");
+        git(&dir, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        git(&dir, &["commit", "-q", "--allow-empty", "-m", "three"]);
+        let dev = version(&dir, "3.2.0");
+        assert_eq!(dev, format!("3.2.0~dev.3.g{}", rev(&dir)));
+        let sorts = |a: &str, b: &str| {
+            Command::new("dpkg")
+                .args(["--compare-versions", a, "lt", b])
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(sorts("3.1.0+slurm24.11", &format!("{dev}+slurm24.11")));
+        assert!(sorts(&format!("{dev}+slurm24.11"), "3.2.0+slurm24.11"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 /// build.rs's rules on the Slurm version, tested here (build.rs includes
 /// the same file).
 #[cfg(test)]

@@ -114,3 +114,87 @@ fn lines_are_at_most_100_characters() {
     );
     assert!(pages.len() > 4, "no pages in docs/");
 }
+
+/// The keys plugstack.conf takes: every setting of the core's table, and the
+/// frameworks' options whose argument a site may default
+/// (`torch-cluster=elastic`).
+fn plugstack_keys() -> Vec<String> {
+    let mut keys: Vec<String> = tf_cluster_core::settings::SETTINGS
+        .iter()
+        .map(|s| s.key.to_string())
+        .collect();
+    for f in tf_cluster_core::FRAMEWORKS.iter() {
+        if f.arg.as_ref().is_some_and(|a| a.site_default) {
+            keys.push(f.option.to_string());
+        }
+    }
+    keys.sort();
+    keys
+}
+
+/// The plugstack.conf argument lists of docs/admin.md and
+/// plugstack.conf.example name every key the plugin takes, and no other.
+#[test]
+fn plugstack_argument_lists_are_the_settings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let keys = plugstack_keys();
+    assert!(keys.len() >= 9, "{keys:?}");
+
+    // The text of `file` between `from` and `to`.
+    let between = |file: &str, from: &str, to: &str| {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let (_, rest) = text
+            .split_once(from)
+            .unwrap_or_else(|| panic!("{file}: no {from:?}"));
+        let (part, _) = rest
+            .split_once(to)
+            .unwrap_or_else(|| panic!("{file}: no {to:?} after {from:?}"));
+        part.to_string()
+    };
+    let mut in_admin: Vec<String> = between("docs/admin.md", "**Arguments.**", "A bad argument")
+        .lines()
+        .filter_map(|l| l.strip_prefix("- `"))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k.to_string())
+        .collect();
+    in_admin.sort();
+    assert_eq!(in_admin, keys, "docs/admin.md's plugstack arguments");
+
+    let mut in_example: Vec<String> = between("plugstack.conf.example", "# Site defaults", "\n#\n")
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, _)| k.trim_start_matches(|c: char| !c.is_ascii_lowercase()))
+        .filter(|k| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .filter(|k| *k != "key")
+        .map(str::to_string)
+        .collect();
+    in_example.sort();
+    in_example.dedup();
+    assert_eq!(in_example, keys, "plugstack.conf.example's site defaults");
+}
+
+/// docs/launchers.md quotes the refusals of a bad framework value as the
+/// core words them today (srun prints them after `tf-cluster: `).
+#[test]
+fn launchers_page_quotes_the_current_refusals() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/launchers.md"))
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    for (option, value) in [("torch-cluster", "0"), ("jax-cluster", "0")] {
+        let f = tf_cluster_core::FRAMEWORKS
+            .iter()
+            .find(|f| f.option == option)
+            .unwrap();
+        let e = tf_cluster_core::frameworks::check_value(f, value)
+            .expect_err("a bad value")
+            .to_string();
+        let quoted = format!("tf-cluster: {e}");
+        assert!(
+            page.contains(&quoted),
+            "docs/launchers.md does not quote {quoted:?}"
+        );
+    }
+}

@@ -138,6 +138,20 @@ fn deb_files_and_dependencies() {
     );
 }
 
+/// The files of `deb`, unpacked into a scratch dir of this test (`what`).
+fn unpack(deb: &PathBuf, what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tfc-deb-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(deb)
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    dir
+}
+
 /// The entries of packaging/docs.list: the docs every install ships.
 fn doc_entries() -> Vec<String> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -198,15 +212,7 @@ fn deb_metadata_and_docs() {
     assert!(!control.contains("Homepage:"), "{control}");
     assert!(!control.contains("schedmd"), "{control}");
     assert!(!control.contains("localhost"), "{control}");
-    let dir = std::env::temp_dir().join(format!("tfc-deb-docs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new("dpkg-deb")
-        .arg("-x")
-        .arg(&deb)
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let dir = unpack(&deb, "docs");
     let docdir = dir.join("usr/share/doc/tf-cluster");
     for entry in doc_entries() {
         assert!(docdir.join(&entry).exists(), "{entry} not in the .deb");
@@ -260,4 +266,135 @@ fn rpm_metadata_and_docs() {
     }
     assert!(links_resolve_inside(&unpacked) > 20);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The version headings of CHANGELOG.md (`## 0.2.0`), newest first.
+fn changelog_versions() -> Vec<String> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join("CHANGELOG.md"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(env!("CARGO_MANIFEST_DIR"))
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn dpkg_compare(a: &str, op: &str, b: &str) -> bool {
+    Command::new("dpkg")
+        .args(["--compare-versions", a, op, b])
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// rpm's own comparison of two versions: -1, 0 or 1.
+fn rpm_compare(a: &str, b: &str) -> i32 {
+    let out = Command::new("rpm")
+        .arg("--eval")
+        .arg(format!("%{{lua: print(rpm.vercmp(\"{a}\", \"{b}\"))}}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// One version per build: the .deb's, the .rpm's, the packaged
+/// `tf-cluster --version` and the id the packaged plugin exports say the
+/// same; a development build names its commit (it exists, with that many
+/// commits behind it); and dpkg and rpm sort it after the previous release
+/// of the changelog, before the release it leads to and before a later
+/// development build.
+#[test]
+fn one_version_per_build_in_the_packages_the_cli_and_the_plugin() {
+    let deb = only("target/deb", ".deb");
+    let (release, _) = release();
+    let deb_version = run("dpkg-deb", &["-f"], &deb)
+        .lines()
+        .find_map(|l| l.strip_prefix("Version: ").map(str::to_string))
+        .unwrap();
+    let version = deb_version
+        .strip_suffix(&format!("+slurm{release}"))
+        .unwrap_or_else(|| panic!("{deb_version}: no +slurm{release}"))
+        .to_string();
+
+    let dir = unpack(&deb, "version");
+    let cli = Command::new(dir.join("usr/bin/tf-cluster"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let cli = String::from_utf8(cli.stdout).unwrap();
+    let id = cli
+        .trim()
+        .strip_prefix("tf-cluster ")
+        .unwrap_or_else(|| panic!("--version: {cli}"));
+    assert!(
+        id.starts_with(&format!("{version} src ")),
+        "the .deb is {deb_version}, its tf-cluster --version {cli}"
+    );
+    let so = std::fs::read(dir.join("usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so")).unwrap();
+    let exported = format!("{id}\0");
+    assert!(
+        so.windows(exported.len()).any(|w| w == exported.as_bytes()),
+        "the packaged plugin does not export the CLI's id {id:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let rpm = only("target/rpm", ".rpm");
+    assert_eq!(run("rpm", &["-qp", "--qf", "%{VERSION}"], &rpm), version);
+
+    // The changelog has a section per version, the newest Cargo.toml's.
+    let versions = changelog_versions();
+    let cargo = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        versions.first().map(String::as_str),
+        Some(cargo),
+        "{versions:?}"
+    );
+    let previous = &versions[1];
+
+    match version.strip_prefix(&format!("{cargo}~dev.")) {
+        Some(dev) => {
+            let (count, rev) = dev.split_once(".g").unwrap_or_else(|| panic!("{version}"));
+            assert!(rev.len() >= 7, "{version}");
+            assert_eq!(
+                git(&["rev-list", "--count", rev]).as_deref(),
+                Some(count),
+                "{version}: not a commit of this repository with {count} commits"
+            );
+            let next = format!(
+                "{cargo}~dev.{}.g0000000000",
+                count.parse::<u64>().unwrap() + 1
+            );
+            for (a, b) in [
+                (previous.as_str(), version.as_str()),
+                (version.as_str(), cargo),
+                (version.as_str(), next.as_str()),
+            ] {
+                let (da, db) = (format!("{a}+slurm{release}"), format!("{b}+slurm{release}"));
+                assert!(dpkg_compare(&da, "lt", &db), "dpkg: {da} is not < {db}");
+                assert_eq!(rpm_compare(a, b), -1, "rpm: {a} is not < {b}");
+            }
+        }
+        None => {
+            assert_eq!(
+                version, cargo,
+                "neither the release nor a development build"
+            );
+            let tags = git(&["tag", "--points-at", "HEAD"]).unwrap_or_default();
+            assert!(tags.lines().any(|t| t == format!("v{cargo}")), "{tags}");
+            let (dp, dv) = (format!("{previous}+slurm{release}"), deb_version.clone());
+            assert!(dpkg_compare(&dp, "lt", &dv), "dpkg: {dp} is not < {dv}");
+        }
+    }
 }

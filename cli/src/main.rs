@@ -22,7 +22,7 @@ use preview::{Place, Shape};
 #[command(
     name = "tf-cluster",
     version = env!("TF_CLUSTER_BUILD_ID"),
-    about = "TF_CONFIG and CUDA_VISIBLE_DEVICES for a Slurm task, as the tf-cluster plugin sets them",
+    about = "What the tf-cluster plugin gives a Slurm task for --tf-cluster, --torch-cluster and --jax-cluster: the framework's variables, its GPUs (every vendor's) and its network interface",
     after_help = "\
 Examples:
   tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # preview on a login node

@@ -302,3 +302,21 @@ fn usage_errors_exit_64() {
     assert!(help.contains("2: warnings only"), "{help}");
     assert!(help.contains("exits 64"), "{help}");
 }
+
+/// `tf-cluster --help` says what the tool covers: every framework the
+/// plugin serves (by its option), the GPUs of every vendor and the network,
+/// not TensorFlow and CUDA alone.
+#[test]
+fn help_names_every_framework_gpus_and_the_network() {
+    let out = cli(&["--help"], &[]);
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let about = help.lines().next().unwrap_or_default();
+    for f in tf_cluster_core::FRAMEWORKS.iter() {
+        assert!(about.contains(&format!("--{}", f.option)), "{about}");
+    }
+    for word in ["GPU", "network"] {
+        assert!(about.contains(word), "{word}: {about}");
+    }
+    assert!(!about.contains("CUDA_VISIBLE_DEVICES"), "{about}");
+}

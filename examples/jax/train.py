@@ -7,6 +7,12 @@ JAX_LOCAL_DEVICE_IDS. The batch is sharded over every device of every process, t
 are replicated, and XLA reduces the gradients across processes. Replace the model and the data
 with yours.
 
+JAX reads JAX_LOCAL_DEVICE_IDS from 0.4.32 on (jax/_src/distributed.py: 0.4.31 does not, 0.4.32
+to 0.10.2 do). An older JAX ignores it and takes device SLURM_LOCALID, wrong with several GPUs
+per process: pass the plugin's list yourself,
+    jax.distributed.initialize(local_device_ids=[int(i) for i in
+                                                 os.environ["JAX_LOCAL_DEVICE_IDS"].split(",")])
+
 TF_CLUSTER_EXAMPLE_CPU=1 runs it on CPU: CPU devices (JAX's CPU collectives), a tiny synthetic
 data set and 3 steps.
 """

@@ -4,8 +4,10 @@ workers, and in a requeued job's next incarnation.
     torchrun --nproc_per_node=N requeue_train.py CHECKPOINT_DIR
 
 Rank 0 saves the model, the optimizer and the step to CHECKPOINT_DIR/checkpoint.pt every few
-steps (written to a temporary file, then renamed: a kill never leaves half a checkpoint); every
-worker loads it at start. CHECKPOINT_DIR must be the same in every incarnation and reachable
+steps (written to a temporary file, then renamed: a kill never leaves half a checkpoint). At
+start rank 0 alone reads it and sends what it read to every rank, so all resume from the same
+step: a rank that read the file itself could see an older copy (a shared file system's cache, a
+save in between) and wait for the others at another step for ever. CHECKPOINT_DIR must be the same in every incarnation and reachable
 from every node: the batch script names it after the job id, which a requeue keeps.
 TF_CLUSTER_RUN_ID (JOB.STEP, JOB.STEP.r1 after the first requeue, …) names what belongs to one
 incarnation only, here its log line. Replace the model and the data with yours.
@@ -47,11 +49,17 @@ def main():
     model = model.to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     step = 0
-    if os.path.exists(checkpoint):
-        state = torch.load(checkpoint, map_location=device)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step = state["step"]
+    # Rank 0 decides where to resume, every rank takes its word (None: from the start). A large
+    # model would rather send the step alone and have each rank load that step's own file.
+    state = [None]
+    if rank == 0 and os.path.exists(checkpoint):
+        state = [torch.load(checkpoint, map_location="cpu")]
+    dist.broadcast_object_list(state, src=0)
+    if state[0] is not None:
+        model.load_state_dict(state[0]["model"])
+        opt.load_state_dict(state[0]["optimizer"])
+        step = state[0]["step"]
+    del state
     ddp = DistributedDataParallel(model)
     # TF_CLUSTER_RUN_ID and torchrun's rendezvous id (PET_RDZV_ID): one per incarnation.
     run_id = os.environ.get("TF_CLUSTER_RUN_ID", "")

@@ -32,8 +32,9 @@ pub(super) fn check_plugin(
         } else {
             "Slurm skips it: --tf-cluster is unknown to srun"
         };
-        report.add(
+        report.add_about(
             Level::Fail,
+            &[at, path],
             format!("{at}: {kind} {path} does not exist: {effect}"),
         );
         return;
@@ -41,30 +42,33 @@ pub(super) fn check_plugin(
     let info = match &file.info {
         Ok(info) => info,
         Err(e) => {
-            report.add(
+            report.add_about(
                 Level::Fail,
+                &[at, path],
                 format!("{at}: {path} is not a readable plugin: {e}"),
             );
             return;
         }
     };
-    report.add(Level::Ok, format!("{at}: {kind} {path}"));
+    report.add_about(Level::Ok, &[at, path], format!("{at}: {kind} {path}"));
     if !file.world_readable {
-        report.add(
+        report.add_about(
             Level::Fail,
+            &[path],
             format!("{path} is not readable by every user: srun, run by the user, cannot load it"),
         );
     }
     match (info.version, installed) {
-        (None, _) => report.add(Level::Fail, format!("{path} exports no plugin_version: Slurm refuses it")),
+        (None, _) => report.add_about(Level::Fail, &[path], format!("{path} exports no plugin_version: Slurm refuses it")),
         (Some(v), Some((slurm, from))) if v >> 8 == slurm >> 8 => report.add(
             Level::Ok,
             format!("built for Slurm {}, this node runs {} ({from})", version_text(v), version_text(*slurm)),
         ),
-        (Some(v), Some((slurm, from))) => report.add(
+        (Some(v), Some((slurm, from))) => report.add_about(
             Level::Fail,
+            &[path],
             format!(
-                "built for Slurm {}, this node runs {} ({from}): Slurm refuses a plugin of another major.minor (\"Incompatible plugin version\"); install the tf-cluster package built for Slurm {}.{:02}",
+                "{path} is built for Slurm {}, this node runs {} ({from}): Slurm refuses a plugin of another major.minor (\"Incompatible plugin version\"); install the tf-cluster package built for Slurm {}.{:02}",
                 version_text(v),
                 version_text(*slurm),
                 slurm >> 16,
@@ -90,8 +94,9 @@ pub(super) fn check_plugin(
             Level::Ok,
             format!("site arguments: {}", line.args.join(" ")),
         ),
-        Err(e) => report.add(
+        Err(e) => report.add_about(
             Level::Fail,
+            &[at],
             format!("{at}: {e}: srun refuses every --tf-cluster step"),
         ),
     }

@@ -89,7 +89,11 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
                 "Slurm's default, beside slurm.conf",
             ),
         };
-    report.add(Level::Ok, format!("plugstack.conf: {plugstack} ({why})"));
+    report.add_about(
+        Level::Ok,
+        &[&plugstack],
+        format!("plugstack.conf: {plugstack} ({why})"),
+    );
     let plugin_dirs: Vec<String> = match setting("plugindir") {
         Some(dirs) if !dirs.is_empty() && dirs != "(null)" => {
             dirs.split(':').map(str::to_string).collect()
@@ -140,13 +144,15 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
     }
 
     match ours.len() {
-        0 => report.add(
+        0 => report.add_about(
             Level::Fail,
+            &[&plugstack],
             format!("no line of {plugstack} (includes followed) loads {PLUGIN_NAME}: --tf-cluster is unknown to srun"),
         ),
         1 => {}
-        n => report.add(
+        n => report.add_about(
             Level::Fail,
+            &ours.iter().map(|(l, _, _)| l.at.as_str()).collect::<Vec<_>>(),
             format!(
                 "{PLUGIN_NAME} is loaded {n} times ({}): the second cannot register --tf-cluster and srun fails",
                 ours.iter().map(|(l, _, _)| l.at.as_str()).collect::<Vec<_>>().join(", ")

@@ -148,7 +148,7 @@ fn walk_one(
             } else {
                 format!("{file}{} (included, so srun fails)", said(&e))
             };
-            report.add(Level::Fail, line);
+            report.add_about(Level::Fail, &[file], line);
             return safe;
         }
     };

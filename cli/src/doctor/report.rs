@@ -13,6 +13,9 @@ pub enum Level {
 pub struct Finding {
     pub level: Level,
     pub text: String,
+    /// What the finding is about (a file, a plugstack line): one thing is
+    /// never both ok and FAIL in a report.
+    about: Vec<String>,
 }
 
 #[derive(Debug, Default)]
@@ -22,9 +25,30 @@ pub struct Report {
 
 impl Report {
     pub(super) fn add(&mut self, level: Level, text: impl Into<String>) {
+        self.add_about(level, &[], text);
+    }
+
+    /// A finding about `about` (files, plugstack lines): a failure of one of
+    /// them takes back what was found ok about it, and once one has failed
+    /// nothing more is ok about it; the failure names it.
+    pub(super) fn add_about(&mut self, level: Level, about: &[&str], text: impl Into<String>) {
+        let shares = |f: &Finding| f.about.iter().any(|a| about.contains(&a.as_str()));
+        match level {
+            Level::Fail => self.findings.retain(|f| f.level != Level::Ok || !shares(f)),
+            Level::Ok
+                if self
+                    .findings
+                    .iter()
+                    .any(|f| f.level == Level::Fail && shares(f)) =>
+            {
+                return;
+            }
+            _ => {}
+        }
         self.findings.push(Finding {
             level,
             text: text.into(),
+            about: about.iter().map(|a| a.to_string()).collect(),
         });
     }
 

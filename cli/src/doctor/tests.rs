@@ -351,3 +351,73 @@ fn a_plugstack_tree_of_too_many_files_is_cut_with_one_line() {
         .collect();
     assert_eq!(capped.len(), 1, "{}", r.render());
 }
+
+/// The files and plugstack lines (`/PATH` or `/PATH:LINE`) a finding names.
+fn named_paths(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| w.trim_matches(|c: char| "():,;\"".contains(c)))
+        .filter(|w| w.starts_with('/'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// No file or plugstack line is both "ok" and "FAIL" in one report: the
+/// broken plugstack.conf, plugin line or .so is said once, as a failure,
+/// and that failure still names it.
+#[test]
+fn never_ok_and_fail_for_the_same_thing() {
+    let stack = "/etc/slurm/plugstack.conf";
+    let line = "/etc/slurm/plugstack.conf.d/tf-cluster.conf:2";
+    let mut cases: Vec<(&str, Fake, &str)> = Vec::new();
+    let mut f = Fake::healthy();
+    f.files.remove(stack);
+    cases.push(("plugstack.conf missing", f, stack));
+    let mut f = Fake::healthy();
+    f.files
+        .remove("/etc/slurm/plugstack.conf.d/tf-cluster.conf");
+    cases.push(("no line loads the plugin", f, stack));
+    let mut f = Fake::healthy();
+    f.plugins.get_mut(SO).unwrap().world_readable = false;
+    cases.push(("the .so unreadable by users", f, SO));
+    let mut f = Fake::healthy();
+    f.plugins.get_mut(SO).unwrap().info = Err("not an ELF file".into());
+    cases.push(("the .so no plugin", f, SO));
+    let mut f = Fake::healthy();
+    if let Ok(info) = &mut f.plugins.get_mut(SO).unwrap().info {
+        info.version = None;
+    }
+    cases.push(("no plugin_version", f, SO));
+    let mut f = Fake::healthy();
+    f.slurm = Some(0x160508);
+    cases.push(("another Slurm release", f, SO));
+    let mut f = Fake::healthy();
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("# comment\nrequired {SO} port-base=0\n"),
+    );
+    cases.push(("a bad site argument", f, line));
+    let mut f = Fake::healthy();
+    f.file(
+        stack,
+        &format!("include plugstack.conf.d/*.conf\nrequired {SO}\n"),
+    );
+    cases.push(("loaded twice", f, line));
+    for (case, mut f, named) in cases {
+        let r = f.run();
+        let text = r.render();
+        assert_eq!(r.exit_code(), 1, "{case}:\n{text}");
+        let failed: Vec<String> = fails(&r).iter().flat_map(|t| named_paths(t)).collect();
+        assert!(
+            failed.iter().any(|p| p == named),
+            "{case}: no FAIL names {named}:\n{text}"
+        );
+        for ok in r.findings.iter().filter(|f| f.level == Level::Ok) {
+            for path in named_paths(&ok.text) {
+                assert!(
+                    !failed.contains(&path),
+                    "{case}: {path} is both ok and FAIL:\n{text}"
+                );
+            }
+        }
+    }
+}
