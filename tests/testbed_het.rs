@@ -10,6 +10,7 @@ mod common;
 
 use std::time::Instant;
 
+use common::outputs::Outputs;
 use common::{assert_no_node_drained, exec_for, on};
 
 /// What each task printed after `HET `: `C=<component job> R=<RANK> …`.
@@ -27,9 +28,13 @@ fn het_lines(text: &str) -> Vec<String> {
 const REPORT: &str = r#"echo "HET $(hostname) R=${RANK-unset} WS=${WORLD_SIZE-unset} TF=${TF_CONFIG+set} RDZV=${PET_RDZV_ID-unset} WORD=${SLURM_TF_CLUSTER-unset}""#;
 
 /// `salloc ALLOC : … sh -c SCRIPT` as alice on ctl: a heterogeneous
-/// allocation of node1 and node2, then SCRIPT inside it. Output and time.
+/// allocation of node1 and node2, then SCRIPT inside it, every srun's tasks
+/// writing to files of their own (SLURM_STDOUTMODE). salloc's output, then
+/// every task's file; and the time.
 fn in_het_allocation(options: &[&str], script: &str) -> (String, f64) {
-    let mut cmd = vec!["salloc"];
+    let outputs = Outputs::new("het");
+    let [out_mode, err_mode, _] = outputs.env();
+    let mut cmd = vec!["env", &out_mode, &err_mode, "salloc"];
     cmd.extend_from_slice(options);
     cmd.extend_from_slice(&[
         "-N1", "-n2", "-w", "node1", ":", "-N1", "-n2", "-w", "node2",
@@ -39,9 +44,10 @@ fn in_het_allocation(options: &[&str], script: &str) -> (String, f64) {
     let out = exec_for(240, &cmd);
     let took = start.elapsed().as_secs_f64();
     let text = format!(
-        "{}{}",
+        "{}{}{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        outputs.dump()
     );
     (text, took)
 }
@@ -323,10 +329,11 @@ fn a_het_step_from_outside_its_job_says_what_it_cannot_know() {
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    let plain = exec_for(
+    // Each task's output from its own file.
+    let plain = common::srun_tasks_for(
         60,
+        &[],
         &[
-            "srun",
             &jobid,
             "--het-group=0,1",
             "--overlap",
@@ -336,10 +343,10 @@ fn a_het_step_from_outside_its_job_says_what_it_cannot_know() {
         ],
     );
     let start = Instant::now();
-    let asked = exec_for(
+    let asked = common::srun_tasks_for(
         60,
+        &[],
         &[
-            "srun",
             &jobid,
             "--het-group=0,1",
             "--overlap",
