@@ -184,7 +184,10 @@ fn torch_cluster_shows_torchruns_arguments() {
         "{text}"
     );
     // An explicit --tf-port-base keeps its meaning.
-    let vars = json_of(&cli(&["env", "--torch-cluster", "--tf-port-base=9000"], &env));
+    let vars = json_of(&cli(
+        &["env", "--torch-cluster", "--tf-port-base=9000"],
+        &env,
+    ));
     assert_eq!(vars["MASTER_PORT"], "9000", "{vars}");
 }
 

@@ -37,7 +37,11 @@ impl PortPlan {
             blocks.push(end..end + n as usize);
             end += n as usize;
         }
-        let ports = ports::ports(unreserved(settings, step), step.resv_ports.as_deref(), end as u32)?;
+        let ports = ports::ports(
+            unreserved(settings, step),
+            step.resv_ports.as_deref(),
+            end as u32,
+        )?;
         Ok(PortPlan { ports, blocks })
     }
 

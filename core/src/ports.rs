@@ -101,12 +101,20 @@ pub enum Unreserved {
     /// An explicit port base: local index k takes base + k.
     Base(u16),
     /// The step's block of the range, by its job and step ids.
-    Block { range: PortRange, job: u32, step: u32 },
+    Block {
+        range: PortRange,
+        job: u32,
+        step: u32,
+    },
 }
 
 /// The ports of indices 0..`max_local_tasks` (the tasks of the fullest
 /// node, plus one for each framework's rendezvous).
-pub fn ports(unreserved: Unreserved, reserved: Option<&str>, max_local_tasks: u32) -> Result<Vec<u16>> {
+pub fn ports(
+    unreserved: Unreserved,
+    reserved: Option<&str>,
+    max_local_tasks: u32,
+) -> Result<Vec<u16>> {
     match (reserved, unreserved) {
         (Some(list), _) => reserved_ports(list, max_local_tasks),
         (None, Unreserved::Block { range, job, step }) => range.block(job, step, max_local_tasks),

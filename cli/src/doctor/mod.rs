@@ -169,7 +169,9 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
     // step's block of the port range, unless the site fixed a port base.
     let site = ours
         .first()
-        .and_then(|(line, _, _)| Settings::from_admin_args(line.args.iter().map(String::as_str)).ok())
+        .and_then(|(line, _, _)| {
+            Settings::from_admin_args(line.args.iter().map(String::as_str)).ok()
+        })
         .unwrap_or_default();
     match &conf {
         Some((_, from)) => match setting("mpiparams").filter(|m| m.contains("ports=")) {

@@ -272,7 +272,10 @@ fn without_mpiparams_ports_come_from_the_range() {
     );
     let text = f.run().render();
     assert!(text.contains("range 40000-40999"), "{text}");
-    assert!(text.contains("1 in 250 (never when their job ids are less than 15 apart)"), "{text}");
+    assert!(
+        text.contains("1 in 250 (never when their job ids are less than 15 apart)"),
+        "{text}"
+    );
     f.file(
         "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
         &format!("required {SO} port-base=9000\n"),

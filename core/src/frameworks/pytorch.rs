@@ -99,12 +99,17 @@ pub fn check_launcher(command: &[String], most_local: u32) -> Result<()> {
 /// script, or behind `env`, `apptainer exec` …) is `torchrun` or a path to
 /// it, or the module `torch.distributed.run` / `torch.distributed.launch`.
 pub fn starts_torchrun(command: &[String]) -> bool {
-    let is_shell_punct = |c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '`' | '"' | '\'');
-    command.iter().flat_map(|arg| arg.split(is_shell_punct)).any(|word| {
-        let word = word.strip_prefix("-m").unwrap_or(word);
-        let name = word.rsplit('/').next().unwrap_or(word);
-        name == "torchrun" || matches!(word, "torch.distributed.run" | "torch.distributed.launch")
-    })
+    let is_shell_punct =
+        |c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '`' | '"' | '\'');
+    command
+        .iter()
+        .flat_map(|arg| arg.split(is_shell_punct))
+        .any(|word| {
+            let word = word.strip_prefix("-m").unwrap_or(word);
+            let name = word.rsplit('/').next().unwrap_or(word);
+            name == "torchrun"
+                || matches!(word, "torch.distributed.run" | "torch.distributed.launch")
+        })
 }
 
 /// How many GPUs the task sees, when it runs alone on its node (a launcher

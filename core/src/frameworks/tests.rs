@@ -1111,7 +1111,10 @@ fn steps_without_reserved_ports_take_their_own_block() {
     // TensorFlow's 2 tasks on a node, then MASTER_PORT: 3 ports each.
     assert_eq!(torch_a, tf_a + 2);
     let a: Vec<u16> = (tf_a..=torch_a).collect();
-    assert!(!(tf_b..=torch_b).any(|p| a.contains(&p)), "{a:?} and {tf_b}-{torch_b}");
+    assert!(
+        !(tf_b..=torch_b).any(|p| a.contains(&p)),
+        "{a:?} and {tf_b}-{torch_b}"
+    );
     // Another step of the same job: another block too.
     let (tf_c, _) = unreserved_ports(&both, "4242", "1");
     assert!(!a.contains(&tf_c), "{a:?} and {tf_c}");
@@ -1128,7 +1131,10 @@ fn steps_without_reserved_ports_take_their_own_block() {
     }
     let got = resolve_vars(&both, other).unwrap();
     let master = vars_of(&got).into_iter().find(|(n, _)| *n == "MASTER_PORT");
-    assert_eq!(master.map(|(_, v)| v.to_string()), Some(torch_a.to_string()));
+    assert_eq!(
+        master.map(|(_, v)| v.to_string()),
+        Some(torch_a.to_string())
+    );
     // --tf-port-base=9000: 9000 + local index, whatever the ids.
     let mut based = both.clone();
     based.set("port-base", "9000").unwrap();
@@ -1157,7 +1163,8 @@ fn too_few_reserved_ports_are_refused_before_launch() {
         most_local,
         ..super::Launch::default()
     };
-    let check = |l: &super::Launch| super::check_before_launch(&settings, l).map_err(|e| e.to_string());
+    let check =
+        |l: &super::Launch| super::check_before_launch(&settings, l).map_err(|e| e.to_string());
     // 4 tasks on a node + MASTER_PORT: 5 ports.
     check(&launch(Some("12000-12004"), Some(4))).unwrap();
     check(&launch(None, Some(4))).unwrap();
@@ -1184,9 +1191,17 @@ fn torchrun_with_several_tasks_on_a_node_is_refused_before_launch() {
     ] {
         assert!(pytorch::starts_torchrun(&words(command)), "{command}");
     }
-    let shell = ["bash".to_string(), "-c".into(), "cd run; torchrun --nproc_per_node=$G ddp.py".into()];
+    let shell = [
+        "bash".to_string(),
+        "-c".into(),
+        "cd run; torchrun --nproc_per_node=$G ddp.py".into(),
+    ];
     assert!(pytorch::starts_torchrun(&shell));
-    for command in ["python3 ddp.py", "python3 torchrun_notes.py", "python3 -m torch.utils.bottleneck x.py"] {
+    for command in [
+        "python3 ddp.py",
+        "python3 torchrun_notes.py",
+        "python3 -m torch.utils.bottleneck x.py",
+    ] {
         assert!(!pytorch::starts_torchrun(&words(command)), "{command}");
     }
     let settings = torch("");
@@ -1200,7 +1215,8 @@ fn torchrun_with_several_tasks_on_a_node_is_refused_before_launch() {
         command: Some(command),
         ..super::Launch::default()
     };
-    let check = |l: &super::Launch| super::check_before_launch(&settings, l).map_err(|e| e.to_string());
+    let check =
+        |l: &super::Launch| super::check_before_launch(&settings, l).map_err(|e| e.to_string());
     assert_eq!(
         check(&launch(&command, 4)).unwrap_err(),
         "torchrun starts its node's workers itself, but this step runs 4 tasks (each a torchrun) on a node, whose workers would share GPUs: use --ntasks-per-node=1 with torchrun --nproc_per_node=4"
