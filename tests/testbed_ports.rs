@@ -54,8 +54,14 @@ fn pairs(tag: &str, pairs: u32, extra: &[&str]) -> Vec<Vec<Bound>> {
                 let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
                 std::thread::spawn(move || {
                     let mut cmd = vec![
-                        "srun", "-N1", "-n2", "-w", "node1", "--resv-ports=0",
-                        "--tf-cluster", "--torch-cluster",
+                        "srun",
+                        "-N1",
+                        "-n2",
+                        "-w",
+                        "node1",
+                        "--resv-ports=0",
+                        "--tf-cluster",
+                        "--torch-cluster",
                     ];
                     cmd.extend(extra.iter().map(String::as_str));
                     cmd.extend(["python3", "-c", BIND, &pair]);
@@ -119,6 +125,9 @@ fn two_jobs_on_one_node_bind_their_own_ports() {
 
     let based = pairs("base", 3, &["--tf-port-base=8888"]);
     let same = collisions(&based);
-    eprintln!("--tf-port-base=8888: {same} of {} pairs collided", based.len());
+    eprintln!(
+        "--tf-port-base=8888: {same} of {} pairs collided",
+        based.len()
+    );
     assert_eq!(same, based.len());
 }

@@ -130,6 +130,16 @@ fn explain_lists_every_rank() {
     );
 }
 
+/// Rank 1 of step 4242.0, one task on each of two nodes.
+const ONE_PER_NODE: [(&str, &str); 6] = [
+    ("SLURM_PROCID", "1"),
+    ("SLURM_STEP_NUM_TASKS", "2"),
+    ("SLURM_STEP_NODELIST", "t02n[13,41]"),
+    ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+    ("SLURM_JOB_ID", "4242"),
+    ("SLURM_STEP_ID", "0"),
+];
+
 /// With --torch-cluster, `env` gives torchrun's PET_* arguments, on the
 /// step's own port where Slurm reserved none: step 0 of job 4242 takes
 /// slot (4242 × 16 + 0) mod 2375 = 1372 of the range 20000-29499, port
@@ -164,15 +174,7 @@ fn torch_cluster_shows_torchruns_arguments() {
         ),
         "{text}"
     );
-    let one_per_node = [
-        ("SLURM_PROCID", "1"),
-        ("SLURM_STEP_NUM_TASKS", "2"),
-        ("SLURM_STEP_NODELIST", "t02n[13,41]"),
-        ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
-        ("SLURM_JOB_ID", "4242"),
-        ("SLURM_STEP_ID", "0"),
-    ];
-    let out = cli(&["explain", "--torch-cluster"], &one_per_node);
+    let out = cli(&["explain", "--torch-cluster"], &ONE_PER_NODE);
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
         text.lines().last(),
@@ -196,15 +198,8 @@ fn torch_cluster_shows_torchruns_arguments() {
 /// refused as srun refuses it.
 #[test]
 fn elastic_torchrun_in_a_requeued_job() {
-    let env = [
-        ("SLURM_PROCID", "1"),
-        ("SLURM_STEP_NUM_TASKS", "2"),
-        ("SLURM_STEP_NODELIST", "t02n[13,41]"),
-        ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
-        ("SLURM_JOB_ID", "4242"),
-        ("SLURM_STEP_ID", "0"),
-        ("SLURM_RESTART_COUNT", "2"),
-    ];
+    let mut env = ONE_PER_NODE.to_vec();
+    env.push(("SLURM_RESTART_COUNT", "2"));
     let vars = json_of(&cli(&["env", "--torch-cluster=elastic:1"], &env));
     for (name, value) in [
         ("PET_NNODES", "1:2"),
