@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{exec_for, testbed};
+use common::{exec, exec_for, testbed};
 
 /// Each task binds (listen) its TensorFlow port and, on rank 0, PyTorch's
 /// MASTER_PORT; then waits until both jobs' tasks bound theirs, so that the
@@ -130,4 +130,82 @@ fn two_jobs_on_one_node_bind_their_own_ports() {
         based.len()
     );
     assert_eq!(same, based.len());
+}
+
+const DIR: &str = "/home/alice/ports-tests";
+
+/// One real training pair without reserved ports, rank 0 of both on node1:
+/// a PyTorch DDP job (gloo, 2 ranks) that keeps its store on MASTER_PORT
+/// after training, and meanwhile a TensorFlow MultiWorkerMirroredStrategy
+/// job (2 workers). Both train; the TensorFlow workers' ports and
+/// MASTER_PORT differ (with 8888 + index for every step, worker 0 would
+/// have taken the port the PyTorch job holds).
+#[test]
+fn a_pytorch_and_a_tensorflow_job_on_one_node_both_train() {
+    let _t = testbed();
+    common::install(
+        DIR,
+        &[
+            ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+            ("mwms.py", include_str!("fixtures/tensorflow/mwms.py")),
+            (
+                "show_resolver.py",
+                include_str!("fixtures/tensorflow/show_resolver.py"),
+            ),
+        ],
+        "rm -f done torch.out\n",
+    );
+    let torch = std::thread::spawn(|| {
+        let script = format!(
+            "cd {DIR}; srun -N1 -n2 -w node1 --resv-ports=0 --torch-cluster bash -c \
+             'echo PORT $MASTER_PORT; exec python3 ddp.py --wait-for {DIR}/done' >torch.out 2>&1"
+        );
+        exec_for(600, &["bash", "-c", &script])
+    });
+    // Wait until both ranks trained: rank 0's store is then held until `done`.
+    let start = std::time::Instant::now();
+    let torch_out = || {
+        String::from_utf8_lossy(&exec(&["cat", &format!("{DIR}/torch.out")]).stdout).into_owned()
+    };
+    while torch_out().matches("RESULT").count() < 2 {
+        assert!(start.elapsed().as_secs() < 480, "{}", torch_out());
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let tf = exec_for(
+        480,
+        &[
+            "bash",
+            "-c",
+            &format!(
+                "cd {DIR}; source /opt/tf/bin/activate; srun -N1 -n2 -w node1 --resv-ports=0 \
+                 --tf-cluster bash -c 'echo TF_CONFIG $TF_CONFIG; exec python mwms.py'"
+            ),
+        ],
+    );
+    exec(&["touch", &format!("{DIR}/done")]);
+    let torch = torch.join().unwrap();
+    let (tf_text, torch_text) = (String::from_utf8_lossy(&tf.stdout), torch_out());
+    assert!(
+        tf.status.success(),
+        "{tf_text}\n{}",
+        String::from_utf8_lossy(&tf.stderr)
+    );
+    assert!(torch.status.success(), "{torch_text}");
+    assert_eq!(tf_text.matches("RESULT").count(), 2, "{tf_text}");
+    assert_eq!(torch_text.matches("RESULT").count(), 2, "{torch_text}");
+    let master: Vec<&str> = torch_text
+        .lines()
+        .filter_map(|l| l.strip_prefix("PORT "))
+        .collect();
+    let config = tf_text
+        .lines()
+        .find_map(|l| l.strip_prefix("TF_CONFIG "))
+        .unwrap();
+    let config: serde_json::Value = serde_json::from_str(config).unwrap();
+    let workers = config["cluster"]["worker"].as_array().unwrap();
+    eprintln!("MASTER_PORT {master:?}, TensorFlow workers {workers:?}");
+    for w in workers {
+        let port = w.as_str().unwrap().rsplit(':').next().unwrap();
+        assert!(!master.contains(&port), "{port} in {master:?}");
+    }
 }
