@@ -209,3 +209,45 @@ fn a_pytorch_and_a_tensorflow_job_on_one_node_both_train() {
         assert!(!master.contains(&port), "{port} in {master:?}");
     }
 }
+
+/// srun refuses before launch, in one line, a step whose reservation is
+/// too small (3 TensorFlow tasks on a node and MASTER_PORT need 4 ports,
+/// `--resv-ports=2` reserves 2) and a torchrun command with several tasks
+/// on a node; one task per node runs.
+#[test]
+fn srun_refuses_too_few_ports_and_torchrun_per_task() {
+    let _t = testbed();
+    common::srun(&[
+        "-N1",
+        "-n3",
+        "--resv-ports=2",
+        "--tf-cluster",
+        "--torch-cluster",
+    ])
+    .assert_refused("Slurm reserved 2 port(s) (");
+    common::srun(&[
+        "-N1",
+        "-n3",
+        "--resv-ports=4",
+        "--tf-cluster",
+        "--torch-cluster",
+    ])
+    .assert_ran(3);
+    let torchrun = |tasks: &str| {
+        common::parse_run(exec(&[
+            "srun",
+            "-N1",
+            "-n",
+            tasks,
+            "--torch-cluster",
+            "bash",
+            "-c",
+            "echo torchrun would start here",
+        ]))
+    };
+    torchrun("2").assert_refused(
+        "torchrun starts its node's workers itself, but this step runs 2 tasks (each a torchrun) on a node, whose workers would share GPUs: use --ntasks-per-node=1 with torchrun --nproc_per_node=2",
+    );
+    let one = torchrun("1");
+    assert_eq!(one.code, Some(0), "{}", one.stderr);
+}
