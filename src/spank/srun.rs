@@ -391,9 +391,10 @@ fn het_map_for(
             tasks: map.runs.len(),
             nodelist: Some(&hosts_text),
             nodes: Some(map.hosts.len() as u32),
-            // Component 0's record: Slurm reserves each component's ports
-            // apart, so no agreement between components is asked.
-            resv_ports: info.as_ref().and_then(|i| i.resv_ports.as_deref()),
+            // Slurm reserves each component's ports apart: component 0's
+            // record says nothing of the others' nodes, so each component's
+            // tasks check their own reservation.
+            resv_ports: None,
             most_local: Some(most_local(&map)),
             command: command.as_deref(),
         },
