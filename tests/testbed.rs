@@ -15,6 +15,7 @@ fn basic_example_two_nodes_two_tasks_each() {
         "--ntasks-per-node=2",
         "--gres=gpu:4",
         "--resv-ports=0",
+        "--tf-port-base=8888",
         "--tf-cluster",
     ]);
     run.assert_workers(4);
@@ -58,6 +59,7 @@ fn three_nodes_uneven_tasks() {
         "-N3",
         "-n5",
         "--resv-ports=0",
+        "--tf-port-base=8888",
         "--tf-cluster=chief:1,worker:4",
     ]);
     run.assert_ran(5)

@@ -358,7 +358,7 @@ fn srun_gpu_bind_wins_over_a_stale_slurm_gpu_bind() {
 /// (`SLURM_STEP_RESV_PORTS=1-3`, MASTER_PORT=1), or the outer step's in a
 /// nested `srun --overlap --resv-ports=0` (both steps' MASTER_PORT equal).
 /// Now the reservation is trusted only when Slurm gave this step one;
-/// otherwise the port base (8888).
+/// otherwise the explicit port base (8888).
 #[test]
 fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
     let _t = common::exclusive();
@@ -368,6 +368,7 @@ fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
         "-w",
         "node1",
         "--resv-ports=0",
+        "--tf-port-base=8888",
         "--torch-cluster",
         "bash",
         "-c",
@@ -390,7 +391,7 @@ fn a_stale_slurm_step_resv_ports_is_not_the_steps_reservation() {
     }
 
     let inner = format!(
-        "srun -N1 -n1 --overlap --resv-ports=0 --torch-cluster bash -c '{}'",
+        "srun -N1 -n1 --overlap --resv-ports=0 --tf-port-base=8888 --torch-cluster bash -c '{}'",
         TORCH_PROBE.replace("TORCH", "TORCH inner")
     );
     let outer = format!("{}; {inner}", TORCH_PROBE.replace("TORCH", "TORCH outer"));

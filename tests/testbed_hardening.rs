@@ -186,7 +186,14 @@ fn hostile_values_are_harmless() {
         "--export=ALL,SLURM_DISTRIBUTION=arbitrary,SLURM_HOSTFILE=/dev/zero",
         "--export=ALL,SLURM_TOPOLOGY_ADDR_PATTERN=switch.node",
     ] {
-        let run = srun(&["-N2", "-n4", "--resv-ports=0", export, "--tf-cluster"]);
+        let run = srun(&[
+            "-N2",
+            "-n4",
+            "--resv-ports=0",
+            "--tf-port-base=8888",
+            export,
+            "--tf-cluster",
+        ]);
         run.assert_workers(4);
     }
     for var in [
@@ -198,7 +205,16 @@ fn hostile_values_are_harmless() {
         "SLURM_GTIDS=5",
         "CUDA_VISIBLE_DEVICES=0;rm -rf",
     ] {
-        let run = srun_env(&[var], &["-N2", "-n4", "--resv-ports=0", "--tf-cluster"]);
+        let run = srun_env(
+            &[var],
+            &[
+                "-N2",
+                "-n4",
+                "--resv-ports=0",
+                "--tf-port-base=8888",
+                "--tf-cluster",
+            ],
+        );
         run.assert_workers(4);
         assert_eq!(run.gpus(), [None; 4], "{var}");
     }
@@ -561,6 +577,7 @@ fn faked_het_variables_cannot_misplace_rank_0() {
         "-w",
         "node[1-2]",
         "--resv-ports=0",
+        "--tf-port-base=8888",
         export,
         "--tf-cluster=chief:1,worker:1",
     ]);

@@ -94,11 +94,29 @@ fn install_all() {
 }
 
 /// A 3-task step with --tf-cluster and no reserved ports: it ran, and every
-/// task's TF_CONFIG has ports from `port_base`.
-fn assert_plugin_works(port_base: u16) {
-    srun(&["-N3", "-n3", "--resv-ports=0", "--tf-cluster"])
-        .assert_ran(3)
-        .assert_tf_config(&[("worker", 3)], port_base);
+/// task's TF_CONFIG has ports from the site's `port_base`, or without one
+/// (None) from the default port range, 20000-29499.
+fn assert_plugin_works(port_base: Option<u16>) {
+    let run = srun(&["-N3", "-n3", "--resv-ports=0", "--tf-cluster"]);
+    run.assert_ran(3);
+    let Some(base) = port_base else {
+        for task in &run.tasks {
+            let tf = task.tf_config.as_ref().expect("TF_CONFIG");
+            for address in tf["cluster"]["worker"].as_array().unwrap() {
+                let port: u16 = address
+                    .as_str()
+                    .unwrap()
+                    .rsplit(':')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!((20000..=29499).contains(&port), "{address}");
+            }
+        }
+        return;
+    };
+    run.assert_tf_config(&[("worker", 3)], base);
 }
 
 /// The plugin is gone: plain steps run untouched, --tf-cluster is unknown.
@@ -166,7 +184,7 @@ fn the_package_is_what_runs_and_names_its_slurm() {
     // The default plugstack.conf only includes plugstack.conf.d: the package enabled it.
     let stack = ok("ctl", &["cat", "/etc/slurm/plugstack.conf"]);
     assert!(!stack.contains("tf_cluster"), "{stack}");
-    assert_plugin_works(8888);
+    assert_plugin_works(None);
 }
 
 /// Should a test fail half-way, the package is put back as the testbed
@@ -201,7 +219,7 @@ fn remove_reinstall_purge() {
             ],
         );
     }
-    assert_plugin_works(9000);
+    assert_plugin_works(Some(9000));
 
     apt_all("remove -y tf-cluster");
     assert_plugin_gone();
@@ -227,7 +245,7 @@ fn remove_reinstall_purge() {
 
     // Reinstalling brings the admin's snippet back.
     install_all();
-    assert_plugin_works(9000);
+    assert_plugin_works(Some(9000));
 
     // A purge leaves nothing; a new install is the pristine default.
     apt_all("purge -y tf-cluster");
@@ -243,7 +261,7 @@ fn remove_reinstall_purge() {
     }
     assert_plugin_gone();
     install_all();
-    assert_plugin_works(8888);
+    assert_plugin_works(None);
 }
 
 #[test]
@@ -304,7 +322,7 @@ fn a_package_for_another_slurm_release_is_refused() {
         &["dpkg-query", "-W", "-f", "${Version}", "tf-cluster"],
     );
     assert!(version.ends_with(&format!("+slurm{release}")), "{version}");
-    assert_plugin_works(8888);
+    assert_plugin_works(None);
     ok("ctl", &["rm", "-rf", "/tmp/w", &wrong]);
 }
 

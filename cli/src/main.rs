@@ -183,7 +183,7 @@ fn run(command: &Command) -> Result<Output> {
         }
     }];
     notes.extend(preview.notes.iter().cloned());
-    notes.push(ports_note(settings.port_base));
+    notes.push(ports_note(&settings));
     // This machine's network is not the nodes': the network is judged on
     // each node at launch, and only the addresses keep the host template.
     let mut gather = settings.clone();
@@ -205,18 +205,30 @@ fn run(command: &Command) -> Result<Output> {
     render(explain, settings, step, Some(preview.rank), notes)
 }
 
-/// What the ports shown are: the port base + each task's index on its node,
-/// unless slurm.conf (SLURM_CONF, else its default place) makes Slurm
-/// reserve every step's ports (MpiParams=ports=…, as `doctor` reads it).
-fn ports_note(port_base: u16) -> String {
+/// What the ports shown are. A preview knows no step id: without an
+/// explicit port base it shows the default base + each task's index, where
+/// the step will take its block of the port range (or, where slurm.conf
+/// (SLURM_CONF, else its default place) has MpiParams=ports=…, as `doctor`
+/// reads it, the ports Slurm reserves).
+fn ports_note(settings: &Settings) -> String {
     use doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_slurm_conf};
+    let shown = settings
+        .port_base
+        .unwrap_or(tf_cluster_core::settings::DEFAULT_PORT_BASE);
+    let unreserved = match settings.port_base {
+        Some(base) => format!("the port base ({base}) + each task's index on its node"),
+        None => format!(
+            "each step's own block of the port range {}-{}, placed by its job and step ids at launch (a preview knows no step id: the port base ({shown}) + each task's index is shown)",
+            settings.port_range.first, settings.port_range.last
+        ),
+    };
     let path = std::env::var("SLURM_CONF")
         .ok()
         .filter(|p| !p.is_empty())
         .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
     let Ok(text) = std::fs::read_to_string(&path) else {
         return format!(
-            "ports: the port base ({port_base}) + each task's index on its node; where Slurm reserves the step's ports (MpiParams=ports), the task's index picks one of those at launch instead"
+            "ports: {unreserved}; where Slurm reserves the step's ports (MpiParams=ports), the task's index picks one of those at launch instead"
         );
     };
     match parse_slurm_conf(&text)
@@ -224,11 +236,9 @@ fn ports_note(port_base: u16) -> String {
         .filter(|m| m.contains("ports="))
     {
         Some(m) => format!(
-            "ports: Slurm reserves each step's ports at launch (MpiParams={m} in {path}): the task's index on its node (the port shown - {port_base}) picks one of them instead of the port shown"
+            "ports: Slurm reserves each step's ports at launch (MpiParams={m} in {path}): the task's index on its node (the port shown - {shown}) picks one of them instead of the port shown"
         ),
-        None => format!(
-            "ports: the port base ({port_base}) + each task's index on its node ({path} reserves no ports: no MpiParams=ports)"
-        ),
+        None => format!("ports: {unreserved} ({path} reserves no ports: no MpiParams=ports)"),
     }
 }
 

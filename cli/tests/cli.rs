@@ -166,8 +166,22 @@ fn explain_lists_every_rank() {
     );
 }
 
-/// With --torch-cluster, `env` gives torchrun's PET_* arguments and
-/// `explain` names the step's after the table.
+/// Rank 1 of step 4242.0, one task on each of two nodes.
+const ONE_PER_NODE: [(&str, &str); 6] = [
+    ("SLURM_PROCID", "1"),
+    ("SLURM_STEP_NUM_TASKS", "2"),
+    ("SLURM_STEP_NODELIST", "t02n[13,41]"),
+    ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+    ("SLURM_JOB_ID", "4242"),
+    ("SLURM_STEP_ID", "0"),
+];
+
+/// With --torch-cluster, `env` gives torchrun's PET_* arguments, on the
+/// step's own port where Slurm reserved none: step 0 of job 4242 takes
+/// slot (4242 × 16 + 0) mod 2375 = 1372 of the range 20000-29499, port
+/// 20000 + 4 × 1372 = 25488, as the plugin computes it for that step.
+/// `explain` names torchrun's arguments after the table for one task per
+/// node, and with two tasks on a node says that srun refuses torchrun.
 #[test]
 fn torch_cluster_shows_torchruns_arguments() {
     let mut env = BASIC.to_vec();
@@ -177,8 +191,8 @@ fn torch_cluster_shows_torchruns_arguments() {
         ("PET_NNODES", "4"),
         ("PET_NODE_RANK", "1"),
         ("PET_MASTER_ADDR", "t02n13"),
-        ("PET_MASTER_PORT", "8888"),
-        ("PET_RDZV_ENDPOINT", "t02n13:8888"),
+        ("PET_MASTER_PORT", "25488"),
+        ("PET_RDZV_ENDPOINT", "t02n13:25488"),
         ("PET_RDZV_ID", "4242.0"),
         ("PET_RDZV_BACKEND", "static"),
     ] {
@@ -190,12 +204,29 @@ fn torch_cluster_shows_torchruns_arguments() {
     assert_eq!(
         text.lines().last(),
         Some(
-            "torchrun, one launcher per rank (PET_NODE_RANK=RANK): PET_NNODES=4 \
-             PET_MASTER_ADDR=t02n13 PET_MASTER_PORT=8888 PET_RDZV_ENDPOINT=t02n13:8888 \
+            "torchrun: not with 2 tasks on a node (srun refuses a torchrun command here; its \
+             workers would share GPUs): use --ntasks-per-node=1 with torchrun \
+             --nproc_per_node=2; ranks srun starts directly use the table"
+        ),
+        "{text}"
+    );
+    let out = cli(&["explain", "--torch-cluster"], &ONE_PER_NODE);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().last(),
+        Some(
+            "torchrun, one launcher per rank (PET_NODE_RANK=RANK): PET_NNODES=2 \
+             PET_MASTER_ADDR=t02n13 PET_MASTER_PORT=25488 PET_RDZV_ENDPOINT=t02n13:25488 \
              PET_RDZV_ID=4242.0 PET_RDZV_BACKEND=static"
         ),
         "{text}"
     );
+    // An explicit --tf-port-base keeps its meaning.
+    let vars = json_of(&cli(
+        &["env", "--torch-cluster", "--tf-port-base=9000"],
+        &env,
+    ));
+    assert_eq!(vars["MASTER_PORT"], "9000", "{vars}");
 }
 
 /// `--torch-cluster=elastic:1` inside a step of a requeued job (SLURM_RESTART_COUNT=2): the c10d
@@ -203,19 +234,13 @@ fn torch_cluster_shows_torchruns_arguments() {
 /// refused as srun refuses it.
 #[test]
 fn elastic_torchrun_in_a_requeued_job() {
-    let env = [
-        ("SLURM_PROCID", "1"),
-        ("SLURM_STEP_NUM_TASKS", "2"),
-        ("SLURM_STEP_NODELIST", "t02n[13,41]"),
-        ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
-        ("SLURM_JOB_ID", "4242"),
-        ("SLURM_STEP_ID", "0"),
-        ("SLURM_RESTART_COUNT", "2"),
-    ];
+    let mut env = ONE_PER_NODE.to_vec();
+    env.push(("SLURM_RESTART_COUNT", "2"));
     let vars = json_of(&cli(&["env", "--torch-cluster=elastic:1"], &env));
     for (name, value) in [
         ("PET_NNODES", "1:2"),
-        ("PET_RDZV_ENDPOINT", "t02n13:8888"),
+        // Job 4242's step 0: port 25488 (above).
+        ("PET_RDZV_ENDPOINT", "t02n13:25488"),
         ("PET_RDZV_ID", "4242.0.r2"),
         ("PET_RDZV_BACKEND", "c10d"),
         ("PET_RDZV_CONF", "is_host=0"),

@@ -533,7 +533,9 @@ fn a_step_is_read_as_it_is() {
     let tf: Value = serde_json::from_str(vars["TF_CONFIG"].as_str().unwrap()).unwrap();
     assert_eq!(
         tf["cluster"]["worker"],
-        json!(["node1:8888", "node2:8888", "node1:8889", "node2:8889"])
+        // Step 0 of job 7, no ports reserved: slot (7 × 16 + 0) mod 2375
+        // = 112 of the range 20000-29499, its ports 20000 + 4 × 112 = 20448 on.
+        json!(["node1:20448", "node2:20448", "node1:20449", "node2:20449"])
     );
     assert_eq!(tf["task"]["index"], 3);
     let text = ok(&cli(&["explain", "-n2"], &env));

@@ -9,7 +9,7 @@ use super::error::Result;
 use super::gpus::{GpuBind, GpuPlan, NodeGpus, Rules, Visible};
 use super::layout::Layout;
 use super::ports;
-use super::settings::Settings;
+use super::settings::{DEFAULT_PORT_BASE, Settings};
 use super::step::Step;
 
 /// What the step's frameworks need of the node, in table order.
@@ -37,13 +37,33 @@ impl PortPlan {
             blocks.push(end..end + n as usize);
             end += n as usize;
         }
-        let ports = ports::ports(settings.port_base, step.resv_ports.as_deref(), end as u32)?;
+        let ports = ports::ports(
+            unreserved(settings, step),
+            step.resv_ports.as_deref(),
+            end as u32,
+        )?;
         Ok(PortPlan { ports, blocks })
     }
 
     /// The ports of the `i`-th of the step's frameworks.
     pub fn of(&self, i: usize) -> &[u16] {
         &self.ports[self.blocks[i].clone()]
+    }
+}
+
+/// Where the step's ports come from when Slurm reserved none: an explicit
+/// port base, else the step's block of the range by the ids Slurm gives (a
+/// heterogeneous step's first component's job id, the same in every
+/// component), else, ids unknown (the CLI outside a step), the default base.
+pub fn unreserved(settings: &Settings, step: &Step) -> ports::Unreserved {
+    match (settings.port_base, step.job_step) {
+        (Some(base), _) => ports::Unreserved::Base(base),
+        (None, Some((job, id))) => ports::Unreserved::Block {
+            range: settings.port_range,
+            job: step.het_job_id.unwrap_or(job),
+            step: id,
+        },
+        (None, None) => ports::Unreserved::Base(DEFAULT_PORT_BASE),
     }
 }
 

@@ -7,17 +7,25 @@ use super::error::{Error, Result, bail, shown};
 use super::interfaces::Network;
 use super::limits::MAX_GPUS;
 use super::number::parse_u32;
+use super::ports::{DEFAULT_RANGE, PortRange};
 use super::rendezvous::Rendezvous;
 use super::roles::RoleSpec;
 
-/// TensorFlow's default port base.
+/// TensorFlow's default port base: the ports of a step whose job and step
+/// ids are unknown (the CLI outside a step) and that names no base.
 pub const DEFAULT_PORT_BASE: u16 = 8888;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub roles: RoleSpec,
     pub frameworks: Frameworks,
-    pub port_base: u16,
+    /// An explicit port base (`--tf-port-base`, `port-base=`): local index k
+    /// takes base + k where Slurm reserved no ports. None: the step's block
+    /// of `port_range`.
+    pub port_base: Option<u16>,
+    /// The ports a step takes its block from where Slurm reserved none and
+    /// no base is given ([`crate::ports::PortRange::block`]).
+    pub port_range: PortRange,
     pub gpus_per_node: Option<u32>,
     pub gpus_per_task: Option<u32>,
     pub auto_set_gpu: bool,
@@ -48,7 +56,8 @@ impl Default for Settings {
             // TensorFlow's, as `--tf-cluster` alone asks (and the CLI without
             // a framework option).
             frameworks: Frameworks::TENSORFLOW,
-            port_base: DEFAULT_PORT_BASE,
+            port_base: None,
+            port_range: DEFAULT_RANGE,
             gpus_per_node: None,
             gpus_per_task: None,
             auto_set_gpu: true,
@@ -93,17 +102,26 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 8] = [
+pub const SETTINGS: [Setting; 9] = [
     Setting {
         key: "port-base",
         arg: "N",
-        help: "first port of each node's tasks (default 8888; reserved ports win)",
+        help: "first port of each node's tasks: local task k takes N+k (default: the step's own ports from the port range; ports Slurm reserved win)",
         set: |s, v| {
             s.port_base = match parse_u32(v) {
-                Some(n @ 1..=65535) => n as u16,
+                Some(n @ 1..=65535) => Some(n as u16),
                 Some(_) => return Err(format!("{v}: a port must be 1-65535")),
                 None => return Err(format!("{}: not a port number", shown(v))),
             };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "port-range",
+        arg: "LO-HI",
+        help: "the ports each step takes a block of, placed by its job and step ids, where Slurm reserved none and no port base is given (default 20000-29499)",
+        set: |s, v| {
+            s.port_range = PortRange::parse(v)?;
             Ok(())
         },
     },
@@ -259,6 +277,7 @@ mod tests {
     fn admin_args_set_site_defaults() {
         let s = Settings::from_admin_args([
             "port-base=9000",
+            "port-range=40000-40999",
             "gpus-per-node=4",
             "gpus-per-task=2",
             "auto-set-gpu=false",
@@ -271,7 +290,8 @@ mod tests {
         assert_eq!(s.network, Some(Network::parse("10.98.0.0/16").unwrap()));
         assert!(s.apptainer_env);
         assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
-        assert_eq!(s.port_base, 9000);
+        assert_eq!(s.port_base, Some(9000));
+        assert_eq!(s.port_range, PortRange::parse("40000-40999").unwrap());
         assert_eq!(s.gpus_per_node, Some(4));
         assert_eq!(s.gpus_per_task, Some(2));
         assert!(!s.auto_set_gpu);
@@ -296,6 +316,14 @@ mod tests {
             ("port-base=0", "port-base=0: a port must be 1-65535"),
             ("port-base=65536", "port-base=65536: a port must be 1-65535"),
             ("port-base=http", "port-base=\"http\": not a port number"),
+            (
+                "port-range=20000",
+                "port-range=\"20000\": not a port range LO-HI",
+            ),
+            (
+                "port-range=20000-20010",
+                "port-range=20000-20010: 11 ports; a port range has at least 64",
+            ),
             ("gpus-per-node=-1", "gpus-per-node=\"-1\": not a GPU count"),
             (
                 "gpus-per-node=4294967295",
@@ -317,7 +345,7 @@ mod tests {
             ("rpc-layer=a\"b", "not an rpc layer"),
             (
                 "colour=blue",
-                "unknown key \"colour\" (known: port-base, gpus-per-node",
+                "unknown key \"colour\" (known: port-base, port-range, gpus-per-node",
             ),
             ("port-base", "\"port-base\" is not key=value"),
             (

@@ -78,7 +78,7 @@ proptest! {
     fn reserved_ports_read_back(ranges in prop::collection::vec((1024u32..60000, 0u32..8), 1..5), want in 0u32..20) {
         let text: Vec<String> = ranges.iter().map(|&(lo, n)| if n == 0 { lo.to_string() } else { format!("{lo}-{}", lo + n) }).collect();
         let all: Vec<u16> = ranges.iter().flat_map(|&(lo, n)| (lo..=lo + n).map(|p| p as u16)).collect();
-        match ports::ports(8888, Some(&text.join(",")), want) {
+        match ports::ports(ports::Unreserved::Base(8888), Some(&text.join(",")), want) {
             Ok(got) => prop_assert_eq!(&got[..], &all[..want as usize]),
             Err(_) => prop_assert!(all.len() < want as usize),
         }

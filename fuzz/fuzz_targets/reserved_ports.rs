@@ -7,7 +7,7 @@ use tf_cluster_core::ports;
 fuzz_target!(|input: (u16, u8, &str)| {
     let (base, tasks, list) = input;
     for reserved in [None, Some(list)] {
-        if let Ok(ports) = ports::ports(base.max(1), reserved, u32::from(tasks)) {
+        if let Ok(ports) = ports::ports(ports::Unreserved::Base(base.max(1)), reserved, u32::from(tasks)) {
             assert_eq!(ports.len(), usize::from(tasks));
             assert!(ports.iter().all(|&p| p >= 1));
         }

@@ -150,6 +150,31 @@ impl<'a> Spank<'a> {
         self.item_u32(sys::spank_item_S_JOB_STEPID, "S_JOB_STEPID")
     }
 
+    /// The step's command (srun: the command srun launches), lossily as
+    /// UTF-8.
+    pub fn job_argv(&self) -> Result<Vec<String>> {
+        let mut argc: c_int = 0;
+        let mut argv: *mut *mut c_char = ptr::null_mut();
+        // SAFETY: S_JOB_ARGV takes an `int *` and a `char ***`; Slurm keeps
+        // the array, read here without copying it first.
+        let rc = unsafe {
+            sys::spank_get_item(self.sp, sys::spank_item_S_JOB_ARGV, &mut argc, &mut argv)
+        };
+        check(rc, "spank_get_item(S_JOB_ARGV)")?;
+        if argv.is_null() {
+            return Ok(Vec::new());
+        }
+        let argc = usize::try_from(argc).unwrap_or(0);
+        Ok((0..argc)
+            // SAFETY: argv holds argc pointers to NUL-terminated strings
+            // (or NULL).
+            .map(|i| unsafe { *argv.add(i) })
+            .take_while(|p| !p.is_null())
+            // SAFETY: each non-NULL entry is a NUL-terminated string.
+            .map(|p| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+            .collect())
+    }
+
     /// The task's global rank in the step (task_init only): slurmstepd's
     /// own, which no environment variable can change.
     pub fn task_global_id(&self) -> Result<u32> {

@@ -383,13 +383,17 @@ fn map_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<Dec
     };
     let (map, hosts_text) = component.into_map(job, step)?;
     outside_het_step(spank, job, step, map.runs.len())?;
+    // Unknown (None) only where Slurm would not say: nothing refused then.
+    let command = spank.job_argv().ok();
     core::check_before_launch(
         settings,
         &core::Launch {
             tasks: map.runs.len(),
             nodelist: Some(&hosts_text),
             nodes: Some(map.hosts.len() as u32),
-            reserved_ports: info.as_ref().map(|i| i.resv_ports.is_some()),
+            resv_ports: info.as_ref().and_then(|i| i.resv_ports.as_deref()),
+            most_local: Some(most_local(&map)),
+            command: command.as_deref(),
         },
     )?;
     check_gpus(settings, &map, info.as_ref())?;
@@ -508,15 +512,20 @@ fn het_map_for(
     }
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
+    // Unknown (None) only where Slurm would not say: nothing refused then.
+    let command = spank.job_argv().ok();
     core::check_before_launch(
         settings,
         &core::Launch {
             tasks: map.runs.len(),
             nodelist: Some(&hosts_text),
             nodes: Some(map.hosts.len() as u32),
-            // Component 0's record: Slurm reserves each component's ports
-            // apart, so no agreement between components is asked.
-            reserved_ports: info.as_ref().map(|i| i.resv_ports.is_some()),
+            // Slurm reserves each component's ports apart: component 0's
+            // record says nothing of the others' nodes, so each component's
+            // tasks check their own reservation.
+            resv_ports: None,
+            most_local: Some(most_local(&map)),
+            command: command.as_deref(),
         },
     )?;
     check_gpus(settings, &map, info.as_ref())?;
@@ -562,18 +571,22 @@ fn check_gpus(
     map: &task_map::TaskMap,
     info: Option<&step_info_rpc::StepInfo>,
 ) -> Result<()> {
-    let most = map
-        .runs
-        .counts(map.hosts.len())
-        .into_iter()
-        .max()
-        .unwrap_or(0);
+    let most = most_local(map);
     let mut request = gpus::SrunRequest::from_env(|name| std::env::var(name).ok());
     if let Some(info) = info {
         request = request.for_step(info.tres_bind.as_deref());
     }
     let rules = core::frameworks::gpu_rules(settings.frameworks);
     gpus::check_before_launch(settings, rules, &request, most)
+}
+
+/// The most tasks the map puts on one node.
+fn most_local(map: &task_map::TaskMap) -> u32 {
+    map.runs
+        .counts(map.hosts.len())
+        .into_iter()
+        .max()
+        .unwrap_or(0)
 }
 
 /// The layout of step `job`.`step` from slurmctld (or the injected fault).

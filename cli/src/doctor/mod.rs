@@ -17,6 +17,7 @@ mod system;
 mod tests;
 
 use std::path::Path;
+use tf_cluster_core::Settings;
 
 use checks::check_plugin;
 use host::said;
@@ -170,17 +171,36 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
         );
     }
 
-    // Ports: with MpiParams=ports every step gets its own.
+    // Ports: with MpiParams=ports every step gets its own; without, the
+    // step's block of the port range, unless the site fixed a port base.
+    let site = ours
+        .first()
+        .and_then(|(line, _, _)| {
+            Settings::from_admin_args(line.args.iter().map(String::as_str)).ok()
+        })
+        .unwrap_or_default();
     match &conf {
         Some((_, from)) => match setting("mpiparams").filter(|m| m.contains("ports=")) {
             Some(m) => report.add(
                 Level::Ok,
                 format!("Slurm reserves ports for every step (MpiParams={m} in {from}): concurrent steps on a node never clash"),
             ),
-            None => report.add(
-                Level::Warn,
-                format!("no MpiParams=ports=… in {from}: concurrent --tf-cluster steps on one node use the same ports (8888…) unless started with srun --resv-ports"),
-            ),
+            None => match site.port_base {
+                Some(base) => report.add(
+                    Level::Warn,
+                    format!("no MpiParams=ports=… in {from}, and the site argument port-base={base}: concurrent steps on one node take the same ports ({base}…); remove port-base= so that each step takes its own ports from the port range, or set MpiParams=ports=12000-12999"),
+                ),
+                None => report.add(
+                    Level::Ok,
+                    format!(
+                        "no MpiParams=ports=… in {from}: Slurm reserves no ports (and refuses srun --resv-ports); each step takes its own ports from the range {}-{}, placed by its job and step ids: two steps on one node share a port with a chance of about 1 in {} (never when their job ids are less than {} apart); MpiParams=ports=12000-12999 makes Slurm reserve them",
+                        site.port_range.first,
+                        site.port_range.last,
+                        site.port_range.slots(),
+                        site.port_range.slots() / tf_cluster_core::ports::STEPS,
+                    ),
+                ),
+            },
         },
         None => report.add(Level::Warn, "cannot tell whether Slurm reserves ports (no slurm.conf)"),
     }

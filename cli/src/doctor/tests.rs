@@ -238,9 +238,55 @@ fn relative_plugin_paths_use_plugin_dir_and_slurm_conf_names_plugstack() {
         r.render()
             .contains("/opt/slurm/stack.conf:1: required /opt/slurm/lib/tf_cluster.so")
     );
-    // No MpiParams=ports: a warning only.
+    // No MpiParams=ports and no site port base: each step its own ports.
+    assert_eq!(r.exit_code(), 0, "{}", r.render());
+}
+
+/// Without MpiParams=ports Slurm reserves no ports: doctor says so and
+/// what the plugin does instead (each step its block of the port range,
+/// the chance of a clash); a site port base, which every step would then
+/// share, is a warning.
+#[test]
+fn without_mpiparams_ports_come_from_the_range() {
+    let mut f = Fake::healthy();
+    f.file(
+        "/etc/slurm/slurm.conf",
+        "ClusterName=c\nPlugStackConfig=/etc/slurm/plugstack.conf\n",
+    );
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("required {SO}\n"),
+    );
+    let r = f.run();
+    assert_eq!(r.exit_code(), 0, "{}", r.render());
+    let text = r.render();
+    assert!(
+        text.contains(
+            "ok   no MpiParams=ports=… in /etc/slurm/slurm.conf: Slurm reserves no ports (and refuses srun --resv-ports); each step takes its own ports from the range 20000-29499, placed by its job and step ids: two steps on one node share a port with a chance of about 1 in 2375 (never when their job ids are less than 148 apart)"
+        ),
+        "{text}"
+    );
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("required {SO} port-range=40000-40999\n"),
+    );
+    let text = f.run().render();
+    assert!(text.contains("range 40000-40999"), "{text}");
+    assert!(
+        text.contains("1 in 250 (never when their job ids are less than 15 apart)"),
+        "{text}"
+    );
+    f.file(
+        "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+        &format!("required {SO} port-base=9000\n"),
+    );
+    let r = f.run();
     assert_eq!(r.exit_code(), 2);
-    assert!(warns(&r)[0].contains("no MpiParams=ports"));
+    assert!(
+        warns(&r)[0].starts_with("no MpiParams=ports=… in /etc/slurm/slurm.conf, and the site argument port-base=9000: concurrent steps on one node take the same ports"),
+        "{}",
+        r.render()
+    );
 }
 
 #[test]

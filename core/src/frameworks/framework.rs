@@ -25,8 +25,9 @@ pub struct Framework {
     /// Most tasks it serves, and why no more.
     pub max_tasks: u32,
     pub max_tasks_why: &'static str,
-    /// Ports it takes on each node, after those of the frameworks before it.
-    pub ports: fn(&Layout) -> u32,
+    /// Ports it takes on each node, after those of the frameworks before it,
+    /// given the most tasks the step has on one node.
+    pub ports: fn(u32) -> u32,
     /// srun's check before anything is launched.
     pub check_before_launch: fn(&Settings, &Launch) -> Result<()>,
     /// The same rules checked against the layout, wherever a node is
@@ -85,8 +86,13 @@ pub struct Launch<'a> {
     pub nodelist: Option<&'a str>,
     /// The step's node count, when known.
     pub nodes: Option<u32>,
-    /// Whether Slurm reserved ports for the step, when known.
-    pub reserved_ports: Option<bool>,
+    /// The ports slurmctld reserved for the step (`12043-12045`), when it
+    /// reserved some.
+    pub resv_ports: Option<&'a str>,
+    /// The most tasks the step has on one node, when known.
+    pub most_local: Option<u32>,
+    /// The step's command (srun's argv), when known.
+    pub command: Option<&'a [String]>,
 }
 
 /// One task as a framework renders it.

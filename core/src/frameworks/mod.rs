@@ -104,7 +104,17 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         check_limit(f, launch.tasks)?;
         (f.check_before_launch)(settings, launch)?;
     }
+    // Every task would refuse a reservation too small for the fullest node.
+    if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
+        crate::ports::reserved_ports(list, ports_needed(settings.frameworks, most))?;
+    }
     Ok(())
+}
+
+/// The ports the step's frameworks take on a node, given the most tasks on
+/// one node.
+pub fn ports_needed(frameworks: Frameworks, most_local: u32) -> u32 {
+    frameworks.iter().map(|f| (f.ports)(most_local)).sum()
 }
 
 pub fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
@@ -120,7 +130,7 @@ pub fn needs(settings: &Settings, layout: &Layout) -> Needs {
         ports: settings
             .frameworks
             .iter()
-            .map(|f| (f.ports)(layout))
+            .map(|f| (f.ports)(layout.max_local()))
             .collect(),
         rules: gpu_rules(settings.frameworks),
     }

@@ -20,25 +20,15 @@ use crate::settings::Settings;
 // Declared before the settings, which hold the step's choice.
 pub use crate::rendezvous::{DEFAULT_MAX_RESTARTS, Rendezvous};
 
-/// The elastic mode's rules, checked by srun before launch (`reserved`:
-/// whether Slurm reserved the step's ports, None when srun cannot tell) and
-/// wherever a node is prepared (every node of the step, the CLI's preview)
-/// with what the layout says: one launcher per node, 1 ≤ MIN ≤ the step's
-/// nodes.
-pub fn check_elastic(
-    settings: &Settings,
-    tasks: u32,
-    nodes: u32,
-    reserved: Option<bool>,
-) -> Result<()> {
+/// The elastic mode's rules, checked by srun before launch and wherever a
+/// node is prepared (every node of the step, the CLI's preview) with what
+/// the layout says: one launcher per node, 1 ≤ MIN ≤ the step's nodes. Its
+/// rendezvous port is the step's like any other (reserved by Slurm, or the
+/// step's block of the port range).
+pub fn check_elastic(settings: &Settings, tasks: u32, nodes: u32) -> Result<()> {
     let Rendezvous::Elastic { min, .. } = settings.torch else {
         return Ok(());
     };
-    if reserved == Some(false) {
-        bail!(
-            "--torch-cluster=elastic needs a port Slurm reserved for the step (srun --resv-ports, MpiParams=ports in slurm.conf)"
-        );
-    }
     if tasks != nodes {
         bail!(
             "--torch-cluster=elastic runs one torchrun per node, but the step has {tasks} tasks on {nodes} nodes: use --ntasks-per-node=1"
@@ -69,7 +59,7 @@ pub static FRAMEWORK: Framework = Framework {
     ports: |_| 1,
     check_before_launch,
     check_layout: Some(|settings, layout| {
-        check_elastic(settings, layout.num_tasks(), layout.num_nodes(), None)
+        check_elastic(settings, layout.num_tasks(), layout.num_nodes())
     }),
     gpus: GpuRule::Whole,
     shared: None,
@@ -83,10 +73,43 @@ pub static FRAMEWORK: Framework = Framework {
 };
 
 fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
+    if let (Some(command), Some(most)) = (launch.command, launch.most_local) {
+        check_launcher(command, most)?;
+    }
     match launch.nodes {
-        Some(nodes) => check_elastic(settings, launch.tasks, nodes, launch.reserved_ports),
+        Some(nodes) => check_elastic(settings, launch.tasks, nodes),
         None => Ok(()),
     }
+}
+
+/// A torchrun per task starts its own workers, numbered from local rank 0 on
+/// every GPU of the node: with several tasks on a node, several workers
+/// take the same GPU. srun refuses such a step before launch, from its
+/// command (`command`: srun's argv) and the most tasks on one node.
+pub fn check_launcher(command: &[String], most_local: u32) -> Result<()> {
+    if most_local > 1 && starts_torchrun(command) {
+        bail!(
+            "torchrun starts its node's workers itself, but this step runs {most_local} tasks (each a torchrun) on a node, whose workers would share GPUs: use --ntasks-per-node=1 with torchrun --nproc_per_node={most_local}"
+        );
+    }
+    Ok(())
+}
+
+/// Whether a command runs torchrun: a word of it (or of a shell's `-c`
+/// script, or behind `env`, `apptainer exec` …) is `torchrun` or a path to
+/// it, or the module `torch.distributed.run` / `torch.distributed.launch`.
+pub fn starts_torchrun(command: &[String]) -> bool {
+    let is_shell_punct =
+        |c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')' | '`' | '"' | '\'');
+    command
+        .iter()
+        .flat_map(|arg| arg.split(is_shell_punct))
+        .any(|word| {
+            let word = word.strip_prefix("-m").unwrap_or(word);
+            let name = word.rsplit('/').next().unwrap_or(word);
+            name == "torchrun"
+                || matches!(word, "torch.distributed.run" | "torch.distributed.launch")
+        })
 }
 
 /// How many GPUs the task sees, when it runs alone on its node (a launcher
@@ -196,6 +219,12 @@ fn summary(task: &Task) -> Option<String> {
         .filter(|(n, _)| n.starts_with("PET_") && !per_launcher.contains(n))
         .map(|(n, v)| format!("{n}={v}"))
         .collect();
+    let most = task.layout.max_local();
+    if most > 1 {
+        return Some(format!(
+            "torchrun: not with {most} tasks on a node (srun refuses a torchrun command here; its workers would share GPUs): use --ntasks-per-node=1 with torchrun --nproc_per_node={most}; ranks srun starts directly use the table"
+        ));
+    }
     Some(match task.settings.torch {
         Rendezvous::Static => format!(
             "torchrun, one launcher per rank (PET_NODE_RANK=RANK): {}",

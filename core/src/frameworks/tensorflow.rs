@@ -9,7 +9,6 @@ use crate::distribution::Placement;
 use crate::error::{Result, bail};
 use crate::hostlist::HostList;
 use crate::interfaces::NCCL;
-use crate::layout::Layout;
 use crate::limits::ENV_LIMIT;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;
@@ -36,7 +35,7 @@ pub static FRAMEWORK: Framework = Framework {
     max_tasks: MAX_TASKS,
     max_tasks_why: "TF_CONFIG for more than 21845 cannot fit in one environment variable",
     // Local task k takes the k-th port of its node.
-    ports: Layout::max_local,
+    ports: |most| most,
     check_before_launch,
     check_layout: None,
     gpus: GpuRule::Slice,
@@ -58,9 +57,10 @@ fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         .and_then(|list| HostList::parse(list, usize::MAX).ok())
         .and_then(|hosts| hosts.iter().map(str::len).min())
         .unwrap_or(1);
-    // Ports are port base + k or ports Slurm reserved; reserved ports are
-    // taken to be unprivileged (≥ 1000), so at least 4 digits.
-    let port_digits = number::digits(u64::from(settings.port_base)).min(4);
+    // Ports are port base + k, the range's or ports Slurm reserved; reserved
+    // ports are taken to be unprivileged (≥ 1000), so at least 4 digits.
+    let lowest = settings.port_base.unwrap_or(settings.port_range.first);
+    let port_digits = number::digits(u64::from(lowest)).min(4);
     let size = tf_config::min_size(
         roles.iter().map(|r| (r.name.as_str(), r.count)),
         shortest_host,

@@ -162,7 +162,7 @@ fn torch_and_jax_from_the_same_layout() {
     short.resv_ports = Some("12000-12002".into());
     let e = resolve(&settings, &short).unwrap_err().to_string();
     assert!(
-        e.starts_with("Slurm reserved 3 port(s) (12000-12002) but"),
+        e.starts_with("Slurm reserved 3 port(s) (12000-12002) for this step but it needs 4"),
         "{e}"
     );
 }
@@ -847,38 +847,36 @@ fn workers_per_node_from_the_nodes_gpus() {
     assert_eq!(task.get("PET_NPROC_PER_NODE"), None);
 }
 
-/// srun's refusals before launch, in one line each: a reserved port, one
-/// task per node, MIN at most the step's nodes; none for the static
-/// rendezvous, none where srun cannot tell.
+/// srun's refusals before launch, in one line each: one task per node, MIN
+/// at most the step's nodes; none for the static rendezvous, none where
+/// srun cannot tell. Without ports reserved by Slurm the rendezvous takes
+/// the step's block of the port range: not refused.
 #[test]
 fn elastic_refusals_before_launch() {
-    let launch = |tasks, nodes, reserved| super::Launch {
+    let launch = |tasks, nodes, resv_ports| super::Launch {
         tasks,
         nodelist: Some("node[1-3]"),
         nodes,
-        reserved_ports: reserved,
+        resv_ports,
+        ..super::Launch::default()
     };
     let check = |value: &str, l: &super::Launch| {
         super::check_before_launch(&torch(value), l).map_err(|e| e.to_string())
     };
-    check("elastic", &launch(3, Some(3), Some(true))).unwrap();
-    check("elastic:3", &launch(3, Some(3), Some(true))).unwrap();
-    check("elastic:1", &launch(1, Some(1), Some(true))).unwrap();
+    check("elastic", &launch(3, Some(3), Some("12000-12001"))).unwrap();
+    check("elastic:3", &launch(3, Some(3), Some("12000-12001"))).unwrap();
+    check("elastic:1", &launch(1, Some(1), Some("12000-12001"))).unwrap();
     check("elastic", &launch(3, None, None)).unwrap();
     check("elastic", &launch(3, Some(3), None)).unwrap();
     for value in ["", "static"] {
-        check(value, &launch(6, Some(3), Some(false))).unwrap();
+        check(value, &launch(6, Some(3), None)).unwrap();
     }
     assert_eq!(
-        check("elastic", &launch(3, Some(3), Some(false))).unwrap_err(),
-        "--torch-cluster=elastic needs a port Slurm reserved for the step (srun --resv-ports, MpiParams=ports in slurm.conf)"
-    );
-    assert_eq!(
-        check("elastic:2", &launch(6, Some(3), Some(true))).unwrap_err(),
+        check("elastic:2", &launch(6, Some(3), Some("12000-12001"))).unwrap_err(),
         "--torch-cluster=elastic runs one torchrun per node, but the step has 6 tasks on 3 nodes: use --ntasks-per-node=1"
     );
     assert_eq!(
-        check("elastic:4", &launch(3, Some(3), Some(true))).unwrap_err(),
+        check("elastic:4", &launch(3, Some(3), Some("12000-12001"))).unwrap_err(),
         "--torch-cluster=elastic:4: MIN is more than the step's 3 nodes"
     );
     // Refused as the option is read: MIN 0.
@@ -919,6 +917,7 @@ fn every_setting_has_a_key_an_argument_and_help() {
         keys,
         [
             "port-base",
+            "port-range",
             "gpus-per-node",
             "gpus-per-task",
             "auto-set-gpu",
@@ -951,7 +950,7 @@ fn the_site_may_make_torchrun_elastic() {
         max_restarts: 3,
     };
     assert_eq!(s.torch, elastic);
-    assert_eq!(s.port_base, 9000);
+    assert_eq!(s.port_base, Some(9000));
     assert_eq!(s.frameworks, Settings::default().frameworks);
     let arg = pytorch::FRAMEWORK.arg.as_ref().unwrap();
     let mut bare = s.clone();
@@ -1055,4 +1054,173 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
         .filter(|n| !n.starts_with("SLURM"))
         .collect();
     assert_eq!(others, ["JAX_NUM_PROCESSES", "JAX_PROCESS_ID"]);
+}
+
+/// A task of step `step` of job `job` on node1 of a 2-node step with 2
+/// tasks per node, as slurmstepd shows it where slurm.conf has no
+/// MpiParams=ports (no SLURM_STEP_RESV_PORTS); rank 0.
+fn unreserved_task(job: &str, step: &str) -> Vec<(&'static str, String)> {
+    [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_STEP_NUM_TASKS", "4"),
+        ("SLURM_STEP_NODELIST", "node[1-2]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+        ("SLURM_NODEID", "0"),
+        ("SLURM_GTIDS", "0,1"),
+        ("SLURMD_NODENAME", "node1"),
+        ("SLURM_JOB_ID", job),
+        ("SLURM_STEP_ID", step),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect()
+}
+
+/// The ports of rank 0 of `unreserved_task` with TensorFlow and PyTorch:
+/// its TF_CONFIG's first address's port and MASTER_PORT.
+fn unreserved_ports(settings: &Settings, job: &str, step: &str) -> (u16, u16) {
+    let got = resolve_vars(settings, unreserved_task(job, step)).unwrap();
+    let var = |name: &str| {
+        vars_of(&got)
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+            .unwrap()
+    };
+    let tf: serde_json::Value = serde_json::from_str(&var("TF_CONFIG")).unwrap();
+    let addr = tf["cluster"]["worker"][0].as_str().unwrap();
+    let tf_port = addr.rsplit(':').next().unwrap().parse().unwrap();
+    (tf_port, var("MASTER_PORT").parse().unwrap())
+}
+
+/// Without ports reserved by Slurm, two jobs sharing a node (each one step
+/// 0) no longer both take 8888: each step its own block of the port range,
+/// from its job and step ids, the same on every node; an explicit port
+/// base keeps its meaning.
+#[test]
+fn steps_without_reserved_ports_take_their_own_block() {
+    let both = Settings {
+        frameworks: Frameworks::only(&tensorflow::FRAMEWORK).with(&pytorch::FRAMEWORK),
+        ..Settings::default()
+    };
+    let (tf_a, torch_a) = unreserved_ports(&both, "4242", "0");
+    let (tf_b, torch_b) = unreserved_ports(&both, "4243", "0");
+    for p in [tf_a, torch_a, tf_b, torch_b] {
+        assert!((20000..=29499).contains(&p), "{p}");
+    }
+    // TensorFlow's 2 tasks on a node, then MASTER_PORT: 3 ports each.
+    assert_eq!(torch_a, tf_a + 2);
+    let a: Vec<u16> = (tf_a..=torch_a).collect();
+    assert!(
+        !(tf_b..=torch_b).any(|p| a.contains(&p)),
+        "{a:?} and {tf_b}-{torch_b}"
+    );
+    // Another step of the same job: another block too.
+    let (tf_c, _) = unreserved_ports(&both, "4242", "1");
+    assert!(!a.contains(&tf_c), "{a:?} and {tf_c}");
+    // The node does not matter: node2's rank 2 names rank 0 at the same port.
+    let mut other = unreserved_task("4242", "0");
+    for (k, v) in other.iter_mut() {
+        match *k {
+            "SLURM_PROCID" => *v = "2".into(),
+            "SLURM_NODEID" => *v = "1".into(),
+            "SLURM_GTIDS" => *v = "2,3".into(),
+            "SLURMD_NODENAME" => *v = "node2".into(),
+            _ => {}
+        }
+    }
+    let got = resolve_vars(&both, other).unwrap();
+    let master = vars_of(&got).into_iter().find(|(n, _)| *n == "MASTER_PORT");
+    assert_eq!(
+        master.map(|(_, v)| v.to_string()),
+        Some(torch_a.to_string())
+    );
+    // --tf-port-base=9000: 9000 + local index, whatever the ids.
+    let mut based = both.clone();
+    based.set("port-base", "9000").unwrap();
+    assert_eq!(unreserved_ports(&based, "4242", "0"), (9000, 9002));
+    assert_eq!(unreserved_ports(&based, "4243", "0"), (9000, 9002));
+    // port-range=40000-40063: job 4242 × 16 mod 16 slots = slot 0.
+    let mut ranged = both.clone();
+    ranged.set("port-range", "40000-40063").unwrap();
+    assert_eq!(unreserved_ports(&ranged, "4242", "0"), (40000, 40002));
+    assert_eq!(unreserved_ports(&ranged, "4242", "3"), (40012, 40014));
+}
+
+/// A reservation smaller than the fullest node needs is refused by srun
+/// before launch, in one line naming the count.
+#[test]
+fn too_few_reserved_ports_are_refused_before_launch() {
+    let settings = Settings {
+        frameworks: Frameworks::only(&tensorflow::FRAMEWORK).with(&pytorch::FRAMEWORK),
+        ..Settings::default()
+    };
+    let launch = |resv_ports, most_local| super::Launch {
+        tasks: 8,
+        nodelist: Some("node[1-2]"),
+        nodes: Some(2),
+        resv_ports,
+        most_local,
+        ..super::Launch::default()
+    };
+    let check =
+        |l: &super::Launch| super::check_before_launch(&settings, l).map_err(|e| e.to_string());
+    // 4 tasks on a node + MASTER_PORT: 5 ports.
+    check(&launch(Some("12000-12004"), Some(4))).unwrap();
+    check(&launch(None, Some(4))).unwrap();
+    check(&launch(Some("12000-12003"), None)).unwrap();
+    assert_eq!(
+        check(&launch(Some("12000-12003"), Some(4))).unwrap_err(),
+        "Slurm reserved 4 port(s) (12000-12003) for this step but it needs 5 on a node: ask for them with srun --resv-ports=5"
+    );
+}
+
+/// torchrun with several tasks on a node: each task's torchrun would start
+/// workers from local rank 0 on the node's GPUs. srun refuses it before
+/// launch from its command; ranks srun starts directly are not refused.
+#[test]
+fn torchrun_with_several_tasks_on_a_node_is_refused_before_launch() {
+    let words = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    for command in [
+        "torchrun --nproc_per_node=4 ddp.py",
+        "/opt/venv/bin/torchrun ddp.py",
+        "python3 -m torch.distributed.run --nproc_per_node=2 ddp.py",
+        "python -mtorch.distributed.launch ddp.py",
+        "env OMP_NUM_THREADS=1 torchrun ddp.py",
+        "apptainer exec img.sif torchrun ddp.py",
+    ] {
+        assert!(pytorch::starts_torchrun(&words(command)), "{command}");
+    }
+    let shell = [
+        "bash".to_string(),
+        "-c".into(),
+        "cd run; torchrun --nproc_per_node=$G ddp.py".into(),
+    ];
+    assert!(pytorch::starts_torchrun(&shell));
+    for command in [
+        "python3 ddp.py",
+        "python3 torchrun_notes.py",
+        "python3 -m torch.utils.bottleneck x.py",
+    ] {
+        assert!(!pytorch::starts_torchrun(&words(command)), "{command}");
+    }
+    let settings = torch("");
+    let command = words("torchrun --nproc_per_node=4 ddp.py");
+    let direct = words("python3 ddp.py");
+    let launch = |command, most_local| super::Launch {
+        tasks: 8,
+        nodelist: Some("node[1-2]"),
+        nodes: Some(2),
+        most_local: Some(most_local),
+        command: Some(command),
+        ..super::Launch::default()
+    };
+    let check =
+        |l: &super::Launch| super::check_before_launch(&settings, l).map_err(|e| e.to_string());
+    assert_eq!(
+        check(&launch(&command, 4)).unwrap_err(),
+        "torchrun starts its node's workers itself, but this step runs 4 tasks (each a torchrun) on a node, whose workers would share GPUs: use --ntasks-per-node=1 with torchrun --nproc_per_node=4"
+    );
+    check(&launch(&command, 1)).unwrap();
+    check(&launch(&direct, 4)).unwrap();
 }
