@@ -29,7 +29,7 @@ fn block_layouts_under_a_topology() {
     ];
     for (args, n, roles) in cases {
         let mut args = args.to_vec();
-        args.push("--resv-ports=0");
+        args.extend(["--resv-ports=0", "--tf-port-base=8888"]);
         let plain = srun(&args);
         plain.assert_ran(n);
         if version >= (26, 5) && n == 6 {
@@ -58,6 +58,7 @@ fn name_ordered_layouts_under_a_topology() {
         "-n6",
         "--ntasks-per-node=2",
         "--resv-ports=0",
+        "--tf-port-base=8888",
         "-m",
         "plane=2",
         "--tf-cluster=chief:1,worker:5",
@@ -73,6 +74,7 @@ fn name_ordered_layouts_under_a_topology() {
         "-n6",
         "--ntasks-per-node=2",
         "--resv-ports=0",
+        "--tf-port-base=8888",
         "-m",
         "cyclic",
         "--tf-cluster",

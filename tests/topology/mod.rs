@@ -20,11 +20,12 @@ pub fn slurm_version() -> (u32, u32) {
 
 /// `srun ARGS` without `--tf-cluster` places its ranks on `hosts` (by rank),
 /// and the same step with `spec` gives every task the TF_CONFIG of that real
-/// placement for `roles` (ports from 8888: no reserved ports).
+/// placement for `roles` (ports from 8888: no reserved ports, the port base
+/// given: the ports are not what these tests test).
 pub fn assert_case(args: &[&str], spec: &str, roles: &[(&str, u32)], hosts: &[&str]) {
     let n = roles.iter().map(|r| r.1).sum();
     let mut args = args.to_vec();
-    args.push("--resv-ports=0");
+    args.extend(["--resv-ports=0", "--tf-port-base=8888"]);
     // Slurm passes over a node still completing the last step's job.
     wait_all_idle();
     let plain = srun(&args);
