@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::outputs::Outputs;
 use common::{exec, exec_for, testbed};
 
 /// Each task binds (listen) its TensorFlow port and, on rank 0, PyTorch's
@@ -147,30 +148,33 @@ fn a_pytorch_and_a_tensorflow_job_on_one_node_both_train() {
         DIR,
         &[
             ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+            ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
             ("mwms.py", include_str!("fixtures/tensorflow/mwms.py")),
             (
                 "show_resolver.py",
                 include_str!("fixtures/tensorflow/show_resolver.py"),
             ),
         ],
-        "rm -f done torch.out\n",
+        "rm -f done\n",
     );
-    let torch = std::thread::spawn(|| {
+    // Each task's output and each rank's report in files of their own.
+    let (torch_files, tf_files) = (Outputs::new("ports-torch"), Outputs::new("ports-tf"));
+    let [out, err] = torch_files.srun_args();
+    let reports = format!("TFC_REPORT_DIR={}", torch_files.path());
+    let torch = std::thread::spawn(move || {
         let script = format!(
-            "cd {DIR}; srun -N1 -n2 -w node1 --resv-ports=0 --torch-cluster bash -c \
-             'echo PORT $MASTER_PORT; exec python3 ddp.py --wait-for {DIR}/done' >torch.out 2>&1"
+            "cd {DIR}; {reports} srun -N1 -n2 -w node1 --resv-ports=0 {out} {err} --torch-cluster \
+             bash -c 'echo PORT $MASTER_PORT; exec python3 ddp.py --wait-for {DIR}/done'"
         );
         exec_for(600, &["bash", "-c", &script])
     });
     // Wait until both ranks trained: rank 0's store is then held until `done`.
     let start = std::time::Instant::now();
-    let torch_out = || {
-        String::from_utf8_lossy(&exec(&["cat", &format!("{DIR}/torch.out")]).stdout).into_owned()
-    };
-    while torch_out().matches("RESULT").count() < 2 {
-        assert!(start.elapsed().as_secs() < 480, "{}", torch_out());
+    while torch_files.reports("RESULT").len() < 2 {
+        assert!(start.elapsed().as_secs() < 480, "{}", torch_files.dump());
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
+    let [tf_out, tf_err] = tf_files.srun_args();
     let tf = exec_for(
         480,
         &[
@@ -178,21 +182,27 @@ fn a_pytorch_and_a_tensorflow_job_on_one_node_both_train() {
             "-c",
             &format!(
                 "cd {DIR}; source /opt/tf/bin/activate; srun -N1 -n2 -w node1 --resv-ports=0 \
-                 --tf-cluster bash -c 'echo TF_CONFIG $TF_CONFIG; exec python mwms.py'"
+                 {tf_out} {tf_err} --tf-cluster bash -c 'echo TF_CONFIG $TF_CONFIG; exec python mwms.py'"
             ),
         ],
     );
     exec(&["touch", &format!("{DIR}/done")]);
     let torch = torch.join().unwrap();
-    let (tf_text, torch_text) = (String::from_utf8_lossy(&tf.stdout), torch_out());
+    let (tf_text, torch_text) = (tf_files.stdout(), torch_files.stdout());
     assert!(
         tf.status.success(),
-        "{tf_text}\n{}",
+        "{}\n{}",
+        tf_files.dump(),
         String::from_utf8_lossy(&tf.stderr)
     );
-    assert!(torch.status.success(), "{torch_text}");
-    assert_eq!(tf_text.matches("RESULT").count(), 2, "{tf_text}");
-    assert_eq!(torch_text.matches("RESULT").count(), 2, "{torch_text}");
+    assert!(torch.status.success(), "{}", torch_files.dump());
+    assert_eq!(tf_text.matches("RESULT").count(), 2, "{}", tf_files.dump());
+    assert_eq!(
+        torch_files.reports("RESULT").len(),
+        2,
+        "{}",
+        torch_files.dump()
+    );
     let master: Vec<&str> = torch_text
         .lines()
         .filter_map(|l| l.strip_prefix("PORT "))
