@@ -54,6 +54,12 @@ fn main() {
     if slurm_h.contains("slurm_get_job_steps(slurm_step_id_t") {
         println!("cargo:rustc-cfg=slurm_get_job_steps_by_id");
     }
+    // slurm_requeue (src/spank/requeue.rs) takes a job id up to 25.11 and a
+    // slurm_step_id_t in 26.05: told by the header too.
+    println!("cargo::rustc-check-cfg=cfg(slurm_requeue_by_id)");
+    if slurm_h.contains("slurm_requeue(slurm_step_id_t") {
+        println!("cargo:rustc-cfg=slurm_requeue_by_id");
+    }
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
     if blocks_follow_topology(version) {
         // From 26.05 on (22.05, 24.11 and 25.11 do not: slurm_version.rs), a
@@ -83,7 +89,7 @@ fn main() {
             "spank_(getenv|setenv|option_getopt|option_register|remote|get_item|strerror|context)",
         )
         .allowlist_function("slurm_(error|info|verbose|debug|strerror|spank_log)")
-        .allowlist_function("slurm_job_step_layout_(get|free)|slurm_kill_job_step")
+        .allowlist_function("slurm_job_step_layout_(get|free)|slurm_kill_job_step|slurm_requeue")
         .allowlist_function("slurm_get_job_steps|slurm_free_job_step_info_response_msg")
         .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t")
         .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")

@@ -28,7 +28,8 @@
 #      in two lanes side by side, each on its own testbed:
 #        the binaries that bring the testbed up in another configuration
 #        (tests that call testbed_with_topology, testbed_with_gres, any
-#        testbed_with_*) one after another on testbed tfc-ID-S-alt;
+#        testbed_with_*) one after another on testbed tfc-ID-S-alt, those
+#        asking for one configuration next to each other (brought up once);
 #        every other one from a queue both lanes take from (the longest
 #        first): on testbed tfc-ID-S, TFC_MATRIX_BINARIES (default 1) at a
 #        time (tests/common/mod.rs's lock keeps a test that swaps
@@ -113,12 +114,19 @@ for f in tests/testbed*.rs; do
     if [ -n "${TFC_MATRIX_ONLY:-}" ] && ! [[ " $TFC_MATRIX_ONLY " == *" $(basename "$f" .rs) "* ]]; then continue; fi
     if grep -q 'testbed_with_' "$f"; then alone+=("$(basename "$f" .rs)"); else shared+=("$(basename "$f" .rs)"); fi
 done
+# The alone binaries that ask for the same configuration (the same
+# testbed_with_…(…) call) one after another: the second finds the testbed up.
+if [ ${#alone[@]} -gt 1 ]; then
+    mapfile -t alone < <(for name in "${alone[@]}"; do
+        printf '%s\t%s\n' "$(grep -o 'testbed_with_[a-z_]*([^)]*)' "tests/$name.rs" | head -n 1)" "$name"
+    done | sort | cut -f2)
+fi
 # The binaries that take longest on a loaded machine, first in the queue, so
 # that neither lane is left with a long one at the end; the rest follow in
 # name order.
 longest=(testbed_elastic testbed_launchers testbed_frameworks testbed_launchers_torchx
     testbed_requeue testbed_network testbed_templates testbed_hardening testbed_containers
-    testbed_tensorflow testbed_findings testbed_package)
+    testbed_tensorflow testbed_refusals testbed_inherited testbed_package)
 
 # The shared binaries' queue: the longest first, then the rest.
 queue=()

@@ -20,6 +20,7 @@
 #      none     the plugin loaded, the step does not ask for it
 #      none2    the same again: none2/none is the noise floor
 #      tf       --tf-cluster=chief:1,worker:N-1
+#      tf-nopf  the same with --tf-preflight=false: tf/tf-nopf is the preflight's cost
 #      torch    --torch-cluster
 #    Ratios of medians: tf/none and torch/none (the plugin's work),
 #    none/absent (loading it), none2/none (two identical series).
@@ -27,6 +28,13 @@
 #    docker/scale/timer.c): task_init per task (µs), the task process's VmHWM
 #    at the end of task_init (slurmstepd's fork with the plugin's work in it)
 #    and the step's slurmstepd VmHWM; srun -v's task-map RPC time and bytes.
+#    Slurm's floor: the variables tf-cluster set in each task of a captured
+#    step are set again by docker/scale/floor.c (spank_setenv, nothing
+#    computed) in the plugin's place: floor-tf, floor-tf2 and floor-torch.
+#    The probe steps run in PROBE_ROUNDS (default 3) rounds, each a random
+#    order of absent none tf tf2 floor-tf floor-tf2 torch floor-torch;
+#    tf2/tf and floor-tf2/floor-tf are the noise floor (A/A).
+#    SCALE_PROBES_ONLY=1 skips the timed launches (2.).
 #
 # Everything runs in a private mount namespace and stops on exit (trap).
 set -Eeuo pipefail
@@ -96,10 +104,12 @@ run() {
     absent) scale_plugstack absent; timed "$2" ;;
     none | none2) scale_plugstack plugin; timed "$2" ;;
     tf) scale_plugstack plugin; timed "$2" --tf-cluster=chief:1,worker:$((TASKS - 1)) ;;
+    tf-nopf) scale_plugstack plugin; timed "$2" --tf-cluster=chief:1,worker:$((TASKS - 1)) --tf-preflight=false ;;
     torch) scale_plugstack plugin; timed "$2" --torch-cluster ;;
     esac
 }
-variants=(absent none none2 tf torch)
+variants=(absent none none2 tf tf-nopf torch)
+if [ "${SCALE_PROBES_ONLY:-0}" = 1 ]; then ROUNDS=0; variants=(); fi
 scale_note "warming up"
 for v in "${variants[@]}"; do run "$v" block >/dev/null; done
 declare -A times=()
@@ -115,19 +125,67 @@ done
 scale_plugstack plugin
 
 # 3. Probes.
-probe() { # NAME PLUGSTACK SRUN-ARGS..: per-task lines of docker/scale/timer.c
-    local name=$1 stack=$2 k
-    shift 2
-    rm -rf "$SCALE_RUN/probe" && mkdir -p "$SCALE_RUN/probe"
-    scale_plugstack "$stack"
-    for k in 1 2 3; do scale_step block "$@" true >/dev/null 2>&1 </dev/null || scale_die "probe $name failed"; done
-    cat "$SCALE_RUN/probe"/* >"$SCALE_RUN/out/probe-$name"
-    scale_plugstack plugin
+# Slurm's floor: what tf-cluster sets in each task, captured from a real step
+# of the same shape (block): each task's environment with the option less the
+# names in its environment without it (a value the plugin overrides, such as
+# a gres CUDA_VISIBLE_DEVICES, is not in this testbed). One file per rank,
+# NAME=VALUE\0 records, read by docker/scale/floor.c once per node.
+capture() { # FW OPTION
+    local fw=$1
+    rm -rf "$SCALE_RUN/cap-$fw" "$SCALE_RUN/cap-none" && mkdir -p "$SCALE_RUN/cap-$fw" "$SCALE_RUN/cap-none"
+    # shellcheck disable=SC2016 # expanded by the task's shell
+    scale_step block "$2" sh -c 'env -0 >"$0/$SLURM_PROCID"' "$SCALE_RUN/cap-$fw" </dev/null >/dev/null ||
+        scale_die "capture $fw failed"
+    # shellcheck disable=SC2016
+    scale_step block sh -c 'env -0 >"$0/$SLURM_PROCID"' "$SCALE_RUN/cap-none" </dev/null >/dev/null ||
+        scale_die "capture none failed"
+    python3 - "$SCALE_RUN/cap-$fw" "$SCALE_RUN/cap-none" "$SCALE_RUN/floor-$fw" "$TASKS" <<'PY' || scale_die "capture $fw: no variables"
+import os, sys
+with_, without, out, tasks = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+os.makedirs(out, exist_ok=True)
+def env(p):
+    return dict(r.split(b"=", 1) for r in open(p, "rb").read().split(b"\0") if b"=" in r)
+names = set()
+for rank in range(tasks):
+    a, b = env(f"{with_}/{rank}"), env(f"{without}/{rank}")
+    mine = {k: v for k, v in a.items() if k not in b}
+    names |= set(mine)
+    open(f"{out}/{rank}", "wb").write(b"".join(k + b"=" + v + b"\0" for k, v in sorted(mine.items())))
+if not names:
+    sys.exit(1)
+print(os.path.basename(out) + ": " + " ".join(sorted(n.decode() for n in names)), file=sys.stderr)
+PY
 }
-probe absent timed-absent
-probe none timed
-probe tf timed --tf-cluster=chief:1,worker:$((TASKS - 1))
-probe torch timed --torch-cluster
+capture tf --tf-cluster=chief:1,worker:$((TASKS - 1))
+capture torch --torch-cluster
+probe_args() { # the step's options of a probe variant
+    case $1 in
+    tf | tf2) echo "--tf-cluster=chief:1,worker:$((TASKS - 1))" ;;
+    torch) echo --torch-cluster ;;
+    esac
+}
+probe_stack() {
+    case $1 in
+    absent) echo timed-absent ;;
+    floor-tf | floor-tf2) echo timed-floor-tf ;;
+    floor-torch) echo timed-floor-torch ;;
+    *) echo timed ;;
+    esac
+}
+probes=(absent none tf tf2 floor-tf floor-tf2 torch floor-torch)
+for p in "${probes[@]}"; do : >"$SCALE_RUN/out/probe-$p"; done
+PROBE_ROUNDS=${PROBE_ROUNDS:-3}
+scale_note "$PROBE_ROUNDS probe rounds of ${probes[*]}, each round in a random order"
+for ((i = 1; i <= PROBE_ROUNDS; i++)); do
+    for p in $(printf '%s\n' "${probes[@]}" | shuf); do
+        rm -rf "$SCALE_RUN/probe" && mkdir -p "$SCALE_RUN/probe"
+        scale_plugstack "$(probe_stack "$p")"
+        # shellcheck disable=SC2046 # no option or one
+        scale_step block $(probe_args "$p") true >/dev/null 2>&1 </dev/null || scale_die "probe $p failed"
+        cat "$SCALE_RUN/probe"/* >>"$SCALE_RUN/out/probe-$p"
+    done
+done
+scale_plugstack plugin
 rpc=() bytes=""
 for ((i = 1; i <= 10; i++)); do
     line=$(scale_step block -v --tf-cluster=chief:1,worker:$((TASKS - 1)) true 2>&1 </dev/null |
@@ -151,6 +209,7 @@ probe_max() { awk -v k="$1" -v c="$2" '$1 == k && $c > m { m = $c } END { print 
 echo
 echo "scale-bench: $SCALE_NODES nodes x $SCALE_TPN tasks = $TASKS tasks, $ROUNDS rounds ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F))"
 echo "checks: tf and torch, block and cyclic, every task right (${check_s} s)"
+if ((ROUNDS)); then
 printf '%-7s %10s %22s\n' variant median "p10 - p90"
 declare -A med=()
 for v in "${variants[@]}"; do
@@ -160,20 +219,33 @@ for v in "${variants[@]}"; do
     awk -v v="$v" -v m="$m" -v lo="$lo" -v hi="$hi" \
         'BEGIN { printf "%-7s %7.1f ms %9.1f - %.1f ms\n", v, m / 1000, lo / 1000, hi / 1000 }'
 done
-awk -v a="${med[absent]}" -v n="${med[none]}" -v n2="${med[none2]}" -v tf="${med[tf]}" -v to="${med[torch]}" 'BEGIN {
+awk -v a="${med[absent]}" -v n="${med[none]}" -v n2="${med[none2]}" -v tf="${med[tf]}" -v to="${med[torch]}" \
+    -v np="${med[tf-nopf]}" 'BEGIN {
     printf "ratio none2/none  %.3f  (noise floor)\n", n2 / n
+    printf "ratio tf/tf-nopf  %.3f  (the preflight)\n", tf / np
     printf "ratio none/absent %.3f  (loading the plugin)\n", n / a
     printf "ratio tf/none     %.3f\n", tf / n
     printf "ratio torch/none  %.3f\n", to / n }'
+fi
 read -r rpc_m rpc_lo rpc_hi <<<"$(stats "${rpc[@]}")"
 echo "srun task-map RPC: median $rpc_m µs (p10 $rpc_lo, p90 $rpc_hi), map $bytes bytes"
 us() { awk -v n="$1" 'BEGIN { if (n == "-") print "-"; else printf "%.1f", n / 1000 }'; }
-for p in absent none tf torch; do
-    printf 'probe %-6s task_init %6s µs cpu %6s µs wall %s faults per task (median of %s)  task VmHWM %s kB (max %s)  slurmstepd VmHWM %s kB  init %s µs cpu per node\n' \
+for p in "${probes[@]}"; do
+    printf 'probe %-11s task_init %6s µs cpu %6s µs wall %s faults per task (median of %s)  task VmHWM %s kB (max %s)  slurmstepd VmHWM %s kB  init %s µs cpu per node\n' \
         "$p" "$(us "$(probe_median task 6 "$p")")" "$(us "$(probe_median task 3 "$p")")" "$(probe_median task 7 "$p")" \
         "$(grep -c '^task' "$SCALE_RUN/out/probe-$p")" "$(probe_median task 4 "$p")" "$(probe_max task 4 "$p")" \
         "$(probe_median task 5 "$p")" "$(us "$(probe_median init 4 "$p")")"
 done
+# task_init against Slurm's floor: medians of the probes' CPU per task.
+pm() { probe_median task 6 "$1"; }
+awk -v tf="$(pm tf)" -v tf2="$(pm tf2)" -v f="$(pm floor-tf)" -v f2="$(pm floor-tf2)" \
+    -v to="$(pm torch)" -v ft="$(pm floor-torch)" -v n="$(pm none)" 'BEGIN {
+    printf "task_init tf/floor-tf       %.3f\n", tf / f
+    printf "task_init torch/floor-torch %.3f\n", to / ft
+    printf "task_init tf2/tf            %.3f  (noise floor)\n", tf2 / tf
+    printf "task_init floor-tf2/floor-tf %.3f  (noise floor)\n", f2 / f
+    printf "task_init tf/none           %.3f  floor-tf/none %.3f\n", tf / n, f / n }'
+((ROUNDS)) || exit 0
 # One line for BENCHMARKS.md's table: nodes, tasks per node, tasks, none
 # (ms), ratios none2/none, none/absent, tf/none, torch/none, RPC, map bytes,
 # slurmstepd VmHWM absent/tf, task process VmHWM none/tf at the end of

@@ -290,7 +290,7 @@ build_image() {
     local extra_ca
     extra_ca=$(find /usr/local/share/ca-certificates -name '*.crt' -type f -print0 2>/dev/null |
         sort -z | xargs -0r cat)
-    # The build context: docker/node (only tfc_libuv.py is copied in).
+    # The build context: docker/node (test-tools.sh and tfc_libuv.py are copied in).
     local ctx
     ctx=$(mktemp -d "${TMPDIR:-/tmp}/tfc-node-context.XXXXXX")
     cp -a "$here/node/." "$ctx/"

@@ -1,5 +1,6 @@
 //! The README and the pages of docs/ link only to files, and headings, that
-//! exist; no line of the Markdown docs is longer than 100 characters.
+//! exist; no line of the Markdown docs is longer than 100 characters; the
+//! pages show the batch scripts the testbed runs as they are and link them.
 
 use std::path::{Path, PathBuf};
 
@@ -197,4 +198,71 @@ fn launchers_page_quotes_the_current_refusals() {
             "docs/launchers.md does not quote {quoted:?}"
         );
     }
+}
+
+/// The scripts the testbed's tests run (tests/fixtures/FRAMEWORK/), as
+/// `page` shows and links them: `shown` appear in it as they are, `linked`
+/// are linked from it (the page is in docs/, so the link is `../tests/…`).
+fn shows_and_links(page: &str, framework: &str, shown: &[&str], linked: &[&str]) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| {
+        std::fs::read_to_string(repo.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let doc = read(page);
+    for name in shown {
+        let file = read(&format!("tests/fixtures/{framework}/{name}"));
+        assert!(
+            doc.contains(file.trim_end()),
+            "{page} does not show tests/fixtures/{framework}/{name} as it is"
+        );
+    }
+    for name in linked {
+        assert!(
+            doc.contains(&format!("](../tests/fixtures/{framework}/{name})")),
+            "{page} does not link tests/fixtures/{framework}/{name}"
+        );
+    }
+}
+
+/// docs/frameworks.md shows the launcher batch scripts the testbed runs
+/// (tests/testbed_launchers.rs) as they are, and links them and their
+/// programs. (The README points users at the templates in examples/
+/// instead; [`links_resolve`] checks its links.)
+#[test]
+fn docs_show_and_link_the_launcher_scripts() {
+    shows_and_links(
+        "docs/frameworks.md",
+        "pytorch",
+        &["torchrun.sbatch", "lightning.sbatch", "accelerate.sbatch"],
+        &[
+            "ddp.py",
+            "torchrun.sbatch",
+            "lightning.sbatch",
+            "lightning_train.py",
+            "accelerate.sbatch",
+            "accelerate_train.py",
+        ],
+    );
+}
+
+/// The TensorFlow examples page shows both batch scripts the testbed runs
+/// (tests/testbed_tensorflow.rs) as they are and links every file of them.
+/// (The README points users at the templates in examples/ instead;
+/// [`links_resolve`] checks its links.)
+#[test]
+fn docs_show_and_link_the_tensorflow_scripts() {
+    shows_and_links(
+        "docs/tensorflow-examples.md",
+        "tensorflow",
+        &["mwms.sbatch", "ps.sbatch"],
+        &[
+            "mwms.sbatch",
+            "mwms.py",
+            "ps.sbatch",
+            "ps.py",
+            "evaluator.sbatch",
+            "evaluator.py",
+            "show_resolver.py",
+        ],
+    );
 }

@@ -28,7 +28,8 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{Exclusive, HOSTS, exclusive, exec_for, on, reserved_ports};
+use common::standin::{STANDIN_CONF, STANDIN_SO, standin};
+use common::{HOSTS, exclusive, exec_for, on, reserved_ports};
 use serde_json::Value;
 
 /// The image root of docker/node/images/make.sh.
@@ -198,49 +199,6 @@ fn in_image(args: &[&str]) -> Vec<String> {
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
-}
-
-/// The stand-in, built by docker/matrix.sh beside the plugin.
-const STANDIN_SO: &str = "/opt/tf-cluster/container_standin.so";
-const STANDIN_CONF: &str = "/etc/slurm/plugstack.conf.d/container-standin.conf";
-
-/// The stand-in enabled on every host as a container plugin's package does
-/// (`required …` in plugstack.conf.d), beside the tf-cluster package's
-/// snippet, while the guard lives; the testbed alone.
-struct Standin(#[allow(dead_code)] Exclusive);
-
-fn standin() -> Standin {
-    let bed = exclusive();
-    for host in HOSTS {
-        let out = on(
-            host,
-            &[
-                "sh",
-                "-c",
-                &format!(
-                    "test -f {STANDIN_SO} || {{ echo 'no {STANDIN_SO} (docker/matrix.sh builds it)' >&2; exit 1; }}; \
-                     echo 'required {STANDIN_SO}' >{STANDIN_CONF}.tmp && mv {STANDIN_CONF}.tmp {STANDIN_CONF}"
-                ),
-            ],
-        );
-        assert!(
-            out.status.success(),
-            "{host}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Standin(bed)
-}
-
-impl Drop for Standin {
-    fn drop(&mut self) {
-        for host in HOSTS {
-            let ok = on(host, &["rm", "-f", STANDIN_CONF]).status.success();
-            if !ok && !std::thread::panicking() {
-                panic!("{host}: could not remove {STANDIN_CONF}");
-            }
-        }
-    }
 }
 
 /// The order Slurm loads them: the include glob is sorted, so the stand-in

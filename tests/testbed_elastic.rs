@@ -12,8 +12,9 @@
 //!
 //! - a worker that exits once in the middle of a 3-node training: every agent meets again on the
 //!   reserved port and the training finishes, 3 workers (restart count ≥ 1 seen);
-//! - a non-store node's agent killed (its worker kills its parent, the agent, with SIGKILL) with
-//!   MIN 2 of 3: the two other nodes go on with a world of 2 and finish;
+//! - the node of worker rank 0 lost (its agent and workers killed with SIGKILL), not the store's,
+//!   with MIN 2 of 3: the two other nodes go on with a world of 2 and finish, the store's node
+//!   now holding rank 0 (a lost node that holds no rank 0 is the easier case of the same);
 //! - two elastic steps at once on the same nodes: each on its own reserved port and id, both
 //!   finish, each still holding its rendezvous while the other trains;
 //! - the variables every launcher gets, with the job's restart count in every id (SLURM_RESTART_COUNT
@@ -72,9 +73,6 @@ def main():
     # stderr, which torchrun (--redirects=1: stdout only) leaves to the task: a killed agent
     # copies no more of its workers' stdout.
     p.add_argument("--fail-once", metavar="MARKER")
-    # The worker of local rank 0 under the agent Slurm started as rank 1 (never the store's
-    # node: rank 0's is) kills its agent with SIGKILL at step 5, once in the job.
-    p.add_argument("--kill-agent-once", metavar="MARKER")
     # Worker rank 0 of the first round, on a node that does not host the store, kills its agent
     # and every worker of that agent with SIGKILL at step 5, once in the job: the node of rank 0
     # lost, as far as the training can tell.
@@ -107,11 +105,6 @@ def main():
             if a.fail_once and rank == 1 and first(a.fail_once):
                 print(f"FAILING worker {rank} on {host}", file=sys.stderr, flush=True)
                 os._exit(3)
-            if (a.kill_agent_once and env("SLURM_PROCID") == "1" and env("LOCAL_RANK") == "0"
-                    and first(a.kill_agent_once)):
-                print(f"KILLING agent on {host}", file=sys.stderr, flush=True)
-                os.kill(os.getppid(), signal.SIGKILL)
-                os._exit(4)
             if (a.kill_node_of_rank0_once and rank == 0
                     and env("PET_RDZV_CONF") == "is_host=0" and first(a.kill_node_of_rank0_once)):
                 print(f"KILLING the node of rank 0: {host}", file=sys.stderr, flush=True)
@@ -416,13 +409,18 @@ impl Step {
 /// train.py`, worker 1 exiting (code 3) at step 5 of its first attempt, once: its agent
 /// restarts it, every agent meets again on the same reserved port under the same id, and all 3
 /// workers finish; the failed node's worker sees a restart count of 1. (One worker per node:
-/// each torch process costs seconds of CPU on the testbed; the control below keeps two.)
+/// each torch process costs seconds of CPU on the testbed. The control below keeps two: with
+/// one worker per node its training finished all the same on torch 2.6 and 2.14.)
 #[test]
 fn a_worker_that_fails_once_does_not_end_the_training() {
     let _t = testbed();
     let _one = one_training();
     install();
-    let args = format!("--fail-once {DIR}/marks/fail-$SLURM_JOB_ID");
+    // The process id too: job ids start again when the testbed is made anew, its /home kept.
+    let args = format!(
+        "--fail-once {DIR}/marks/fail-{}-$SLURM_JOB_ID",
+        std::process::id()
+    );
     let step = srun_step(
         600,
         &["-N3", "--ntasks-per-node=1", "--torch-cluster=elastic:2"],
@@ -442,41 +440,6 @@ fn a_worker_that_fails_once_does_not_end_the_training() {
     assert!(
         step.max_restart_count() >= 1,
         "no worker saw a restart:\n{}",
-        step.output
-    );
-}
-
-/// MIN 2 of 3 nodes: the worker under Slurm rank 1's agent (not the store's node) kills its
-/// agent at step 5. The two other agents meet again without it and train a world of 2 to the
-/// end; srun reports the killed task.
-#[test]
-fn a_lost_node_shrinks_the_training() {
-    let _t = testbed();
-    let _one = one_training();
-    install();
-    let args = format!("--kill-agent-once {DIR}/marks/kill-$SLURM_JOB_ID");
-    let step = srun_step(
-        600,
-        &["-N3", "--ntasks-per-node=1", "--torch-cluster=elastic:2"],
-        &launcher(1, &args),
-    );
-    assert_eq!(
-        step.output.matches("KILLING agent").count(),
-        1,
-        "one agent killed:\n{}",
-        step.output
-    );
-    assert_ne!(step.code, Some(0), "a task was killed:\n{}", step.output);
-    step.assert_elastic(3, 2, 3, 0);
-    let killed = step.launchers[&1].get("HOST");
-    let survivors: Vec<&str> = [0, 2]
-        .iter()
-        .map(|r| step.launchers[r].get("HOST"))
-        .collect();
-    step.assert_trained(2, &survivors, 1);
-    assert!(
-        step.results.values().all(|r| r["host"] != killed),
-        "a worker on the killed node {killed} finished:\n{}",
         step.output
     );
 }
@@ -534,6 +497,11 @@ fn the_node_of_rank_0_lost_when_it_is_not_the_stores() {
         .filter(|h| *h != killed)
         .collect();
     step.assert_trained(2, &survivors, 1);
+    assert!(
+        step.results.values().all(|r| r["host"] != killed),
+        "a worker on the killed node {killed} finished:\n{}",
+        step.output
+    );
     assert_eq!(
         step.results[&0]["host"], store,
         "the store's node holds rank 0 after the loss:\n{}",
@@ -599,7 +567,7 @@ fn without_a_store_per_round_a_worker_that_fails_once_ends_the_training() {
             step.output
         );
         // torch 2.6: `Gloo connectFullMesh failed with [./gloo/transport/tcp/pair.cc:144] no
-        // error`; the measurement on 2.14 named `Connection refused` after it.
+        // error`; torch 2.14 names `Connection refused` after it.
         assert!(
             step.output.contains("Gloo connectFullMesh"),
             "restarted workers could not connect:\n{}",

@@ -88,13 +88,14 @@ fn step(srun_args: &[&str], program: &str) -> Step {
     let outputs = Outputs::new("fw-step");
     let task = format!("{PROBE}; {NODE}; cd {DIR}; exec {program}");
     // Longer than common::exec's 120 s: six Python processes importing torch
-    // on a busy 2-core machine take a while; Slurm ends a hung step.
+    // on a busy 2-core machine take a while (at a load average of 46, more
+    // than five minutes); Slurm ends a hung step.
     let files = outputs.srun_args();
-    let mut cmd = vec!["srun", "--kill-on-bad-exit=1", "--time=5"];
+    let mut cmd = vec!["srun", "--kill-on-bad-exit=1", "--time=9"];
     cmd.extend(files.iter().map(String::as_str));
     cmd.extend_from_slice(srun_args);
     cmd.extend_from_slice(&["bash", "-c", &task]);
-    let out = common::exec_for(360, &cmd);
+    let out = common::exec_for(600, &cmd);
     let srun_said = format!(
         "srun: {}{}",
         String::from_utf8_lossy(&out.stdout),

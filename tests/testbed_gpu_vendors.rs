@@ -2,7 +2,8 @@
 //! testbed whose gres.conf gives each node another vendor's flag
 //! (docker/config/gres/vendors.conf: node1 `amd_gpu_env`, node2
 //! `intel_gpu_env`, node3 `nvidia_gpu_env,opencl_env`), on the same fake
-//! devices.
+//! devices. (The testbed is under tests/testbed_topology.rs's topology too:
+//! one testbed start for both.)
 
 mod common;
 
@@ -55,7 +56,7 @@ fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 #[test]
 fn every_vendor_variable_by_the_same_rule() {
-    let _t = common::testbed_with_gres("vendors");
+    let _t = common::testbed_with_tree_and_vendors();
     for (node, names) in [
         ("node1", &["ROCR_VISIBLE_DEVICES"][..]),
         ("node2", &["ZE_AFFINITY_MASK"][..]),

@@ -132,7 +132,7 @@ fn every_refusal_once() {
         ("gpus on a CPU step", &[], &["-n1", "--tf-cluster", "--tf-gpus-per-task=1"], "1 GPU(s) per task × 1 task(s) on a node needs 1 GPUs, but the node has 0"),
         // A SLURM_STEP_RESV_PORTS exported before srun is not the step's
         // reservation (srun's word says Slurm reserved none): the step runs
-        // on the port base (testbed_findings.rs,
+        // on the port base (testbed_inherited.rs,
         // a_stale_slurm_step_resv_ports_is_not_the_steps_reservation).
     ];
     let mut faults = Vec::new();

@@ -11,7 +11,7 @@ mod common;
 use std::time::Instant;
 
 use common::outputs::Outputs;
-use common::{assert_no_node_drained, exec_for, on};
+use common::{assert_healthy, assert_no_node_drained, exec_for, on};
 
 /// What each task printed after `HET `: `C=<component job> R=<RANK> …`.
 fn het_lines(text: &str) -> Vec<String> {
@@ -371,4 +371,74 @@ fn a_het_step_from_outside_its_job_says_what_it_cannot_know() {
     assert!(!stderr.contains("does not match"), "{stderr}");
     assert!(took < 15.0, "{took:.1} s: {stderr}");
     assert_no_node_drained();
+}
+
+const DIR: &str = "/home/alice/het-torchrun";
+
+/// ddp.py (tests/fixtures/pytorch), for the torchrun step.
+fn install_ddp() {
+    common::install(
+        DIR,
+        &[
+            ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
+            ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
+        ],
+        "",
+    );
+}
+
+/// `salloc -N1 -n1 : -N1 -n1`, `srun -n1 : -n1 --torch-cluster torchrun …`:
+/// every component gets one PET_RDZV_ID, the heterogeneous job's (torch's
+/// static rendezvous prefixes its keys with it, so an id per component, its
+/// own job id, would hang the step): the step ends and trains (both ranks,
+/// the same weights).
+#[test]
+fn torchrun_in_a_het_step_trains() {
+    let _t = common::exclusive();
+    install_ddp();
+    let script = format!(
+        "cd {DIR}; timeout 150 srun -n1 -w node1 : -n1 -w node2 --torch-cluster \
+         torchrun --nproc_per_node=1 --redirects=1 --tee=1 ddp.py; echo rc=$?"
+    );
+    let reports = Outputs::new("het-torchrun");
+    let report_dir = format!("TFC_REPORT_DIR={}", reports.path());
+    let out = exec_for(
+        240,
+        &[
+            "env",
+            &report_dir,
+            "salloc",
+            "-N1",
+            "-n1",
+            "-w",
+            "node1",
+            ":",
+            "-N1",
+            "-n1",
+            "-w",
+            "node2",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("rc=0"),
+        "the step failed or hung:\n{text}\n{stderr}"
+    );
+    let results = reports.reports("RESULT");
+    assert_eq!(results.len(), 2, "{text}");
+    let mut ranks: Vec<i64> = results
+        .iter()
+        .map(|r| r["rank"].as_i64().unwrap())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, [0, 1], "{text}");
+    for r in &results {
+        assert_eq!(r["world_size"], 2, "{r}");
+        assert_eq!(r["weights_sha256"], results[0]["weights_sha256"], "{text}");
+    }
+    assert_healthy("torchrun in a het step");
 }

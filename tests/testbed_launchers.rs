@@ -131,11 +131,13 @@ fn sbatch(script: &str, tasks: u32) -> Job {
     let prolog = format!("SLURM_TASK_PROLOG={DIR}/probe-prolog.sh");
     let bash_env = format!("BASH_ENV={DIR}/node3-first-{tasks}.sh");
     let script_path = format!("{DIR}/{script}");
-    // A hung job must not outlive the test: --time.
+    // A hung job must not outlive the test: --time. Nine minutes, as the
+    // elastic tests give theirs: on a loaded 2-core machine a 3 × 2 training
+    // on torch 2.x can take more than five.
     let (code, said) = outputs.sbatch(
-        420,
+        600,
         &[&prolog, &bash_env],
-        &["-D", DIR, "--time=5", &script_path],
+        &["-D", DIR, "--time=9", &script_path],
     );
     parse(&outputs, code, &said)
 }
@@ -362,37 +364,4 @@ fn accelerate_launch_per_node() {
         assert_eq!(n, 2, "{h}: {:?}", job.result);
     }
     eprintln!("accelerate 3 x 2, rendezvous {host}:{port}: weights {weights}");
-}
-
-/// The docs show the batch scripts these tests run as they are, and link
-/// them and their programs: docs/frameworks.md shows all three and links
-/// every file. (The README points users at the templates in examples/
-/// instead; tests/docs.rs checks its links.)
-#[test]
-fn docs_show_and_link_the_launcher_scripts() {
-    let read = |path: &str| {
-        std::fs::read_to_string(common::repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-    };
-    let file = |name: &str| FILES.iter().find(|(n, _)| *n == name).unwrap().1;
-    let shows = |doc: &str, name: &str| {
-        assert!(
-            read(doc).contains(file(name).trim_end()),
-            "{doc} does not show tests/fixtures/pytorch/{name} as it is"
-        );
-    };
-    let links = |doc: &str, to: &str, name: &str| {
-        assert!(
-            read(doc).contains(&format!("]({to}tests/fixtures/pytorch/{name})")),
-            "{doc} does not link tests/fixtures/pytorch/{name}"
-        );
-    };
-    let page = "docs/frameworks.md";
-    for (name, _) in FILES {
-        if name.ends_with(".sbatch") {
-            shows(page, name);
-        }
-        if name != "two-steps.sh" && name != "tfc_report.py" {
-            links(page, "../", name);
-        }
-    }
 }

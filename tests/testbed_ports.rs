@@ -28,14 +28,22 @@ for p in ports:
     except OSError as e:
         said.append(f"{p}:errno{e.errno}")
 print("BIND", os.environ["SLURM_JOB_ID"], os.environ["SLURM_STEP_ID"], " ".join(said), flush=True)
-d = f"/tmp/tfc-ports-{pair}"
+d = f"/home/alice/tfc-ports/{pair}"
 os.makedirs(d, exist_ok=True)
 open(f"{d}/{os.environ['SLURM_JOB_ID']}.{os.environ['SLURM_LOCALID']}", "w").close()
-end = time.time() + 30
+end = time.time() + 90
 while len(os.listdir(d)) < 4 and time.time() < end:
     time.sleep(0.1)
+print("MET", len(os.listdir(d)) >= 4, flush=True)
 time.sleep(0.5)
 "#;
+
+/// Where each pair's tasks say they started (shared by the nodes).
+const PAIRS: &str = "/home/alice/tfc-ports";
+
+/// The two tests of this file both hold ports on node1 for a while: one at
+/// a time, so that a pair's second job never waits behind the training.
+static NODE1: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// One binding: job id, step id, and each port with whether it bound.
 struct Bound {
@@ -44,9 +52,19 @@ struct Bound {
     ports: Vec<(u16, bool)>,
 }
 
+/// One job of a pair: its tasks' bindings, or the plugin's refusal (its
+/// preflight found a port of the step held, the collision said before any
+/// task ran).
+enum Job {
+    /// Its tasks' bindings, and whether both saw the other job's tasks
+    /// start (or end refused) while they held their ports.
+    Ran(Vec<Bound>, bool),
+    Refused,
+}
+
 /// `pairs` pairs of jobs, each pair two jobs started at once with rank 0 on
-/// node1 (2 tasks there), `extra` srun options; the bindings of each pair.
-fn pairs(tag: &str, pairs: u32, extra: &[&str]) -> Vec<Vec<Bound>> {
+/// node1 (2 tasks there), `extra` srun options; each pair's two jobs.
+fn pairs(tag: &str, pairs: u32, extra: &[&str]) -> Vec<[Job; 2]> {
     (0..pairs)
         .map(|i| {
             let pair = format!("{tag}-{i}-{}", std::process::id());
@@ -66,38 +84,64 @@ fn pairs(tag: &str, pairs: u32, extra: &[&str]) -> Vec<Vec<Bound>> {
                     ];
                     cmd.extend(extra.iter().map(String::as_str));
                     cmd.extend(["python3", "-c", BIND, &pair]);
-                    exec_for(120, &cmd)
+                    let out = exec_for(200, &cmd);
+                    if !out.status.success() {
+                        // The other job's tasks wait for this one's: done.
+                        let d = format!("{PAIRS}/{pair}");
+                        exec(&[
+                            "bash",
+                            "-c",
+                            &format!("mkdir -p {d}; touch {d}/gone.0 {d}/gone.1"),
+                        ]);
+                    }
+                    out
                 })
             };
             let (a, b) = (job(), job());
-            let mut bound = Vec::new();
-            for out in [a.join().unwrap(), b.join().unwrap()] {
+            [a.join().unwrap(), b.join().unwrap()].map(|out| {
                 let text = String::from_utf8_lossy(&out.stdout);
-                let err = String::from_utf8_lossy(&out.stderr);
-                assert!(out.status.success(), "{text}\n{err}");
-                for line in text.lines().filter_map(|l| l.strip_prefix("BIND ")) {
-                    let mut words = line.split(' ');
-                    let job = words.next().unwrap().parse().unwrap();
-                    let step = words.next().unwrap().parse().unwrap();
-                    let ports = words
-                        .map(|w| {
-                            let (p, how) = w.split_once(':').unwrap();
-                            (p.parse().unwrap(), how == "ok")
-                        })
-                        .collect();
-                    bound.push(Bound { job, step, ports });
+                let err = String::from_utf8_lossy(&out.stderr).into_owned();
+                if !out.status.success() {
+                    assert!(
+                        err.contains("which a task listens on, cannot be bound"),
+                        "failed, not for a held port:\n{text}\n{err}"
+                    );
+                    return Job::Refused;
                 }
-            }
-            assert_eq!(bound.len(), 4, "two tasks of each job");
-            bound
+                let bound: Vec<Bound> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("BIND "))
+                    .map(|line| {
+                        let mut words = line.split(' ');
+                        let job = words.next().unwrap().parse().unwrap();
+                        let step = words.next().unwrap().parse().unwrap();
+                        let ports = words
+                            .map(|w| {
+                                let (p, how) = w.split_once(':').unwrap();
+                                (p.parse().unwrap(), how == "ok")
+                            })
+                            .collect();
+                        Bound { job, step, ports }
+                    })
+                    .collect();
+                assert_eq!(bound.len(), 2, "two tasks:\n{text}\n{err}");
+                let met = text.lines().filter(|l| *l == "MET True").count() == 2;
+                Job::Ran(bound, met)
+            })
         })
         .collect()
 }
 
-/// A pair collides when any task of it could not bind a port.
-fn collisions(runs: &[Vec<Bound>]) -> usize {
+/// A pair collides when a job of it was refused for a held port or any
+/// task of it could not bind one.
+fn collisions(runs: &[[Job; 2]]) -> usize {
     runs.iter()
-        .filter(|pair| pair.iter().any(|b| b.ports.iter().any(|&(_, ok)| !ok)))
+        .filter(|pair| {
+            pair.iter().any(|job| match job {
+                Job::Refused => true,
+                Job::Ran(bound, _) => bound.iter().any(|b| b.ports.iter().any(|&(_, ok)| !ok)),
+            })
+        })
         .count()
 }
 
@@ -106,17 +150,27 @@ fn collisions(runs: &[Vec<Bound>]) -> usize {
 /// docs give it (slot (job × 16 + step mod 16) mod 2375, 4 ports a slot:
 /// local task k at its k-th port, MASTER_PORT the third). With an explicit
 /// `--tf-port-base=8888` (every step the same ports, as before), the
-/// second job of each pair cannot bind.
+/// second job of each pair cannot have them: the preflight refuses it
+/// naming the held port, or (when it ran before the first job's tasks
+/// bound) its task cannot bind.
 #[test]
 fn two_jobs_on_one_node_bind_their_own_ports() {
     let _t = testbed();
+    let _node1 = NODE1.lock().unwrap_or_else(|e| e.into_inner());
     let runs = pairs("block", 20, &[]);
     for pair in &runs {
-        for b in pair {
-            let slot = (u64::from(b.job) * 16 + u64::from(b.step % 16)) % 2375;
-            let first = 20000 + 4 * slot as u16;
-            for &(p, _) in &b.ports {
-                assert!((first..first + 3).contains(&p), "job {} port {p}", b.job);
+        for job in pair {
+            let Job::Ran(bound, met) = job else {
+                panic!("a job of its own block was refused");
+            };
+            // Both jobs held their ports at once, or the pair tells nothing.
+            assert!(met, "a pair's two jobs did not run at the same time");
+            for b in bound {
+                let slot = (u64::from(b.job) * 16 + u64::from(b.step % 16)) % 2375;
+                let first = 20000 + 4 * slot as u16;
+                for &(p, _) in &b.ports {
+                    assert!((first..first + 3).contains(&p), "job {} port {p}", b.job);
+                }
             }
         }
     }
@@ -144,6 +198,7 @@ const DIR: &str = "/home/alice/ports-tests";
 #[test]
 fn a_pytorch_and_a_tensorflow_job_on_one_node_both_train() {
     let _t = testbed();
+    let _node1 = NODE1.lock().unwrap_or_else(|e| e.into_inner());
     common::install(
         DIR,
         &[

@@ -21,6 +21,14 @@ use common::{PROBE, Run, exec, exec_for, install, parse_run, reserved_ports, tes
 /// Where the package installs the CLI.
 const CLI: &str = "/usr/bin/tf-cluster";
 
+/// The tests of this file one at a time: each needs the testbed's CPUs
+/// idle (an allocation of 4,2,1 CPUs, a new job's choice of nodes).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The probe every task runs, on the shared /home.
 const DIR: &str = "/home/alice/preview";
 
@@ -232,6 +240,7 @@ fn check(text: &str, context: &str) {
 /// From the shell `salloc -N2 -n4` starts (on the submit host).
 #[test]
 fn preview_in_an_salloc_shell_is_the_step() {
+    let _s = serial();
     let _t = testbed();
     install_probe();
     let outputs = Outputs::new("preview-salloc");
@@ -258,6 +267,7 @@ fn preview_in_an_salloc_shell_is_the_step() {
 /// job's first node): the job's GPUs too.
 #[test]
 fn preview_in_a_batch_script_is_the_step() {
+    let _s = serial();
     let _t = testbed();
     install_probe();
     let outputs = Outputs::new("preview-batch");
@@ -341,4 +351,225 @@ fn the_comparison_catches_a_rank_out_of_place() {
         caught.is_err(),
         "a preview with ranks swapped must not pass"
     );
+}
+
+/// Shapes from a login node (ctl, outside any job), on nodes of 4 CPUs and
+/// 4 GPUs: each one the preview, then srun's own allocation and step.
+/// (`-N3 -n5 --ntasks-per-node=2` is not among them: Slurm 22.05 runs it
+/// 3,1,1, 24.11 and 26.05 2,2,1; the preview says so.)
+const LOGIN_SHAPES: &[(&str, &str)] = &[
+    ("n3n5", "-N3 -n5"),
+    ("w3n7", "-w node[1-3] -n7"),
+    ("w3n7cyclic", "-w node[1-3] -n7 -m cyclic"),
+    ("w3n7plane2", "-w node[1-3] -n7 -m plane=2"),
+    ("n2n4gres4", "-N2 -n4 --gres=gpu:4"),
+    ("n7", "-n7"),
+    ("n5", "-n5"),
+    ("n2tpn3", "-N2 --ntasks-per-node=3"),
+    ("w3n2", "-w node[1-3] -n2"),
+    ("arbitrary", "-m arbitrary -w node2,node1,node2"),
+    ("n2n3gpn2", "-N2 -n3 --gpus-per-node=2"),
+    ("w23n3n4", "-w node[2-3] -N3 -n4"),
+    ("w31n3", "-w node3,node1 -n3"),
+    ("n5tpn2", "-n5 --ntasks-per-node=2"),
+    ("n3n10cyclic", "-N3 -n10 -m cyclic"),
+    ("n2n6plane4gpn4", "-N2 -n6 -m plane=4 --gpus-per-node=4"),
+];
+
+/// Shapes inside `salloc -w node[1-3] -n7`, whose CPUs per node are 4,2,1.
+/// (`-n2` alone is not among them: Slurm 26.05 runs it on node2 and node3,
+/// 22.05 and 24.11 on node1 and node2; the preview says it cannot know.)
+const ALLOCATION_SHAPES: &[(&str, &str)] = &[
+    ("default", ""),
+    ("n7plane2", "-n7 -m plane=2"),
+    ("w3n2", "-w node3 -n2"),
+    ("w3n1", "-w node3 -n1"),
+    ("n3cyclic", "-n3 -m cyclic"),
+    ("n3n4", "-N3 -n4"),
+    ("w2n2", "-w node2 -n2"),
+    ("n2n5", "-N2 -n5"),
+    ("n3n5tpn2", "-N3 -n5 --ntasks-per-node=2"),
+    ("w23n3", "-w node[2-3] -n3"),
+    ("w13n4cyclic", "-w node[1,3] -n4 -m cyclic"),
+    ("n4tpn1", "-n4 --ntasks-per-node=1"),
+    ("n3n3plane2", "-N3 -n3 -m plane=2"),
+    ("arbitrary", "-m arbitrary -w node3,node1,node1,node2 -n4"),
+    ("n2n6plane4", "-N2 -n6 -m plane=4"),
+    ("n7cyclic", "-m cyclic"),
+];
+
+/// Steps srun refuses, outside a job and inside `salloc -w node[1-3] -n7`:
+/// (name, options, the step's command). The preview must refuse them with
+/// the text srun prints.
+/// (A new job of more tasks than its nodes' CPUs is refused by Slurm 24.11
+/// but left pending by 22.05 and 26.05: cli/tests/preview.rs checks that
+/// preview, not this one, which would wait.)
+const LOGIN_REFUSALS: &[(&str, &str, &str)] = &[
+    (
+        "torchrun",
+        "-N1 --ntasks-per-node=2 --torch-cluster",
+        "torchrun --version",
+    ),
+    ("elastic", "-N2 -n4 --torch-cluster=elastic", "true"),
+    (
+        "ports",
+        "-N1 -n1 --tf-cluster --torch-cluster --jax-cluster",
+        "true",
+    ),
+];
+const ALLOCATION_REFUSALS: &[(&str, &str, &str)] = &[
+    ("toomany", "-n9 --tf-cluster", "true"),
+    ("n2refused", "-N2 --tf-cluster", "true"),
+];
+
+/// The script of a comparison: per shape the preview, then the step (each
+/// task's probe line in a file of its own, printed after it).
+fn shapes_script(shapes: &[(&str, &str)], refusals: &[(&str, &str, &str)], dir: &str) -> String {
+    let mut s = String::new();
+    for (name, args) in shapes {
+        s.push_str(&format!(
+            "echo '=== preview {name}'\n{CLI} explain --tf-cluster {args} 2>&1\n\
+             echo '=== step {name}'\nsrun --output={dir}/{name}.%t {args} --tf-cluster bash {DIR}/probe.sh\n\
+             cat {dir}/{name}.*\n"
+        ));
+    }
+    for (name, args, command) in refusals {
+        s.push_str(&format!(
+            "echo '=== preview {name}'\n{CLI} explain {args} -- {command} 2>&1\n\
+             echo '=== step {name}'\nsrun {args} {command} 2>&1\n"
+        ));
+    }
+    // The script's status is not the last refused step's.
+    s.push_str("true\n");
+    s
+}
+
+/// Every shape's preview equals its step task by task: rank, host, local
+/// rank, GPUs.
+fn compare_shapes(text: &str, shapes: &[(&str, &str)], context: &str) {
+    let all = sections(text);
+    for (name, args) in shapes {
+        let preview = section(&all, &format!("preview {name}"), context);
+        let step = step_run(section(&all, &format!("step {name}"), context));
+        let (rows, _) = table(preview);
+        let real: Vec<(u32, &str, u32, Option<&str>)> = step
+            .tasks
+            .iter()
+            .map(|t| {
+                let gpus = t.cuda_visible_devices.as_deref().filter(|g| !g.is_empty());
+                (t.rank, t.host.as_str(), t.local, gpus)
+            })
+            .collect();
+        let shown: Vec<(u32, &str, u32, Option<&str>)> = rows
+            .iter()
+            .map(|r| {
+                let local = u32::from(r.port - PORT_BASE);
+                (r.rank, r.host.as_str(), local, r.gpus.as_deref())
+            })
+            .collect();
+        assert!(!real.is_empty(), "{name} ({args}): no task ran\n{context}");
+        assert_eq!(
+            shown, real,
+            "{name} ({args}): the preview (left) against the step (rank, host, local rank, GPUs)\npreview:\n{preview}\n{context}"
+        );
+    }
+}
+
+/// Every refusal's text, as explain gives it, is srun's.
+fn compare_refusals(text: &str, refusals: &[(&str, &str, &str)], context: &str) {
+    let all = sections(text);
+    for (name, args, command) in refusals {
+        let preview = section(&all, &format!("preview {name}"), context);
+        let step = section(&all, &format!("step {name}"), context);
+        let refusal = preview
+            .lines()
+            .find_map(|l| l.strip_prefix("tf-cluster: "))
+            .unwrap_or_else(|| {
+                panic!("{name} ({args} {command}): explain did not refuse:\n{preview}\n{context}")
+            });
+        // Slurm's own refusals are quoted in parentheses; the plugin's are
+        // its whole line.
+        let said = match refusal.rsplit_once("srun would be refused (") {
+            Some((_, slurm)) => slurm.trim_end_matches(')'),
+            None => refusal,
+        };
+        // The ports Slurm reserves are known only at launch: port numbers
+        // aside, the text is the same.
+        assert!(
+            without_ports(step).contains(&without_ports(said)),
+            "{name} ({args} {command}): srun did not say {said:?}:\n{step}\n{context}"
+        );
+    }
+}
+
+/// `text` with every number of four digits or more (a port) as `#`.
+fn without_ports(text: &str) -> String {
+    let mut out = String::new();
+    let mut digits = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        out.push_str(if digits.len() >= 4 { "#" } else { &digits });
+        digits.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
+/// From a login node: the preview of each shape is the step srun then runs
+/// (srun's own allocation, the nodes' CPUs from slurmctld), and each step
+/// srun refuses, explain refuses with srun's text.
+#[test]
+fn previews_from_a_login_node_are_the_steps() {
+    let _s = serial();
+    let _t = testbed();
+    install_probe();
+    let outputs = Outputs::new("preview-login");
+    let script = shapes_script(LOGIN_SHAPES, LOGIN_REFUSALS, outputs.path());
+    let start = std::time::Instant::now();
+    let out = exec_for(300, &["bash", "-c", &script]);
+    eprintln!("login shapes: {:.1} s", start.elapsed().as_secs_f64());
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let context = format!(
+        "stdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    compare_shapes(&stdout, LOGIN_SHAPES, &context);
+    compare_refusals(&stdout, LOGIN_REFUSALS, &context);
+}
+
+/// Inside one allocation of uneven CPUs (4,2,1): every shape's preview is
+/// the step srun then starts there, and every refusal srun's.
+#[test]
+fn previews_in_an_uneven_allocation_are_the_steps() {
+    let _s = serial();
+    let _t = testbed();
+    install_probe();
+    let outputs = Outputs::new("preview-uneven");
+    let mut script = String::from(
+        "test \"$SLURM_JOB_CPUS_PER_NODE\" = 4,2,1 || { echo \"CPUs per node: $SLURM_JOB_CPUS_PER_NODE\"; exit 3; }\n",
+    );
+    script.push_str(&shapes_script(
+        ALLOCATION_SHAPES,
+        ALLOCATION_REFUSALS,
+        outputs.path(),
+    ));
+    let start = std::time::Instant::now();
+    let out = exec_for(
+        300,
+        &["salloc", "-w", "node[1-3]", "-n7", "bash", "-c", &script],
+    );
+    eprintln!("allocation shapes: {:.1} s", start.elapsed().as_secs_f64());
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let context = format!(
+        "salloc exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{context}");
+    compare_shapes(&stdout, ALLOCATION_SHAPES, &context);
+    compare_refusals(&stdout, ALLOCATION_REFUSALS, &context);
 }

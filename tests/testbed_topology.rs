@@ -2,12 +2,14 @@
 //! switch s1 holds node1 and node3, s2 node2). Slurm 26.05 then fills the
 //! nodes of a block distribution in topology order (node1, node3, node2) while
 //! SLURM_STEP_NODELIST and SLURM_NODEID stay in name order; 22.05 and 24.11
-//! keep name order. No task may get a TF_CONFIG naming wrong hosts.
+//! keep name order. No task may get a TF_CONFIG naming wrong hosts. (The
+//! testbed has tests/testbed_gpu_vendors.rs's gres.conf too, which no test
+//! here uses: one testbed start for both.)
 
 mod common;
 mod topology;
 
-use common::{srun, testbed_with_topology};
+use common::{srun, testbed_with_tree_and_vendors};
 use topology::slurm_version;
 
 /// Plain `srun --tf-cluster` block layouts, which 26.05 orders by topology
@@ -15,7 +17,7 @@ use topology::slurm_version;
 /// Slurm's real placement, on every version, whichever node runs rank 0.
 #[test]
 fn block_layouts_under_a_topology() {
-    let _t = testbed_with_topology("tree");
+    let _t = testbed_with_tree_and_vendors();
     let version = slurm_version();
     type Case<'a> = (&'a [&'a str], u32, &'a [(&'a str, u32)]);
     let cases: [Case; 3] = [
@@ -52,7 +54,7 @@ fn block_layouts_under_a_topology() {
 /// Layouts topology cannot reorder work on every version too.
 #[test]
 fn name_ordered_layouts_under_a_topology() {
-    let _t = testbed_with_topology("tree");
+    let _t = testbed_with_tree_and_vendors();
     let run = srun(&[
         "-N3",
         "-n6",

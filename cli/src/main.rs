@@ -7,13 +7,16 @@ mod doctor;
 mod elf;
 mod launcher_env;
 mod options;
+mod postmortem;
 mod preview;
+mod ray;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tf_cluster_core::os::ProcessEnv;
-use tf_cluster_core::{self as core, Error, Result, Settings, Step};
+use tf_cluster_core::{self as core, Error, Gathered, Node, Result, Settings, Step};
 
 use options::Options;
 use preview::{Place, Shape};
@@ -22,7 +25,7 @@ use preview::{Place, Shape};
 #[command(
     name = "tf-cluster",
     version = env!("TF_CLUSTER_BUILD_ID"),
-    about = "What the tf-cluster plugin gives a Slurm task for --tf-cluster, --torch-cluster and --jax-cluster: the framework's variables, its GPUs (every vendor's) and its network interface",
+    about = "What the tf-cluster plugin gives a Slurm task for --tf-cluster, --torch-cluster, --jax-cluster and --ray-cluster: the framework's variables, its GPUs (every vendor's) and its network interface",
     after_help = "\
 Examples:
   tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # preview on a login node
@@ -58,6 +61,32 @@ enum Command {
     /// through the environment, for launchers that write their own sbatch
     /// script (TorchX, submitit, NeMo-Run), for this node's plugstack.conf.
     LauncherEnv(Options),
+    /// After a step ran with --tf-record=DIR: print every rank (host,
+    /// address, ports, GPUs, interface, role), how each task ended, and
+    /// which rank failed first.
+    /// In a step started with srun --ray-cluster, one task per node: start
+    /// Ray's head on rank 0's node and run CMD there as the driver, a Ray
+    /// worker node elsewhere, every port, the node's address and the temp
+    /// directory from the plugin's variables; the step ends with CMD's exit
+    /// code, and only this step's Ray processes are stopped.
+    #[command(after_help = RAY_HELP, after_long_help = RAY_HELP)]
+    Ray {
+        /// More `ray start` flags for every node (--num-gpus=0,
+        /// --object-store-memory=BYTES …).
+        #[arg(allow_hyphen_values = true, value_name = "RAY_START_ARGS")]
+        ray_args: Vec<String>,
+        /// The driver, run on the head's node.
+        #[arg(last = true, value_name = "CMD")]
+        cmd: Vec<String>,
+    },
+    Postmortem {
+        /// The job (every recorded step), JOB.STEP (its latest
+        /// incarnation) or a run id JOB.STEP.rN.
+        step: String,
+        /// The record's directory, as given to --tf-record.
+        #[arg(long = "tf-record", visible_alias = "dir", value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 /// `env` and `explain`: the plugin's options and srun's shape options.
@@ -90,11 +119,14 @@ Where the facts come from:
       SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE, SLURM_GPUS_PER_NODE,
       SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; shape options override them as
       they override them for srun;
-  elsewhere (a login node): the shape options alone (default -N1 -n1);
-      without -w the node names are invented, and the output says so;
+  elsewhere (a login node): the shape options (default -N1 -n1) and the
+      default partition's nodes and CPUs from slurmctld (scontrol show
+      partition|node), else -w's nodes or invented names, and the output
+      says so;
   with -m arbitrary and no -w, in either: the hosts of SLURM_HOSTFILE.
 A preview reads nothing else of this machine but slurm.conf's MpiParams (the
-ports; SLURM_CONF, else /etc/slurm/slurm.conf): not its GPUs, nor its network
+ports; SLURM_CONF, else /etc/slurm/slurm.conf) and what scontrol answers:
+not its GPUs, nor its network
 interfaces (--tf-network is judged on each node at launch)."
     };
 }
@@ -132,7 +164,7 @@ struct Output {
 
 fn run(command: &Command) -> Result<Output> {
     let (Command::Env(args) | Command::Explain(args)) = command else {
-        unreachable!("doctor and launcher-env are run by main");
+        unreachable!("doctor, launcher-env and postmortem are run by main");
     };
     let settings = args.options.settings()?;
     let explain = matches!(command, Command::Explain(_));
@@ -156,10 +188,14 @@ fn run(command: &Command) -> Result<Output> {
                 "--rank is for a preview: inside a step, env prints this task's variables (SLURM_PROCID)",
             ));
         }
-        let step = Step::gather(&settings, &mut ProcessEnv)?.step()?;
-        return render(explain, settings, step, None, Vec::new());
+        // srun's word applied as slurmstepd applies it: the options are the
+        // ones given here.
+        let gathered = Step::gather(&settings, &mut ProcessEnv)?;
+        return render(explain, gathered, None, Vec::new());
     }
     let preview = preview::preview(&args.shape, &mut ProcessEnv, place)?;
+    let first_port = preview::reserved_range_start();
+    preview::check(&settings, &preview, &args.shape.command, first_port)?;
     if !explain && preview.rank >= preview.tasks {
         return Err(Error::new(format!(
             "--rank {}: the step has {} task(s)",
@@ -201,8 +237,17 @@ fn run(command: &Command) -> Result<Output> {
         preview: &preview,
         rank: Some(preview.rank),
     };
-    let step = Step::gather(&gather, &mut source)?.step()?;
-    render(explain, settings, step, Some(preview.rank), notes)
+    let mut handed = Step::gather(&gather, &mut source)?.handed()?;
+    handed.settings = settings;
+    // The job's restart count as srun reads it: the ids shown are those the
+    // step's tasks get.
+    handed.step.restart_count = core::step::restart_count(&mut ProcessEnv)?;
+    render(
+        explain,
+        Gathered::Step(Box::new(handed)),
+        Some(preview.rank),
+        notes,
+    )
 }
 
 /// What the ports shown are. A preview knows no step id: without an
@@ -246,13 +291,32 @@ fn ports_note(settings: &Settings) -> String {
 /// step, real or previewed; `notes` after the table, or on stderr for env.
 fn render(
     explain: bool,
-    settings: Settings,
-    step: Step,
+    gathered: Gathered,
     preview_rank: Option<u32>,
     notes: Vec<String>,
 ) -> Result<Output> {
+    let node = match gathered {
+        Gathered::Step(handed) => Node::prepare_handed(*handed)?,
+        Gathered::Refused => return Err(Error::new("srun refused this step")),
+        Gathered::Skip => None,
+    };
+    // srun left the step alone or left out each framework it asks for.
+    let Some(node) = node else {
+        return Ok(Output {
+            out: match explain {
+                true => "srun leaves this step alone: the plugin sets nothing".into(),
+                false => "{}".into(),
+            },
+            notes,
+        });
+    };
     if !explain {
-        let injection = core::resolve(&settings, &step)?;
+        let Some(rank) = node.step().procid else {
+            return Err(Error::new(
+                "SLURM_PROCID is not set: not inside a Slurm step?",
+            ));
+        };
+        let injection = node.task(rank, None, None)?;
         let vars: serde_json::Map<String, serde_json::Value> = injection
             .vars()
             .map(|(name, value)| (name.to_string(), value.into()))
@@ -266,7 +330,7 @@ fn render(
             notes,
         });
     }
-    let explained = core::Node::prepare(settings, step)?.explain()?;
+    let explained = node.rank_table()?;
     let mut out = table(explained.rows);
     for line in explained.summaries.iter().chain(&notes) {
         out.push('\n');
@@ -300,7 +364,23 @@ fn table(rows: Vec<Vec<String>>) -> String {
 /// use for "works, with warnings".
 const USAGE_ERROR: u8 = 64;
 
+const RAY_HELP: &str = "\
+Example:
+  srun -N3 --ntasks-per-node=1 --ray-cluster tf-cluster ray -- python driver.py
+
+Reads RAY_ADDRESS, TF_CLUSTER_RAY_ARGS, TF_CLUSTER_RAY_HEAD_ARGS (rank 0's
+node), TF_CLUSTER_RAY_NODE and TF_CLUSTER_RAY_TEMP_DIR, which the plugin sets;
+runs `ray` from PATH (activate Ray's venv first).";
+
 fn main() -> ExitCode {
+    // `ray … -- CMD…`: split at the first `--` here; clap would take the
+    // `--` of a hyphen-valued positional for one of its values.
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).is_some_and(|a| a == "ray") {
+        if let Some(at) = argv.iter().position(|a| a == "--") {
+            return ExitCode::from(ray::main(&argv[2..at], &argv[at + 1..]));
+        }
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print to stdout and exit 0, as clap does.
@@ -314,6 +394,21 @@ fn main() -> ExitCode {
         let report = doctor::diagnose(&mut doctor::System, env!("TF_CLUSTER_BUILD_ID"));
         print!("{}", report.render());
         return ExitCode::from(report.exit_code());
+    }
+    if let Command::Postmortem { step, dir } = &cli.command {
+        return match postmortem::postmortem(dir, step) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tf-cluster: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    if let Command::Ray { ray_args, cmd } = &cli.command {
+        return ExitCode::from(ray::main(ray_args, cmd));
     }
     if let Command::LauncherEnv(options) = &cli.command {
         let (out, errors, code) = launcher_env::main(options, &mut doctor::System);

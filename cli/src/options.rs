@@ -4,9 +4,8 @@
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 use tf_cluster_core::frameworks::{self, ALL_OFF, ALL_OFF_HELP, OFF};
-use tf_cluster_core::os::ProcessEnv;
 use tf_cluster_core::settings::SETTINGS;
-use tf_cluster_core::{self as core, Error, FRAMEWORKS, Framework, Frameworks, Result, Settings};
+use tf_cluster_core::{Error, FRAMEWORKS, Framework, Frameworks, Result, Settings};
 
 /// The plugin's options, from the core's tables: the frameworks'
 /// (`--tf-cluster`, `--torch-cluster`, `--jax-cluster`, each also `=off`),
@@ -97,12 +96,7 @@ impl Options {
     /// framework when the options turn every one off (`--tf-off`,
     /// `--tf-cluster=off` alone).
     pub fn settings(&self) -> Result<Settings> {
-        // The job's restart count, as srun reads it: the ids the CLI shows
-        // are those the step's tasks get.
-        let mut settings = Settings {
-            restart_count: core::step::restart_count(&mut ProcessEnv)?,
-            ..Settings::default()
-        };
+        let mut settings = Settings::default();
         // No framework option: TensorFlow's, as with `--tf-cluster`.
         if !self.frameworks.is_empty() {
             settings.frameworks = Frameworks::default();

@@ -345,3 +345,85 @@ fn help_names_every_framework_gpus_and_the_network() {
     }
     assert!(!about.contains("CUDA_VISIBLE_DEVICES"), "{about}");
 }
+
+/// A task of a two-task step, job 4242 step 0, with srun's hand-off `word`
+/// (its fields after the map) in SLURM_TF_CLUSTER.
+fn handed_task(procid: &'static str, word: &str) -> Vec<(&'static str, String)> {
+    let mut env: Vec<(&str, String)> = [
+        ("SLURM_PROCID", procid),
+        ("SLURM_STEP_NUM_TASKS", "2"),
+        ("SLURM_STEP_NODELIST", "node[1-2]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1(x2)"),
+        ("SLURM_JOB_ID", "4242"),
+        ("SLURM_STEP_ID", "0"),
+    ]
+    .iter()
+    .map(|(k, v)| (*k, v.to_string()))
+    .collect();
+    env.push((
+        "SLURM_TF_CLUSTER",
+        format!("1;4242.0;hosts=node[1-2];runs=0,1{word}"),
+    ));
+    env
+}
+
+fn env_of<'a>(vars: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    vars.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// srun says Slurm reserved no ports for the step (`--resv-ports=0`): the
+/// SLURM_STEP_RESV_PORTS the task sees is srun's own environment's, passed
+/// on, and the tasks ignore it; so does `env` run in the same task.
+#[test]
+fn env_ignores_ports_srun_says_slurm_did_not_reserve() {
+    let mut vars = handed_task("1", ";no-resv-ports");
+    vars.push(("SLURM_STEP_RESV_PORTS", "20000-20001".into()));
+    let out = json_of(&cli(
+        &["env", "--tf-cluster", "--tf-port-base=8888"],
+        &env_of(&vars),
+    ));
+    let tf: Value = serde_json::from_str(out["TF_CONFIG"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        tf["cluster"]["worker"],
+        json!(["node1:8888", "node2:8888"]),
+        "{out}"
+    );
+    // Without srun's word, the step's reserved ports are Slurm's.
+    let mut bare = vars.clone();
+    bare.retain(|(k, _)| *k != "SLURM_TF_CLUSTER");
+    let out = json_of(&cli(
+        &["env", "--tf-cluster", "--tf-port-base=8888"],
+        &env_of(&bare),
+    ));
+    let tf: Value = serde_json::from_str(out["TF_CONFIG"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        tf["cluster"]["worker"],
+        json!(["node1:20000", "node2:20000"]),
+        "{out}"
+    );
+}
+
+/// A step that inherited `--tf-cluster=ps:1,worker:2 --torch-cluster` from
+/// its job but has 2 tasks: srun leaves TensorFlow out (`leave-out`, its bit
+/// in the table) and the tasks get PyTorch's variables alone; so does `env`
+/// given the job's options in the same task.
+#[test]
+fn env_leaves_out_the_frameworks_srun_left_out() {
+    let vars = handed_task("1", ";leave-out=1");
+    let args = ["env", "--tf-cluster=ps:1,worker:2", "--torch-cluster"];
+    let out = json_of(&cli(&args, &env_of(&vars)));
+    assert!(out.get("TF_CONFIG").is_none(), "{out}");
+    assert_eq!(out["RANK"], "1", "{out}");
+    assert_eq!(out["WORLD_SIZE"], "2", "{out}");
+    assert_eq!(out["MASTER_ADDR"], "node1", "{out}");
+    // Without srun's word the same options ask for 3 tasks, and are refused.
+    let mut bare = vars.clone();
+    bare.retain(|(k, _)| *k != "SLURM_TF_CLUSTER");
+    let out = cli(&args, &env_of(&bare));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("3 tasks"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,5 +1,5 @@
-//! `tf-cluster doctor` on a login node, whatever its files and commands do
-//! (issue 27, item 7): SLURM_CONF naming /dev/zero, a FIFO or nothing, a
+//! `tf-cluster doctor` on a login node, whatever its files and commands do:
+//! SLURM_CONF naming /dev/zero, a FIFO or nothing, a
 //! plugstack.conf including /dev/zero, and a `srun`/`scontrol` that never
 //! end. The doctor ends within 10 s with one line per problem, and its
 //! memory stays in megabytes.

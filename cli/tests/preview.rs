@@ -100,14 +100,20 @@ fn login_node_nodes_and_tasks() {
             want(&[
                 ("ps", 0, "node1:8888", "-"),
                 ("worker", 0, "node1:8889", "-"),
-                ("worker", 1, "node2:8888", "-"),
-                ("worker", 2, "node2:8889", "-"),
+                ("worker", 1, "node1:8890", "-"),
+                ("worker", 2, "node2:8888", "-"),
             ]),
             "{text}"
         );
         let notes = notes(&text);
         assert!(
-            notes.iter().any(|l| l.contains("node[1-2] are invented")),
+            notes
+                .iter()
+                .any(|l| l.contains("node1..node2 are invented")),
+            "{notes:?}"
+        );
+        assert!(
+            notes.iter().any(|l| l.contains("CPU counts are unknown")),
             "{notes:?}"
         );
         assert!(notes.iter().any(|l| l.contains("port base")), "{notes:?}");
@@ -241,7 +247,7 @@ fn login_node_cyclic() {
                 ("chief", 0, "n1:8888", "-"),
                 ("worker", 0, "n2:8888", "-"),
                 ("worker", 1, "n1:8889", "-"),
-                ("worker", 2, "n2:8889", "-"),
+                ("worker", 2, "n1:8890", "-"),
             ]),
             "{text}"
         );
@@ -374,7 +380,7 @@ fn env_previews_one_rank() {
     let tf: Value = serde_json::from_str(vars["TF_CONFIG"].as_str().unwrap()).unwrap();
     assert_eq!(
         tf,
-        json!({"cluster": {"ps": ["node1:8888"], "worker": ["node1:8889", "node2:8888", "node2:8889"]},
+        json!({"cluster": {"ps": ["node1:8888"], "worker": ["node1:8889", "node1:8890", "node2:8888"]},
                "task": {"type": "worker", "index": 1}})
     );
     let err = String::from_utf8(out.stderr).unwrap();
@@ -497,10 +503,13 @@ fn allocation_with_options() {
     let text = ok(&cli(&["explain", "-n2"], &SALLOC));
     let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
     assert_eq!(addrs, ["node1:8888", "node2:8888"]);
-    // -w picks nodes of the allocation; one outside it is refused.
+    // -w names nodes the step must use, of the allocation; srun adds the
+    // allocation's first others up to the job's node count (measured: in
+    // `salloc -w node[1-3] -n7`, `srun -w node2 -n2` runs on node1 and
+    // node2); a node outside it is refused.
     let text = ok(&cli(&["explain", "-w", "node2", "-n2"], &SALLOC));
     let addrs: Vec<String> = placed(&text).into_iter().map(|r| r.2).collect();
-    assert_eq!(addrs, ["node2:8888", "node2:8889"]);
+    assert_eq!(addrs, ["node1:8888", "node2:8888"]);
     let out = cli(&["explain", "-w", "node9"], &SALLOC);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
@@ -664,6 +673,137 @@ fn refusals_are_one_line() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(
             err.starts_with("tf-cluster: ") && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// A fake `scontrol` (slurmctld's answer on the testbed: partition debug of
+/// node[1-3], 4 CPUs each) first on PATH.
+fn with_scontrol() -> (std::path::PathBuf, Vec<(&'static str, String)>) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tfc-scontrol-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("scontrol");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncase \"$2\" in\n\
+         partition) echo 'PartitionName=debug AllowGroups=ALL Default=YES Nodes=node[1-3] State=UP' ;;\n\
+         node) for n in 1 2 3; do echo \"NodeName=node$n Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=4 CPUTot=4 State=IDLE\"; done ;;\n\
+         *) exit 1 ;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}", dir.display());
+    (dir, vec![("PATH", path)])
+}
+
+fn hosts_of(text: &str) -> Vec<String> {
+    placed(text)
+        .into_iter()
+        .map(|r| r.2.split(':').next().unwrap().to_string())
+        .collect()
+}
+
+/// From a login node where slurmctld answers: the nodes' CPUs decide the
+/// counts as the testbed's Slurm measured them (nodes of 4 CPUs).
+#[test]
+fn login_node_with_the_nodes_cpus_from_slurmctld() {
+    let (_dir, env) = with_scontrol();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let run = |args: &[&str]| {
+        let mut all = vec!["explain", "--tf-cluster"];
+        all.extend(args);
+        ok(&cli(&all, &env))
+    };
+    // Measured: -w node[1-3] -n7 runs 4,2,1; -N3 -n5 3,1,1; -n7 4,3 on
+    // two nodes; -m cyclic -n7 on node[1-3] puts rank 5 on node1.
+    let text = run(&["-w", "node[1-3]", "-n7"]);
+    assert_eq!(
+        hosts_of(&text),
+        [
+            "node1", "node1", "node1", "node1", "node2", "node2", "node3"
+        ],
+        "{text}"
+    );
+    assert!(!text.contains("CPU counts are unknown"), "{text}");
+    let text = run(&["-N3", "-n5"]);
+    assert_eq!(
+        hosts_of(&text),
+        ["node1", "node1", "node1", "node2", "node3"],
+        "{text}"
+    );
+    assert!(
+        text.contains("the default partition's first nodes"),
+        "{text}"
+    );
+    let text = run(&["-n7"]);
+    assert_eq!(
+        hosts_of(&text),
+        [
+            "node1", "node1", "node1", "node1", "node2", "node2", "node2"
+        ]
+    );
+    let text = run(&["-w", "node[1-3]", "-n7", "-m", "cyclic"]);
+    assert_eq!(hosts_of(&text)[5], "node1", "{text}");
+    // Measured: -w node[2-3] -N3 -n4 runs 1,2,1 (the -w nodes served first).
+    let text = run(&["-w", "node[2-3]", "-N3", "-n4"]);
+    assert_eq!(hosts_of(&text), ["node1", "node2", "node2", "node3"]);
+    // Measured: srun refuses -n13 (12 CPUs) and -N3 -n7 --ntasks-per-node=2.
+    for args in [&["-n13"][..], &["-N3", "-n7", "--ntasks-per-node=2"]] {
+        let mut all = vec!["explain", "--tf-cluster"];
+        all.extend(args);
+        let out = cli(&all, &env);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("Slurm refuses the job (Requested node configuration is not available"),
+            "{err}"
+        );
+    }
+}
+
+/// In an allocation of uneven CPUs (`salloc -w node[1-3] -n7`: 4,2,1), as
+/// measured on the testbed.
+#[test]
+fn uneven_allocation_as_slurm_lays_it_out() {
+    let env = [
+        ("SLURM_JOB_ID", "9"),
+        ("SLURM_JOB_NODELIST", "node[1-3]"),
+        ("SLURM_NNODES", "3"),
+        ("SLURM_NTASKS", "7"),
+        ("SLURM_TASKS_PER_NODE", "4,2,1"),
+        ("SLURM_JOB_CPUS_PER_NODE", "4,2,1"),
+    ];
+    let run = |args: &[&str]| {
+        let mut all = vec!["explain", "--tf-cluster"];
+        all.extend(args);
+        ok(&cli(&all, &env))
+    };
+    let text = run(&["-n7", "-m", "plane=2"]);
+    assert_eq!(
+        hosts_of(&text),
+        [
+            "node1", "node1", "node2", "node2", "node3", "node1", "node1"
+        ],
+        "{text}"
+    );
+    let text = run(&["-w", "node3", "-n2"]);
+    assert_eq!(hosts_of(&text), ["node1", "node3"], "{text}");
+    let text = run(&["-w", "node[1,3]", "-n4", "-m", "cyclic"]);
+    assert_eq!(hosts_of(&text), ["node1", "node2", "node3", "node1"]);
+    // srun ignores --ntasks-per-node=1 for 4 tasks on 3 nodes, saying so.
+    let text = run(&["-n4", "--ntasks-per-node=1"]);
+    assert_eq!(hosts_of(&text), ["node1", "node1", "node2", "node3"]);
+    assert!(text.contains("srun ignores it"), "{text}");
+    // Measured: srun refuses -n9 and -N2 (the job's 7 tasks on 4+2 CPUs).
+    for args in [&["-n9"][..], &["-N2"]] {
+        let mut all = vec!["explain", "--tf-cluster"];
+        all.extend(args);
+        let out = cli(&all, &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("(More processors requested than permitted)"),
             "{args:?}: {err}"
         );
     }

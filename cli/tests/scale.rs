@@ -103,3 +103,43 @@ fn each_framework_refused_past_its_own_limit() {
         one_line(&cli(option, &env), "tf-cluster lays out at most");
     }
 }
+
+/// A preview of the largest arbitrary step, as a user checks one: rank r on
+/// host n<r> of 65,536, every rank its own node; and the refusal of more
+/// nodes than the plugin lays out, in one line. (The time is in
+/// BENCHMARKS.md: the work is linear in the hosts.)
+#[test]
+fn an_arbitrary_preview_of_65536_hosts() {
+    let preview = |args: &[&str]| {
+        hermetic::tf_cluster()
+            .args(["env", "--torch-cluster", "-m", "arbitrary"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = preview(&["-w", "n[0-65535]", "-n", "65536", "--rank", "65535"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vars: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for (name, want) in [
+        ("RANK", "65535"),
+        ("WORLD_SIZE", "65536"),
+        ("LOCAL_RANK", "0"),
+        ("GROUP_RANK", "65535"),
+        ("GROUP_WORLD_SIZE", "65536"),
+        ("MASTER_ADDR", "n0"),
+    ] {
+        assert_eq!(vars[name], want, "{name}");
+    }
+    let out = preview(&["-w", "n[0-65536]"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("the step has 65537 nodes; tf-cluster lays out at most 65536"),
+        "{err}"
+    );
+}

@@ -41,8 +41,8 @@
 
 use crate::error::{Error, Result, shown};
 use crate::hostlist::HostList;
-use crate::interfaces::{Network, VARS};
 use crate::limits::MAX_NODES;
+use crate::network::addresses::{Network, VARS};
 use crate::number::parse_u32;
 use crate::runs::Runs;
 use crate::settings::Frameworks;
@@ -57,29 +57,26 @@ pub const VAR: &str = "SLURM_TF_CLUSTER";
 /// with room beside it for TF_CONFIG.
 pub const MAX_LEN: usize = 64 * 1024;
 
-/// What srun decided for the step's layout.
+/// srun's verdict on the step: the one word every reader of the hand-off
+/// acts on (slurmstepd and the CLI twin alike, through
+/// `Step::gather_handed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// The step's task map, and its node list as Slurm wrote it.
-    Map {
-        map: TaskMap,
-        hosts: String,
-    },
-    Verdict(Verdict),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// No map: rebuild the layout.
-    None,
-    /// Leave the step alone.
+    /// Lay the step out from srun's task map (beside it the step's node
+    /// list as Slurm wrote it).
+    Map { map: TaskMap, hosts: String },
+    /// srun could not get the map: the layout is rebuilt from the step's
+    /// facts.
+    Rebuild,
+    /// Leave the step alone: nothing is set.
     Skip,
-    /// Fail every task.
+    /// srun refused the step and said why: every task fails.
     Refused,
 }
 
-const VERDICTS: [(Verdict, &str); 3] = [
-    (Verdict::None, "none"),
+/// The verdicts without a map, as the hand-off writes them.
+const WORDS: [(Verdict, &str); 3] = [
+    (Verdict::Rebuild, "none"),
     (Verdict::Skip, "skip"),
     (Verdict::Refused, "refused"),
 ];
@@ -98,7 +95,7 @@ pub enum StepBind {
 pub struct Handoff {
     pub job: u32,
     pub step: u32,
-    pub decision: Decision,
+    pub verdict: Verdict,
     /// The step's network (None: the step names none).
     pub network: Option<Network>,
     /// The interface variables srun's environment held (for `tf-cluster
@@ -207,6 +204,74 @@ impl Early {
     }
 }
 
+/// srun's word to a task, as the task finds it in [`VAR`]: the one value
+/// every field of the hand-off is read from ([`crate::step::Step::gather_handed`]
+/// applies it, for the plugin and the CLI alike).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Word {
+    /// No word for this step (an srun without the plugin, the CLI outside a
+    /// step, a value made for another step).
+    #[default]
+    Nothing,
+    /// Only srun's early word: a heterogeneous step's component its
+    /// hand-off did not reach.
+    Early(Early),
+    /// srun's hand-off to this very step.
+    Handoff(Handoff),
+}
+
+impl Word {
+    /// srun's word in `text` (the variable's value, None when unset) for a
+    /// task of step `job_step` (its own ids, from Slurm; None: unknown). A
+    /// malformed value is refused.
+    pub fn decode(text: Option<&str>, job_step: Option<(u32, u32)>) -> Result<Word> {
+        let Some(text) = text.filter(|t| !t.is_empty()) else {
+            return Ok(Word::Nothing);
+        };
+        if let Some(early) = Early::decode(text)? {
+            return Ok(Word::Early(early));
+        }
+        let Some((job, step)) = job_step else {
+            return Err(Error::new(format!(
+                "{VAR} is set but the task's job and step ids are unknown"
+            )));
+        };
+        Ok(Handoff::decode(text, job, step)?.map_or(Word::Nothing, Word::Handoff))
+    }
+
+    /// A `--tf-off` the step only inherited, beaten by a framework option
+    /// given to srun itself.
+    pub fn off_overridden(&self) -> bool {
+        match self {
+            Word::Handoff(h) => h.off_overridden,
+            Word::Early(e) => e.off_overridden,
+            Word::Nothing => false,
+        }
+    }
+
+    /// The job's restart count as srun learnt it (None: srun said nothing).
+    pub fn restart_count(&self) -> Option<u32> {
+        match self {
+            Word::Handoff(h) => Some(h.restart_count),
+            Word::Early(e) => Some(e.restart_count),
+            Word::Nothing => None,
+        }
+    }
+
+    /// `asked` without the frameworks srun left out of the step.
+    pub fn kept(&self, asked: Frameworks) -> Frameworks {
+        match self {
+            Word::Handoff(h) => asked.without(h.left_out),
+            Word::Early(_) | Word::Nothing => asked,
+        }
+    }
+
+    /// Whether srun refused the step (every task fails).
+    pub fn refused(&self) -> bool {
+        matches!(self, Word::Handoff(h) if h.verdict == Verdict::Refused)
+    }
+}
+
 /// The next of the `;`-separated `fields` when it is `key` (Some(None), a
 /// flag) or `key=VALUE` (Some(Some(VALUE))), taken; None, and left, when
 /// it is another: each field at most once, in its place.
@@ -236,12 +301,12 @@ fn frameworks(bits: &str) -> Option<Frameworks> {
 }
 
 impl Handoff {
-    /// srun's word on step `job`.`step` with `decision` and nothing else.
-    pub fn new(job: u32, step: u32, decision: Decision) -> Handoff {
+    /// srun's word on step `job`.`step` with `verdict` and nothing else.
+    pub fn new(job: u32, step: u32, verdict: Verdict) -> Handoff {
         Handoff {
             job,
             step,
-            decision,
+            verdict,
             network: None,
             kept: Vec::new(),
             left_out: Frameworks::default(),
@@ -255,12 +320,12 @@ impl Handoff {
     /// The variable's value.
     pub fn encode(&self) -> String {
         let mut text = format!("1;{}.{}", self.job, self.step);
-        match &self.decision {
-            Decision::Map { map, hosts } => {
+        match &self.verdict {
+            Verdict::Map { map, hosts } => {
                 text.push_str(&format!(";hosts={hosts};runs={}", map.runs.text()))
             }
-            Decision::Verdict(v) => {
-                let word = VERDICTS.iter().find(|(w, _)| w == v).map(|(_, s)| *s);
+            v => {
+                let word = WORDS.iter().find(|(w, _)| w == v).map(|(_, s)| *s);
                 text.push_str(&format!(";verdict={}", word.unwrap_or_default()));
             }
         }
@@ -328,19 +393,19 @@ impl Handoff {
         }
         let mut fields = fields.peekable();
         let mut field = |key: &str| next_field(&mut fields, key);
-        let decision = match (field("hosts"), field("runs"), field("verdict")) {
+        let verdict = match (field("hosts"), field("runs"), field("verdict")) {
             (Some(Some(list)), Some(Some(runs)), None) => {
                 let hosts = HostList::parse(list, MAX_NODES as usize)
                     .map_err(|e| Error::new(format!("{VAR}: {e}")))?;
                 let runs = Runs::parse(runs, hosts.len())
                     .map_err(|e| Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
-                Decision::Map {
+                Verdict::Map {
                     map: TaskMap::from_runs(job, step, hosts, runs)?,
                     hosts: list.to_string(),
                 }
             }
-            (None, None, Some(Some(word))) => match VERDICTS.iter().find(|(_, w)| *w == word) {
-                Some((v, _)) => Decision::Verdict(*v),
+            (None, None, Some(Some(word))) => match WORDS.iter().find(|(_, w)| *w == word) {
+                Some((v, _)) => v.clone(),
                 None => return Err(bad("an unknown verdict")),
             },
             _ => return Err(bad("neither hosts=…;runs=… nor verdict=…")),
@@ -354,7 +419,7 @@ impl Handoff {
             Some(None) => Err(bad("a field without its value")),
             got => Ok(got.flatten()),
         };
-        let mut handoff = Handoff::new(job, step, decision);
+        let mut handoff = Handoff::new(job, step, verdict);
         if let Some(net) = value(field("net"))? {
             handoff.network = Some(Network::parse(net).map_err(|e| bad(&e))?);
         }
@@ -405,7 +470,7 @@ mod tests {
         Handoff::new(
             7,
             3,
-            Decision::Map {
+            Verdict::Map {
                 map,
                 hosts: nodes.to_string(),
             },
@@ -475,8 +540,8 @@ mod tests {
             round_trip(&full),
             "1;7.3;hosts=n[1-2];runs=0-1;net=10.98.0.0/29;kept=NCCL_SOCKET_IFNAME,TP_SOCKET_IFNAME;leave-out=5;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden;restart=2"
         );
-        for v in [Verdict::None, Verdict::Skip, Verdict::Refused] {
-            let mut h = Handoff::new(7, 3, Decision::Verdict(v));
+        for v in [Verdict::Rebuild, Verdict::Skip, Verdict::Refused] {
+            let mut h = Handoff::new(7, 3, v);
             h.tres_bind = Some(StepBind::None);
             round_trip(&h);
         }
@@ -506,7 +571,7 @@ mod tests {
             assert_eq!(Early::decode(other).unwrap(), None, "{other}");
         }
         for (text, why) in [
-            ("1;srun;inherited=8", "no framework"),
+            ("1;srun;inherited=16", "no framework"),
             ("1;srun;inherited", "without its value"),
             ("1;srun;off-overridden=1", "a flag with a value"),
             ("1;srun;restart=x", "restart"),
@@ -547,7 +612,7 @@ mod tests {
             ("1;7.3;verdict=none;kept=PATH", "not an interface variable"),
             ("1;7.3;verdict=none;kept=", "not an interface variable"),
             ("1;7.3;verdict=none;leave-out=tf-cluster", "no framework"),
-            ("1;7.3;verdict=none;leave-out=8", "no framework"),
+            ("1;7.3;verdict=none;leave-out=16", "no framework"),
             ("1;7.3;verdict=none;leave-out=", "no framework"),
             ("1;7.3;verdict=none;tres-bind=", "GPU binding"),
             ("1;7.3;verdict=none;tres-bind=x;no-tres-bind", "GPU binding"),

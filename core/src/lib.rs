@@ -5,38 +5,45 @@
 //! Each file imports only files before it, in this order: the error, the
 //! numbers and the limits; the grammars of Slurm's variables (host lists,
 //! runs, tasks per node, distributions, srun's task map, roles, ports, GPU
-//! devices and bindings, the network's pure types); [`os`], the one place
+//! devices and bindings, the network's addresses); [`os`], the one place
 //! the core touches the operating system; the [`settings`] (what the step
 //! asks for); the [`source`] of facts (what Slurm says, what the node has);
-//! the [`network`] and the [`step`]; the [`layout`] (where every rank runs:
-//! it knows no framework); the node's [`plan`] and [`gpus`]; the
+//! the [`network`]'s decision (and srun's name lookups, the one place the
+//! core starts threads: [`network::lookups`]), the heterogeneous job's
+//! variables ([`het`]) and the [`step`]; the [`layout`] (where every rank
+//! runs: it knows no framework); the node's [`node_plan`] and [`gpus`]; the
 //! [`frameworks`] (each framework's variables, one module each, driven by
-//! one table); and the [`node`]. This file only names them and re-exports:
-//! no file imports it. So the SPANK shell and the CLI gather the facts and
-//! apply the result; everything between is computation on values.
+//! one table); and the [`node`], then what a node checks of its share
+//! before its tasks start ([`preflight`]) and the [`record`] of the step.
+//! This file only names them and re-exports: no file imports it. So the SPANK shell and the CLI gather the facts and
+//! apply the result; everything between is computation on values, but the
+//! lookups srun runs through [`network::lookups`] and what [`os`] reads.
 
 pub mod distribution;
 mod error;
 pub mod frameworks;
 pub mod gpus;
 pub mod handoff;
+pub mod het;
 pub mod hostlist;
 mod injection;
-pub mod interfaces;
 pub mod layout;
 mod limits;
 pub mod network;
 pub mod node;
+pub mod node_plan;
 pub mod number;
 pub mod os;
-pub mod plan;
 pub mod ports;
+pub mod preflight;
+pub mod record;
 pub mod rendezvous;
 pub mod roles;
 pub mod runs;
 pub mod settings;
 pub mod source;
 pub mod step;
+pub mod step_layout;
 pub mod task_map;
 pub mod tasks_per_node;
 pub mod tf_config;
@@ -46,7 +53,7 @@ pub use frameworks::{FRAMEWORKS, Framework, Frameworks, Launch, check_before_lau
 pub use injection::{APPTAINER_PREFIXES, Injection};
 pub use layout::{Layout, check_het_rebuild};
 pub use limits::{ENV_LIMIT, MAX_GPUS, MAX_NODES, MAX_TASKS, check_size};
-pub use node::{Node, explain, resolve};
+pub use node::{Node, resolve, task_log_line};
 pub use settings::Settings;
 pub use source::{Probe, Source};
-pub use step::{FromSrun, Gathered, Step};
+pub use step::{FromSrun, Gathered, Handed, Step};

@@ -14,9 +14,9 @@ use super::frameworks::{self, Framework, Gpus, Shared, Task, Vars};
 use super::injection::Injection;
 use super::layout::{Layout, required};
 use super::limits::ENV_LIMIT;
-use super::plan::{Plan, TaskBinding};
+use super::node_plan::{NodePlan, TaskBinding};
 use super::settings::Settings;
-use super::step::{FromSrun, RUN_ID_VAR, Step};
+use super::step::{FromSrun, Handed, RUN_ID_VAR, Step};
 
 /// A node's share of the step, made once.
 pub struct Node {
@@ -26,7 +26,7 @@ pub struct Node {
     /// This node's index in the layout, when known (SLURMD_NODENAME, else
     /// SLURM_NODEID).
     this_node: Option<u32>,
-    plan: Plan,
+    plan: NodePlan,
     /// What each of the step's frameworks shares among a node's tasks, in
     /// table order ("" for none).
     shared: Vec<String>,
@@ -45,7 +45,7 @@ impl Node {
         }
         let this_node = layout.this_node(&step)?;
         let needs = frameworks::needs(&settings, &layout);
-        let plan = Plan::new(&settings, &step, &layout, this_node, &needs)?;
+        let plan = NodePlan::new(&settings, &step, &layout, this_node, &needs)?;
         let mut shared = Vec::with_capacity(needs.ports.len());
         for (i, f) in settings.frameworks.iter().enumerate() {
             let node = Shared {
@@ -66,6 +66,32 @@ impl Node {
             plan,
             shared,
         })
+    }
+
+    /// The node of a step srun's word was applied to ([`Step::gather_handed`]):
+    /// where it does not fit, the frameworks the step only inherited are left
+    /// out (None: no framework is left). Every failure is the step's.
+    pub fn prepare_handed(handed: Handed) -> Result<Option<Node>> {
+        let Handed {
+            settings,
+            step,
+            inherited,
+            ..
+        } = handed;
+        if inherited.is_empty() {
+            return Node::prepare(settings, step).map(Some);
+        }
+        match Node::prepare(settings.clone(), step.clone()) {
+            Ok(node) => Ok(Some(node)),
+            Err(_) => {
+                let mut rest = settings;
+                rest.frameworks = rest.frameworks.without(inherited);
+                if rest.frameworks.is_empty() {
+                    return Ok(None);
+                }
+                Node::prepare(rest, step).map(Some)
+            }
+        }
     }
 
     pub fn settings(&self) -> &Settings {
@@ -106,7 +132,7 @@ impl Node {
         if let Some(node) = &self.step.network {
             vars.extend(frameworks::network_vars(self.settings.frameworks, node));
         }
-        if let Some(id) = self.step.run_id(self.settings.restart_count) {
+        if let Some(id) = self.step.run_id() {
             vars.push((RUN_ID_VAR, id));
         }
         let injection = Injection {
@@ -116,6 +142,75 @@ impl Node {
             return injection.with_apptainer_mirror();
         }
         Ok(injection)
+    }
+
+    /// The ports this node's tasks will listen on: a framework taking one
+    /// port per local task (TensorFlow's servers) listens on each of this
+    /// node's tasks' own; one taking a port per step (PyTorch's MASTER_PORT,
+    /// JAX's coordinator) listens on it on rank 0's node only.
+    pub fn listening_ports(&self) -> Vec<u16> {
+        let Some(here) = self.this_node else {
+            return Vec::new();
+        };
+        let rank0 = self.layout.placement(0).ok().filter(|p| p.node == here);
+        (0..self.layout.count(here))
+            .flat_map(|l| self.ports_of(l, rank0.is_some_and(|p| p.local == l)))
+            .collect()
+    }
+
+    /// This node's tasks as (rank, local id), in local order.
+    pub fn here(&self) -> Vec<(u32, u32)> {
+        match self.this_node {
+            Some(n) => self.layout.ranks_on(n).into_iter().zip(0..).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The GPU list local task `local` is given (the first device variable
+    /// set; None: Slurm's left as it is).
+    pub fn gpus_of(&self, local: u32) -> Option<String> {
+        let gpus = self.plan.gpus(&self.settings, local, None).ok()?;
+        gpus.vars.into_iter().next().map(|(_, list)| list)
+    }
+
+    /// TensorFlow's role and index of `rank` (`worker 3`), when the step
+    /// asked for TensorFlow.
+    pub fn role_of(&self, rank: u32) -> Option<String> {
+        if !self
+            .settings
+            .frameworks
+            .contains(&frameworks::tensorflow::FRAMEWORK)
+        {
+            return None;
+        }
+        let roles = self.settings.roles.for_step(self.layout.num_tasks()).ok()?;
+        super::roles::role_of(&roles, rank).map(|(role, index)| format!("{role} {index}"))
+    }
+
+    /// The ports local task `local` listens on (`first`: it is rank 0):
+    /// see [`Node::listening_ports`].
+    pub fn ports_of(&self, local: u32, first: bool) -> Vec<u16> {
+        let mut out = Vec::new();
+        for (i, f) in self.settings.frameworks.iter().enumerate() {
+            let ports = self.plan.ports.of(i);
+            match (f.ports)(2) {
+                2 => out.extend(ports.get(local as usize)),
+                _ if first => out.extend(ports),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// This node's address as the step's ranks reach it (its name on the
+    /// fast network with a host template, else its name), when known.
+    pub fn this_address(&self) -> Option<String> {
+        self.this_node.map(|n| self.layout.address(n).into_owned())
+    }
+
+    /// The step's tasks on every node.
+    pub fn num_tasks(&self) -> u32 {
+        self.layout.num_tasks()
     }
 
     /// The global rank of this node's local task `local`, as the layout
@@ -202,7 +297,7 @@ impl Node {
 
     /// `tf-cluster explain`: a table of every rank, with each framework's
     /// columns and the rank's GPUs, then each framework's summary line.
-    pub fn explain(&self) -> Result<Explained> {
+    pub fn rank_table(&self) -> Result<RankTable> {
         let mut header = vec!["RANK".to_string()];
         for f in self.settings.frameworks.iter() {
             header.extend(f.columns.iter().map(|c| c.to_string()));
@@ -228,18 +323,18 @@ impl Node {
         if let Some(node) = &self.step.network {
             summaries.push(frameworks::network_summary(&self.settings, node));
         }
-        Ok(Explained { rows, summaries })
+        Ok(RankTable { rows, summaries })
     }
 }
 
 /// The table of `tf-cluster explain`.
-pub struct Explained {
+pub struct RankTable {
     pub rows: Vec<Vec<String>>,
     pub summaries: Vec<String>,
 }
 
 /// One line for the logs at debug level: what the task was given and why.
-pub fn explain(step: &Step, rank: u32, injection: &Injection) -> String {
+pub fn task_log_line(step: &Step, rank: u32, injection: &Injection) -> String {
     let layout = match &step.from_srun {
         FromSrun::Map(_) => "srun's task map",
         FromSrun::NoMap => "rebuilt (srun could not get the map)",
@@ -272,25 +367,12 @@ pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
 mod tests {
     use super::*;
     use crate::frameworks::{self, Frameworks};
-    use crate::source::{Probe, Source};
+    use crate::source::Given;
 
-    /// A task's variables, as slurmstepd would show them.
-    struct Vars(Vec<(&'static str, &'static str)>);
-
-    impl Source for Vars {
-        fn var(&mut self, name: &str) -> Result<Option<String>> {
-            Ok(self
-                .0
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.to_string()))
-        }
-    }
-
-    impl Probe for Vars {
-        fn gpu_count(&mut self) -> Result<u32> {
-            Ok(0)
-        }
+    /// A task's variables, as slurmstepd would show them, on a node
+    /// without GPUs.
+    fn vars(list: Vec<(&'static str, &'static str)>) -> Given {
+        Given::vars(list).gpus(0)
     }
 
     /// `srun -N1 -n2 --torch-cluster --tf-apptainer-env=true`, rank 1: each
@@ -299,7 +381,7 @@ mod tests {
     #[test]
     fn resolve_mirrors_only_when_asked() {
         let task = || {
-            Vars(vec![
+            vars(vec![
                 ("SLURM_PROCID", "1"),
                 ("SLURM_STEP_NUM_TASKS", "2"),
                 ("SLURM_STEP_NODELIST", "n1"),

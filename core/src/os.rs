@@ -9,8 +9,8 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::net::IpAddr;
 
 use crate::error::{Error, Result};
-use crate::interfaces::Interface;
 use crate::limits::MAX_GPUS;
+use crate::network::addresses::Interface;
 
 /// This process's environment (srun's, the CLI's): its readers are in
 /// crate::source.

@@ -70,13 +70,18 @@ impl PortRange {
         self.len() / SLOT
     }
 
-    /// The `n` ports of step `step` of job `job`: consecutive from the start
-    /// of its slot, (job × [`STEPS`] + step mod [`STEPS`]) mod the range's
-    /// slots, wrapping within the range. Two steps taking one slot each
-    /// therefore meet only if their job ids differ by a multiple of
-    /// slots ÷ [`STEPS`] or more (and their step ids agree modulo
-    /// [`STEPS`]); steps of unrelated jobs meet by chance, about
-    /// (a + b − 1) ÷ slots for steps of a and b slots.
+    /// The `n` ports of step `step` of job `job`. A step of `n` ports takes
+    /// m = ⌈n ÷ [`SLOT`]⌉ slots: the range is cut into ⌊slots ÷ m⌋ blocks of
+    /// m slots, and the step takes block (job × [`STEPS`] + step mod
+    /// [`STEPS`]) mod that count, its ports consecutive from the block's
+    /// start (never wrapping). With m = 1 (up to 4 ports, every step but a
+    /// large TensorFlow one or Ray's) the block is the slot. Two steps of the
+    /// same m therefore meet only if their job ids differ by
+    /// ⌊slots ÷ m⌋ ÷ [`STEPS`] or more (and their step ids agree modulo
+    /// [`STEPS`]): a large step never spills into the slots of its own job's
+    /// next steps or of the next jobs, as it would if it ran on from its slot.
+    /// Steps of unrelated jobs meet by chance, about (a + b − 1) ÷ slots for
+    /// steps of a and b slots.
     pub fn block(&self, job: u32, step: u32, n: u32) -> Result<Vec<u16>> {
         let slots = self.slots();
         let size = slots * SLOT;
@@ -87,11 +92,11 @@ impl PortRange {
                 self.last
             );
         }
-        let slot = (u64::from(job) * u64::from(STEPS) + u64::from(step % STEPS)) % u64::from(slots);
-        let start = slot as u32 * SLOT;
-        Ok((0..n)
-            .map(|k| (u32::from(self.first) + (start + k) % size) as u16)
-            .collect())
+        let m = n.div_ceil(SLOT).max(1);
+        let blocks = u64::from(slots / m);
+        let index = (u64::from(job) * u64::from(STEPS) + u64::from(step % STEPS)) % blocks;
+        let start = u32::from(self.first) + index as u32 * m * SLOT;
+        Ok((0..n).map(|k| (start + k) as u16).collect())
     }
 }
 
@@ -281,15 +286,23 @@ mod tests {
     }
 
     /// An explicit base keeps its meaning; a range too small for the step
-    /// refuses it; a block wraps inside its range.
+    /// refuses it; a step of more than a slot takes a block of whole slots
+    /// aligned on its size, inside the range.
     #[test]
     fn blocks_wrap_and_refuse_what_does_not_fit() {
         let r = PortRange::parse("30000-30063").unwrap();
         assert_eq!(r.slots(), 16);
-        // Job 0, step 15: the last slot; 6 ports wrap to the range's start.
+        // 6 ports: blocks of 2 slots (8 ports), 8 of them; job 0 step 15
+        // takes block 15 mod 8 = 7, ports 30056 on, not the last slot run on
+        // past the range's end.
         assert_eq!(
             r.block(0, 15, 6).unwrap(),
-            [30060, 30061, 30062, 30063, 30000, 30001]
+            [30056, 30057, 30058, 30059, 30060, 30061]
+        );
+        // 64 ports: the one block of 16 slots, the whole range.
+        assert_eq!(
+            r.block(5, 3, 64).unwrap(),
+            (30000..=30063).collect::<Vec<u16>>()
         );
         let e = r.block(0, 0, 65).unwrap_err().to_string();
         assert_eq!(
@@ -304,5 +317,28 @@ mod tests {
             let e = PortRange::parse(bad).unwrap_err();
             assert!(e.contains("not a port range LO-HI"), "{bad}: {e}");
         }
+    }
+
+    /// Ray's steps (64 ports: blocks of 16 slots, 148 of them in the default
+    /// range) of jobs less than 9 apart never meet (9 × 16 step ids = 144
+    /// blocks), stay inside the range, and never run into the next block.
+    #[test]
+    fn large_steps_take_aligned_blocks() {
+        let r = DEFAULT_RANGE;
+        let mut seen = std::collections::HashSet::new();
+        for job in 1_000_000..1_000_009 {
+            for step in 0..STEPS {
+                let b = r.block(job, step, 64).unwrap();
+                assert_eq!((b[0] - 20000) % 64, 0, "{job}.{step}");
+                assert!(b.iter().all(|&p| (20000..=29499).contains(&p)));
+                for p in b {
+                    assert!(seen.insert(p), "{job}.{step} shares port {p}");
+                }
+            }
+        }
+        // A 4-port step keeps its slot: job 7, step 0, slot 112, port 20448.
+        assert_eq!(r.block(7, 0, 4).unwrap()[0], 20448);
+        // 5 ports: two slots, 1187 blocks; job 7 step 0 block 112: 20896.
+        assert_eq!(r.block(7, 0, 5).unwrap()[0], 20896);
     }
 }

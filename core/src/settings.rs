@@ -4,12 +4,12 @@
 //! sources win: built-in defaults < plugstack.conf < options.
 
 use super::error::{Error, Result, bail, shown};
-use super::interfaces::Network;
 use super::limits::MAX_GPUS;
 use super::number::parse_u32;
 use super::ports::{DEFAULT_RANGE, PortRange};
 use super::rendezvous::Rendezvous;
 use super::roles::RoleSpec;
+use crate::network::addresses::Network;
 
 /// TensorFlow's default port base: the ports of a step whose job and step
 /// ids are unknown (the CLI outside a step) and that names no base.
@@ -42,11 +42,18 @@ pub struct Settings {
     /// torchrun's rendezvous (`--torch-cluster=elastic[:MIN[:RESTARTS]]`,
     /// or `torch-cluster=…` in plugstack.conf).
     pub torch: Rendezvous,
-    /// The job's restart count (0: its first incarnation), as srun learnt it
-    /// from its environment's SLURM_RESTART_COUNT: not an option, srun's
-    /// word carries it to the tasks, and every id the plugin writes
-    /// includes it.
-    pub restart_count: u32,
+    /// Each node checks its interface, ports and GPU device nodes before
+    /// its tasks start (crate::preflight).
+    pub preflight: bool,
+    /// Where each node writes the step's record (crate::record), as the
+    /// job's user: an absolute directory.
+    pub record: Option<String>,
+    /// One line per node in slurmd's log, at info level, naming the step's
+    /// ranks there (the admin's choice).
+    pub record_log: bool,
+    /// A task of the step exiting with this code has slurmstepd requeue
+    /// the job (once per node and incarnation).
+    pub requeue_on: Option<u8>,
 }
 
 impl Default for Settings {
@@ -66,7 +73,10 @@ impl Default for Settings {
             network: None,
             apptainer_env: false,
             torch: Rendezvous::Static,
-            restart_count: 0,
+            preflight: true,
+            record: None,
+            record_log: false,
+            requeue_on: None,
         }
     }
 }
@@ -82,10 +92,15 @@ impl Frameworks {
     /// TensorFlow alone, the table's first (frameworks/tests.rs checks it).
     pub const TENSORFLOW: Frameworks = Frameworks(1);
     /// Every framework of the table (frameworks/tests.rs checks it).
-    pub const ALL: Frameworks = Frameworks(0b111);
+    pub const ALL: Frameworks = Frameworks(0b1111);
 
     pub fn is_empty(self) -> bool {
         self.0 == 0
+    }
+
+    /// These frameworks but `other`'s.
+    pub fn without(self, other: Frameworks) -> Frameworks {
+        Frameworks(self.0 & !other.0)
     }
 }
 
@@ -102,7 +117,7 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 9] = [
+pub const SETTINGS: [Setting; 13] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -206,7 +221,60 @@ pub const SETTINGS: [Setting; 9] = [
             Ok(())
         },
     },
+    Setting {
+        key: "preflight",
+        arg: "true|false",
+        help: "before any task starts, each node checks that the step's interface is up with a carrier, that its tasks' ports can be bound and that its GPUs' device nodes exist, and refuses the step naming the node otherwise (default true)",
+        set: |s, v| {
+            s.preflight = flag(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "record",
+        arg: "DIR",
+        help: "write a record of the step under DIR (an absolute directory, made as the job's user): every rank's host, address, ports, GPUs, interface and role, and how each task ended; read it with tf-cluster postmortem (default: none)",
+        set: |s, v| {
+            s.record = Some(record_dir(v)?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "record-log",
+        arg: "true|false",
+        help: "also log one line per node at info level in slurmd's log naming the step's ranks there (default false)",
+        set: |s, v| {
+            s.record_log = flag(v)?;
+            Ok(())
+        },
+    },
+    Setting {
+        key: "requeue-on",
+        arg: "CODE",
+        help: "when a task of the step exits with CODE (3-125), slurmstepd requeues the job, once per incarnation, as scontrol requeue would, with no scontrol in the task's image; never a job submitted with --no-requeue (default: none)",
+        set: |s, v| {
+            // Not 1 or 2, what any failure exits with (a Python exception, a
+            // usage error, a task the plugin refused): a bug would requeue
+            // for ever. Not 126 up: a shell's "could not run", or a signal.
+            s.requeue_on = match parse_u32(v) {
+                Some(n @ 3..=125) => Some(n as u8),
+                _ => return Err(format!("{}: an exit code must be 3-125", shown(v))),
+            };
+            Ok(())
+        },
+    },
 ];
+
+/// A record directory: absolute, one line, a bounded length.
+fn record_dir(v: &str) -> std::result::Result<String, String> {
+    if !v.starts_with('/') || v.len() > 1024 || v.chars().any(char::is_control) {
+        return Err(format!(
+            "{}: not an absolute directory such as /home/me/records",
+            shown(v)
+        ));
+    }
+    Ok(v.to_string())
+}
 
 /// The RFC 1123 rule `name` breaks as a host name, if any: dot-separated
 /// labels of 1 to 63 letters, digits and '-', none beginning or ending with
@@ -285,8 +353,17 @@ mod tests {
             "host-template={}-ib",
             "network=10.98.0.0/16",
             "apptainer-env=yes",
+            "preflight=false",
+            "record=/scratch/records",
+            "record-log=true",
+            "requeue-on=43",
         ])
         .unwrap();
+        assert_eq!(s.requeue_on, Some(43));
+        assert_eq!(s.record.as_deref(), Some("/scratch/records"));
+        assert!(s.record_log);
+        assert!(!s.preflight);
+        assert!(Settings::default().preflight);
         assert_eq!(s.network, Some(Network::parse("10.98.0.0/16").unwrap()));
         assert!(s.apptainer_env);
         assert_eq!(s.host_template.as_deref(), Some("{}-ib"));
@@ -366,6 +443,39 @@ mod tests {
                 "network=\"10.98.0.0/33\": not a subnet",
             ),
             ("network=ib0:1", "network=\"ib0:1\": not an interface name"),
+            (
+                "record=records",
+                "record=\"records\": not an absolute directory",
+            ),
+            ("preflight=maybe", "preflight=\"maybe\": use true or false"),
+            (
+                "requeue-on=0",
+                "requeue-on=\"0\": an exit code must be 3-125",
+            ),
+            // What any failure exits with: a Python exception (1), a usage
+            // error (2), a task the plugin or Slurm refused (1).
+            (
+                "requeue-on=1",
+                "requeue-on=\"1\": an exit code must be 3-125",
+            ),
+            (
+                "requeue-on=2",
+                "requeue-on=\"2\": an exit code must be 3-125",
+            ),
+            // What a shell reports for a command it could not run (126,
+            // 127) or one a signal ended (128 + N).
+            (
+                "requeue-on=127",
+                "requeue-on=\"127\": an exit code must be 3-125",
+            ),
+            (
+                "requeue-on=137",
+                "requeue-on=\"137\": an exit code must be 3-125",
+            ),
+            (
+                "requeue-on=256",
+                "requeue-on=\"256\": an exit code must be 3-125",
+            ),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();
             assert!(e.starts_with("plugstack.conf argument"), "{arg}: {e}");

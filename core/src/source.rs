@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use crate::error::{Error, Result, bail};
-use crate::interfaces::{Interface, etc_hosts_lookup};
+use crate::network::addresses::{Interface, etc_hosts_lookup};
 use crate::number::parse_u32;
 use crate::os::{self, ProcessEnv};
 
@@ -87,5 +87,87 @@ impl Probe for ProcessEnv {
     /// The CLI is the user's own process: the system's resolver, DNS too.
     fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
         os::resolve_host(host)
+    }
+}
+
+/// Facts given as values: a task's variables, the node's GPU count and
+/// interfaces, its /etc/hosts, the files a user could name. The one source
+/// of the core's tests, the CLI's and the fuzz targets: no process, no file
+/// of this machine. What is not given is refused as [`Probe`]'s defaults do.
+#[derive(Clone, Debug)]
+pub struct Given {
+    /// The variables, looked up as spank_getenv does: the first of a name.
+    pub vars: Vec<(String, String)>,
+    /// The node's GPU count, or the error counting them gives.
+    pub gpus: std::result::Result<u32, String>,
+    pub interfaces: Option<Vec<Interface>>,
+    /// The text of the node's /etc/hosts.
+    pub etc_hosts: String,
+    /// The files a user names (SLURM_HOSTFILE), by path.
+    pub files: Vec<(String, String)>,
+}
+
+impl Given {
+    /// A task with these variables and nothing else known.
+    pub fn vars<K: Into<String>, V: Into<String>>(vars: impl IntoIterator<Item = (K, V)>) -> Given {
+        Given {
+            vars: vars
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            gpus: Err("the node's GPUs are not counted here".into()),
+            interfaces: None,
+            etc_hosts: String::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// The node has `n` GPUs.
+    pub fn gpus(mut self, n: u32) -> Given {
+        self.gpus = Ok(n);
+        self
+    }
+
+    /// The node's interfaces.
+    pub fn interfaces(mut self, interfaces: Vec<Interface>) -> Given {
+        self.interfaces = Some(interfaces);
+        self
+    }
+
+    /// The node's /etc/hosts.
+    pub fn etc_hosts(mut self, text: &str) -> Given {
+        self.etc_hosts = text.into();
+        self
+    }
+}
+
+impl Source for Given {
+    fn var(&mut self, name: &str) -> Result<Option<String>> {
+        Ok(self
+            .vars
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone()))
+    }
+}
+
+impl Probe for Given {
+    fn gpu_count(&mut self) -> Result<u32> {
+        self.gpus.clone().map_err(Error::new)
+    }
+    fn read_file(&mut self, path: &str) -> Result<String> {
+        match self.files.iter().find(|(p, _)| p == path) {
+            Some((_, text)) => Ok(text.clone()),
+            None => bail!("no file is read here ({path})"),
+        }
+    }
+    fn interfaces(&mut self) -> Result<Vec<Interface>> {
+        match &self.interfaces {
+            Some(list) => Ok(list.clone()),
+            None => bail!("the node's network interfaces are not known here"),
+        }
+    }
+    fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
+        Ok(etc_hosts_lookup(&self.etc_hosts, host))
     }
 }

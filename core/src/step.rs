@@ -6,19 +6,18 @@ use super::distribution::Distribution;
 use super::error::{Error, Result, bail, shown};
 use super::gpus::bind::GpuBind;
 use super::gpus::devices::Visible;
-use super::handoff::{self, Decision, Handoff, Verdict};
+use super::handoff::{self, StepBind, Verdict, Word};
+use super::het::{het_job_id_of, het_nodelists, het_size};
 use super::hostlist::HostList;
-use super::interfaces::NodeNetwork;
 use super::limits::{MAX_NODES, MAX_TASKS, check_size};
 use super::network;
 use super::number::parse_u32;
+use super::settings::Frameworks;
 use super::settings::Settings;
 use super::source::{Probe, Source};
 use super::task_map::TaskMap;
 use super::tasks_per_node;
-
-/// Components a heterogeneous step may have (Slurm's own limit is 128).
-const MAX_HET_COMPONENTS: u32 = 128;
+use crate::network::addresses::NodeNetwork;
 
 /// What srun said of the step's layout, in its hand-off ([`handoff::VAR`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,23 +32,50 @@ pub enum FromSrun {
     Nothing,
 }
 
-/// What [`Step::gather`] found.
+/// What [`Step::gather_handed`] found: srun's verdict on the step, or the step
+/// with srun's word applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Gathered {
-    /// srun left the step alone (it inherited a spec that does not fit it).
+    /// Nothing is set: the step asks for no framework, srun left out every
+    /// one it asked for, or srun left the step alone (it inherited a spec
+    /// that does not fit it).
     Skip,
     /// srun refused the step and said why: every task fails.
     Refused,
     /// A step to lay out.
-    Step(Box<Step>),
+    Step(Box<Handed>),
+}
+
+/// A step to lay out, with what srun's word says of it beside the step's
+/// facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    /// The step's settings, without the frameworks srun left out.
+    pub settings: Settings,
+    pub step: Step,
+    /// Frameworks the step only inherited (srun's early word: a component
+    /// its hand-off did not reach), left out where the step does not fit
+    /// them, as srun leaves them out of the components its hand-off reaches.
+    pub inherited: Frameworks,
+    /// The step's GPU binding as srun's hand-off gives it (None: srun had
+    /// no record of the step), for a task a container plugin moved.
+    pub tres_bind: Option<StepBind>,
 }
 
 impl Gathered {
     /// The step, or an error for a step that gets no variables.
     pub fn step(self) -> Result<Step> {
+        self.handed().map(|h| h.step)
+    }
+
+    /// The step and srun's word on it, or an error for a step that gets no
+    /// variables.
+    pub fn handed(self) -> Result<Handed> {
         match self {
-            Gathered::Step(step) => Ok(*step),
-            Gathered::Skip => bail!("srun left this step alone"),
+            Gathered::Step(handed) => Ok(*handed),
+            Gathered::Skip => bail!(
+                "no variables for this step (srun left it alone, or left out each framework it asks for)"
+            ),
             Gathered::Refused => bail!("srun refused this step"),
         }
     }
@@ -94,6 +120,9 @@ pub struct Step {
     pub nodename: Option<String>,
     /// What srun said of this very step.
     pub from_srun: FromSrun,
+    /// The job's restart count (0: its first incarnation), as srun learnt it
+    /// from its environment's SLURM_RESTART_COUNT and handed it on.
+    pub restart_count: u32,
     /// The task's job and step ids ([`Source::job_step`]).
     pub job_step: Option<(u32, u32)>,
     /// The heterogeneous job's id (SLURM_JOB_ID_HET_GROUP_0, its first
@@ -105,7 +134,7 @@ pub struct Step {
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
     pub block_topology: Option<String>,
     /// This node's interface on the step's network, if the step names one
-    /// ([`network::for_node`]).
+    /// ([`network::decision::for_node`]).
     pub network: Option<NodeNetwork>,
 }
 
@@ -113,6 +142,10 @@ pub struct Step {
 /// job's first component), the step and the job's restart count, the same
 /// in every task of the step. Scripts key logs and checkpoints on it.
 pub const RUN_ID_VAR: &str = "TF_CLUSTER_RUN_ID";
+
+/// A component of a heterogeneous step that srun's hand-off did not reach
+/// and that lacks the job's heterogeneous variables.
+pub const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
 
 /// The refusal of a heterogeneous step srun was started for from outside
 /// its job (`srun --jobid=J --het-group=0,1` from a login shell): neither
@@ -129,37 +162,34 @@ pub fn restart_count(source: &mut impl Source) -> Result<u32> {
 }
 
 impl Step {
-    /// The id of this run of the step, after `restarts` restarts of the job:
-    /// `JOB.STEP` for its first incarnation, `JOB.STEP.rK` after K restarts
-    /// (a requeued job keeps its id and starts its step ids at 0 again, so
-    /// JOB.STEP alone would repeat). None when the ids are unknown.
-    pub fn run_id(&self, restarts: u32) -> Option<String> {
+    /// The id of this run of the step: `JOB.STEP` for the job's first
+    /// incarnation, `JOB.STEP.rK` after K restarts (a requeued job keeps its
+    /// id and starts its step ids at 0 again, so JOB.STEP alone would
+    /// repeat). None when the ids are unknown.
+    pub fn run_id(&self) -> Option<String> {
         let (job, step) = self.job_step?;
         let job = self.het_job_id.unwrap_or(job);
-        Some(match restarts {
+        Some(match self.restart_count {
             0 => format!("{job}.{step}"),
             k => format!("{job}.{step}.r{k}"),
         })
     }
 
-    /// Reads the step from `source`, with srun's hand-off read there too.
+    /// [`Step::gather_handed`] for a step whose settings are `settings`
+    /// whatever srun's word says of an inherited `--tf-off` (the CLI, whose
+    /// options are the ones given to it; the tests).
     pub fn gather(settings: &Settings, source: &mut (impl Source + Probe)) -> Result<Gathered> {
-        // The step's size before srun's map: nothing larger than the plugin
-        // lays out is read further (gather_handed checks it again).
-        if let Some(n) = number(source, "SLURM_STEP_NUM_TASKS")? {
-            check_size(u64::from(n), 0)?;
-        }
-        let job_step = source.job_step()?;
-        let handoff = handed(source, job_step)?;
-        Step::gather_handed(settings, source, handoff)
+        Step::gather_handed(source, |_| Ok(Some(settings.clone())))
     }
 
-    /// Reads the step from `source`, with srun's hand-off for this very step
-    /// as the caller read and checked it (None: srun said nothing).
+    /// srun's word to the task ([`Word`]) applied to the step `source`
+    /// shows: the one place every field of srun's hand-off is read, for the
+    /// plugin's slurmstepd and the CLI twin alike. `settings` makes the
+    /// step's settings from its options, told whether srun's word says an
+    /// inherited `--tf-off` was beaten (None: the step asks for nothing).
     pub fn gather_handed(
-        settings: &Settings,
         source: &mut (impl Source + Probe),
-        handoff: Option<Handoff>,
+        settings: impl FnOnce(bool) -> Result<Option<Settings>>,
     ) -> Result<Gathered> {
         // The step's size first: nothing larger than the plugin lays out is
         // read further.
@@ -167,17 +197,50 @@ impl Step {
         if let Some(n) = num_tasks {
             check_size(u64::from(n), 0)?;
         }
+        let job_step = source.job_step()?;
+        let word = Word::decode(source.var(handoff::VAR)?.as_deref(), job_step)?;
+        let Some(mut settings) = settings(word.off_overridden())? else {
+            return Ok(Gathered::Skip);
+        };
+        settings.frameworks = word.kept(settings.frameworks);
+        if settings.frameworks.is_empty() {
+            return Ok(Gathered::Skip);
+        }
+        // No word from srun at all (an srun without the plugin): the job's
+        // restart count where srun reads it.
+        let restart_count = match word.restart_count() {
+            Some(k) => k,
+            None => restart_count(source)?,
+        };
+        let (handoff, inherited) = match word {
+            Word::Handoff(h) => (Some(h), Frameworks::default()),
+            Word::Early(early) => {
+                // A component srun's hand-off did not reach: without the
+                // job's heterogeneous variables (an srun started outside
+                // the job) its layout cannot be rebuilt; srun refuses the
+                // step too, and says why.
+                if het_size(source).ok().flatten().is_none() {
+                    bail!("{NO_HET_VARIABLES}");
+                }
+                (None, early.inherited)
+            }
+            Word::Nothing => (None, Frameworks::default()),
+        };
+        let tres_bind = handoff.as_ref().and_then(|h| h.tres_bind.clone());
+        // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved
+        // ports for, and else passes on the one in srun's environment.
+        let no_resv_ports = handoff.as_ref().is_some_and(|h| h.no_resv_ports);
         // The step's node list next: srun's map names the same list, which
         // is then expanded once.
         let nodelist = source.var("SLURM_STEP_NODELIST")?;
         let mut reused = None;
         let (from_srun, handed_network) = match handoff {
             Some(h) => {
-                let from_srun = match h.decision {
-                    Decision::Verdict(Verdict::Skip) => return Ok(Gathered::Skip),
-                    Decision::Verdict(Verdict::Refused) => return Ok(Gathered::Refused),
-                    Decision::Verdict(Verdict::None) => FromSrun::NoMap,
-                    Decision::Map { map, hosts } => {
+                let from_srun = match h.verdict {
+                    Verdict::Skip => return Ok(Gathered::Skip),
+                    Verdict::Refused => return Ok(Gathered::Refused),
+                    Verdict::Rebuild => FromSrun::NoMap,
+                    Verdict::Map { map, hosts } => {
                         // srun's map names the step's node list as Slurm
                         // wrote it: the same text is expanded once.
                         if Some(&hosts) == nodelist.as_ref() {
@@ -197,7 +260,6 @@ impl Step {
                 .map(|list| hosts(list, "SLURM_STEP_NODELIST"))
                 .transpose()?,
         };
-        let job_step = source.job_step()?;
         let mut step = Step {
             procid: number(source, "SLURM_PROCID")?,
             num_tasks,
@@ -209,7 +271,10 @@ impl Step {
             distribution: Distribution::Block,
             node_id: number(source, "SLURM_NODEID")?,
             gtids: source.var("SLURM_GTIDS")?.map(|g| gtids(&g)).transpose()?,
-            resv_ports: source.var("SLURM_STEP_RESV_PORTS")?,
+            resv_ports: match no_resv_ports {
+                true => None,
+                false => source.var("SLURM_STEP_RESV_PORTS")?,
+            },
             visible_gpus: Visible::read(|name| source.var(name))?,
             gpu_bind: source
                 .var("SLURMD_TRES_BIND")?
@@ -221,6 +286,7 @@ impl Step {
             nodename: source.var("SLURMD_NODENAME")?,
             het_job_id: het_job_id_of(source, job_step)?,
             job_step,
+            restart_count,
             from_srun,
             block_topology: None,
             network: None,
@@ -246,16 +312,25 @@ impl Step {
             }
         }
         if needs_probe(
-            settings,
+            &settings,
             &step.visible_gpus,
             step.gpu_bind.as_ref(),
             step.gpus_on_node,
         ) {
             step.node_gpus = Some(source.gpu_count()?);
         }
-        step.network =
-            network::for_node(settings, source, handed_network, step.nodename.as_deref())?;
-        Ok(Gathered::Step(Box::new(step)))
+        step.network = network::decision::for_node(
+            &settings,
+            source,
+            handed_network,
+            step.nodename.as_deref(),
+        )?;
+        Ok(Gathered::Step(Box::new(Handed {
+            settings,
+            step,
+            inherited,
+            tres_bind,
+        })))
     }
 }
 
@@ -311,172 +386,4 @@ fn hostfile_hosts(text: &str) -> Result<HostList> {
         .filter(|l| !l.is_empty())
         .collect();
     hosts(&lines.join(","), "SLURM_HOSTFILE")
-}
-
-/// srun's hand-off for this step ([`handoff::VAR`]), if srun left one.
-/// `job_step`: the task's own ids ([`Source::job_step`]).
-pub fn handed(source: &mut impl Source, job_step: Option<(u32, u32)>) -> Result<Option<Handoff>> {
-    let Some(text) = source.var(handoff::VAR)?.filter(|t| !t.is_empty()) else {
-        return Ok(None);
-    };
-    let Some((job, step)) = job_step else {
-        bail!(
-            "{} is set but the task's job and step ids are unknown",
-            handoff::VAR
-        );
-    };
-    Handoff::decode(&text, job, step)
-}
-
-/// The number of components of a heterogeneous job (None: not one), from
-/// SLURM_HET_SIZE (Slurm 22.05 says PACK where later releases say HET).
-pub fn het_size(source: &mut impl Source) -> Result<Option<u32>> {
-    let Some(size) = het_var(source, "SLURM_HET_SIZE", "SLURM_PACK_SIZE")? else {
-        return Ok(None);
-    };
-    match parse_u32(&size) {
-        Some(n @ 1..=MAX_HET_COMPONENTS) => Ok(Some(n)),
-        _ => bail!("SLURM_HET_SIZE is {}, not a component count", shown(&size)),
-    }
-}
-
-/// Component `k`'s job id, SLURM_JOB_ID_HET_GROUP_k.
-pub fn het_job_id(source: &mut impl Source, k: u32) -> Result<u32> {
-    let het = format!("SLURM_JOB_ID_HET_GROUP_{k}");
-    let value = het_var(source, &het, &format!("SLURM_JOB_ID_PACK_GROUP_{k}"))?;
-    match value.as_deref().map(|v| (v, parse_u32(v))) {
-        Some((_, Some(job))) => Ok(job),
-        Some((v, None)) => bail!("{het} is {}, not a job id", shown(v)),
-        None => bail!("heterogeneous job without {het}"),
-    }
-}
-
-/// The heterogeneous job's id, when the task's own job (`job_step`) is one
-/// of its components: the one id every component's tasks read alike. Only a
-/// name for the step (PyTorch's rendezvous id): malformed variables, which
-/// srun's map makes harmless elsewhere, give None rather than an error.
-fn het_job_id_of(source: &mut impl Source, job_step: Option<(u32, u32)>) -> Result<Option<u32>> {
-    let Some((own, _)) = job_step else {
-        return Ok(None);
-    };
-    let Ok(Some(size)) = het_size(source) else {
-        return Ok(None);
-    };
-    let mut first = None;
-    for k in 0..size {
-        let Ok(id) = het_job_id(source, k) else {
-            return Ok(None);
-        };
-        first = first.or(Some(id));
-        if id == own {
-            return Ok(first);
-        }
-    }
-    Ok(None)
-}
-
-/// Component `k`'s node list, SLURM_JOB_NODELIST_HET_GROUP_k. The components
-/// share one `budget` of names: a forged variable per component must not
-/// multiply what a task may expand.
-pub fn het_nodelist(source: &mut impl Source, k: u32, budget: &mut usize) -> Result<HostList> {
-    let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
-    let Some(list) = het_var(source, &het, &format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? else {
-        bail!("heterogeneous step without {het}");
-    };
-    let hosts = HostList::parse(&list, *budget).map_err(|e| Error::new(format!("{het}: {e}")))?;
-    *budget -= hosts.len();
-    Ok(hosts)
-}
-
-fn het_var(source: &mut impl Source, het: &str, pack: &str) -> Result<Option<String>> {
-    match source.var(het)? {
-        Some(v) => Ok(Some(v)),
-        None => source.var(pack),
-    }
-}
-
-/// The node list of each component of a heterogeneous step, in component
-/// order; empty otherwise.
-fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
-    let Some(size) = het_size(source)? else {
-        return Ok(Vec::new());
-    };
-    let mut budget = MAX_NODES as usize;
-    (0..size)
-        .map(|k| het_nodelist(source, k, &mut budget))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Vars<'a>(&'a [(&'a str, &'a str)]);
-
-    impl Source for Vars<'_> {
-        fn var(&mut self, name: &str) -> Result<Option<String>> {
-            Ok(self
-                .0
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.to_string()))
-        }
-    }
-
-    /// Every component's task finds the same heterogeneous job id (the first
-    /// component's), and only when its own job is one of the components.
-    #[test]
-    fn het_job_id_is_the_first_components() {
-        let vars = [
-            ("SLURM_HET_SIZE", "2"),
-            ("SLURM_JOB_ID_HET_GROUP_0", "15"),
-            ("SLURM_JOB_ID_HET_GROUP_1", "16"),
-        ];
-        for own in [15, 16] {
-            assert_eq!(
-                het_job_id_of(&mut Vars(&vars), Some((own, 0))),
-                Ok(Some(15))
-            );
-        }
-        assert_eq!(het_job_id_of(&mut Vars(&vars), Some((17, 0))), Ok(None));
-        assert_eq!(het_job_id_of(&mut Vars(&vars), None), Ok(None));
-        assert_eq!(het_job_id_of(&mut Vars(&[]), Some((15, 0))), Ok(None));
-        let forged = [("SLURM_HET_SIZE", "x"), ("SLURM_JOB_ID_HET_GROUP_0", "15")];
-        assert_eq!(het_job_id_of(&mut Vars(&forged), Some((15, 0))), Ok(None));
-    }
-
-    /// srun and slurmstepd read the het variables with the same readers:
-    /// srun once took `+2` (str::parse) where the tasks refused it.
-    #[test]
-    fn het_variables_have_one_reader() {
-        for bad in ["+2", " 2", "0", "129", "two"] {
-            let e = het_size(&mut Vars(&[("SLURM_HET_SIZE", bad)])).unwrap_err();
-            assert!(
-                e.to_string().contains("not a component count"),
-                "{bad}: {e}"
-            );
-        }
-        assert_eq!(
-            het_size(&mut Vars(&[("SLURM_PACK_SIZE", "2")])),
-            Ok(Some(2))
-        );
-        assert_eq!(het_size(&mut Vars(&[])), Ok(None));
-        let e = het_job_id(&mut Vars(&[("SLURM_JOB_ID_HET_GROUP_1", "+7")]), 1).unwrap_err();
-        assert!(e.to_string().contains("not a job id"), "{e}");
-        let vars = [
-            ("SLURM_JOB_NODELIST_HET_GROUP_0", "n[1-3]"),
-            ("SLURM_JOB_NODELIST_PACK_GROUP_1", "n[4-5]"),
-        ];
-        let mut budget = 4;
-        assert_eq!(
-            het_nodelist(&mut Vars(&vars), 0, &mut budget)
-                .unwrap()
-                .len(),
-            3
-        );
-        assert_eq!(budget, 1);
-        // The components share one budget of names.
-        let e = het_nodelist(&mut Vars(&vars), 1, &mut budget).unwrap_err();
-        assert!(e.to_string().contains("more than 1 hosts"), "{e}");
-    }
 }

@@ -18,7 +18,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 use tf_cluster_core::roles::RoleSpec;
-use tf_cluster_core::{Error, Injection, Probe, Settings, Source, Step, resolve};
+use tf_cluster_core::source::Given;
+use tf_cluster_core::{Error, Injection, Settings, Step, resolve};
 
 const CASES: &str = include_str!("data/oracle/cases.jsonl");
 const RESULTS: &str = include_str!("data/oracle/tf_2.21_results.jsonl");
@@ -732,36 +733,24 @@ fn settings_of(c: &Case) -> Result<Settings, Error> {
 
 /// The case as the plugin's source of facts: its environment, and
 /// `nvidia_smi` for the node's GPU count (absent or missing: 0 GPUs).
-struct CaseSource<'a>(&'a Case);
-
-impl Source for CaseSource<'_> {
-    fn var(&mut self, name: &str) -> tf_cluster_core::Result<Option<String>> {
-        Ok(self.0.env.get(name).cloned())
-    }
-}
-
-impl Probe for CaseSource<'_> {
-    fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
-        let smi = &self.0.nvidia_smi;
-        match smi["mode"].as_str() {
-            None | Some("missing") => Ok(0),
-            Some("gpus") => Ok(smi["gpus"].as_u64().unwrap() as u32),
-            _ => Err(Error::new(format!(
-                "nvidia-smi --list-gpus failed with exit code {}: {}",
-                smi["returncode"],
-                smi["output"].as_str().unwrap_or_default()
-            ))),
-        }
-    }
-
-    fn read_file(&mut self, path: &str) -> tf_cluster_core::Result<String> {
-        Err(Error::new(format!("oracle: no case reads a file ({path})")))
-    }
+fn case_source(c: &Case) -> Given {
+    let smi = &c.nvidia_smi;
+    let mut given = Given::vars(c.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    given.gpus = match smi["mode"].as_str() {
+        None | Some("missing") => Ok(0),
+        Some("gpus") => Ok(smi["gpus"].as_u64().unwrap() as u32),
+        _ => Err(format!(
+            "nvidia-smi --list-gpus failed with exit code {}: {}",
+            smi["returncode"],
+            smi["output"].as_str().unwrap_or_default()
+        )),
+    };
+    given
 }
 
 fn run_plugin(c: &Case) -> Result<Injection, Error> {
     let settings = settings_of(c)?;
-    let step = Step::gather(&settings, &mut CaseSource(c))?.step()?;
+    let step = Step::gather(&settings, &mut case_source(c))?.step()?;
     resolve(&settings, &step)
 }
 
@@ -908,31 +897,9 @@ fn step_size_from_the_role_spec_only_when_it_gives_counts() {
 
 const T02: &str = "t02n13,t02n41,t02n43";
 
-/// A fixed environment and no GPU probe (none of these tests needs one).
-struct Env<'a>(&'a [(&'a str, &'a str)]);
-
-impl Source for Env<'_> {
-    fn var(&mut self, name: &str) -> tf_cluster_core::Result<Option<String>> {
-        Ok(self
-            .0
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.to_string()))
-    }
-}
-
-impl Probe for Env<'_> {
-    fn gpu_count(&mut self) -> tf_cluster_core::Result<u32> {
-        Err(Error::new("nvidia-smi must not be needed"))
-    }
-
-    fn read_file(&mut self, path: &str) -> tf_cluster_core::Result<String> {
-        Err(Error::new(format!("no file {path}")))
-    }
-}
-
 fn resolve_env(settings: &Settings, env: &[(&str, &str)]) -> (Value, Option<String>) {
-    let step = Step::gather(settings, &mut Env(env))
+    // A fixed environment and no GPU probe (none of these tests needs one).
+    let step = Step::gather(settings, &mut Given::vars(env.iter().copied()))
         .unwrap()
         .step()
         .unwrap();

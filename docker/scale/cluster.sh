@@ -105,8 +105,9 @@ EOF
     } >"$SCALE_RUN/hosts"
     # The plugstack variants scale_plugstack switches between.
     cc -O2 -shared -fPIC -o "$SCALE_RUN/tfcs_start.so" "$SCALE_HERE/timer.c" &&
-        cc -O2 -shared -fPIC -DSTOP -o "$SCALE_RUN/tfcs_stop.so" "$SCALE_HERE/timer.c" ||
-        scale_die "cannot build the probe plugins (docker/scale/timer.c)"
+        cc -O2 -shared -fPIC -DSTOP -o "$SCALE_RUN/tfcs_stop.so" "$SCALE_HERE/timer.c" &&
+        cc -O2 -shared -fPIC -o "$SCALE_RUN/tfcs_floor.so" "$SCALE_HERE/floor.c" ||
+        scale_die "cannot build the probe plugins (docker/scale/timer.c, floor.c)"
     # A private copy: a build elsewhere during the run cannot change it.
     cp "$so" "$SCALE_RUN/libtf_cluster.so"
     echo "# absent: no plugin" >"$SCALE_RUN/etc/plugstack.absent"
@@ -116,10 +117,18 @@ EOF
         >"$SCALE_RUN/etc/plugstack.timed"
     printf 'required %s\nrequired %s dir=%s\n' "$SCALE_RUN/tfcs_start.so" \
         "$SCALE_RUN/tfcs_stop.so" "$SCALE_RUN/probe" >"$SCALE_RUN/etc/plugstack.timed-absent"
+    # Slurm's floor (docker/scale/floor.c) in the plugin's place: the same
+    # variables set with spank_setenv, nothing computed; one per framework.
+    local fw
+    for fw in tf torch; do
+        printf 'required %s\nrequired %s dir=%s\nrequired %s dir=%s\n' "$SCALE_RUN/tfcs_start.so" \
+            "$SCALE_RUN/tfcs_floor.so" "$SCALE_RUN/floor-$fw" "$SCALE_RUN/tfcs_stop.so" "$SCALE_RUN/probe" \
+            >"$SCALE_RUN/etc/plugstack.timed-floor-$fw"
+    done
     cp "$SCALE_RUN/etc/plugstack.plugin" "$SCALE_RUN/etc/plugstack.conf"
 }
 
-# absent | plugin | timed | timed-absent: srun and every new slurmstepd read
+# absent | plugin | timed | timed-absent | timed-floor-tf | timed-floor-torch: srun and every new slurmstepd read
 # plugstack.conf afresh, so a rename switches the next step.
 scale_plugstack() {
     cp "$SCALE_RUN/etc/plugstack.$1" "$SCALE_RUN/etc/.plugstack.new"

@@ -4,7 +4,8 @@
 //! task, and small enough for one environment variable.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster_core::{Probe, Result, Settings, Source, Step, resolve};
+use tf_cluster_core::source::Given;
+use tf_cluster_core::{Settings, Step, resolve};
 
 /// Lines of the input are the values of these variables, in order; an empty
 /// line leaves a variable unset. The last lines are settings.
@@ -25,23 +26,16 @@ const VARS: [&str; 14] = [
     "SLURM_HOSTFILE",
 ];
 
-struct Input<'a>(Vec<&'a str>);
-
-impl Source for Input<'_> {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        let i = VARS.iter().position(|v| *v == name);
-        Ok(i.and_then(|i| self.0.get(i)).filter(|v| !v.is_empty()).map(|v| v.to_string()))
+/// The task's facts from the input's lines: the variables, a GPU count, and
+/// the line after the settings' spec as the text of SLURM_HOSTFILE.
+fn given(lines: &[&str]) -> Given {
+    let vars = VARS.iter().zip(lines).filter(|(_, v)| !v.is_empty());
+    let mut given = Given::vars(vars.map(|(k, v)| (*k, *v))).gpus(lines.len() as u32 % 9);
+    if let Some(path) = lines.get(VARS.len() - 1).filter(|p| !p.is_empty()) {
+        let text = lines.get(VARS.len() + 1).unwrap_or(&"").replace(';', "\n");
+        given.files.push((path.to_string(), text));
     }
-}
-
-impl Probe for Input<'_> {
-    fn gpu_count(&mut self) -> Result<u32> {
-        Ok(self.0.len() as u32 % 9)
-    }
-
-    fn read_file(&mut self, _path: &str) -> Result<String> {
-        Ok(self.0.get(VARS.len() + 1).unwrap_or(&"").replace(';', "\n"))
-    }
+    given
 }
 
 fuzz_target!(|text: &str| {
@@ -58,7 +52,7 @@ fuzz_target!(|text: &str| {
             }
         }
     }
-    let Ok(step) = Step::gather(&settings, &mut Input(lines)).and_then(|g| g.step()) else { return };
+    let Ok(step) = Step::gather(&settings, &mut given(&lines)).and_then(|g| g.step()) else { return };
     let Ok(injection) = resolve(&settings, &step) else { return };
     let tf: serde_json::Value = serde_json::from_str(injection.get("TF_CONFIG").unwrap()).expect("TF_CONFIG is JSON");
     let (kind, index) = (tf["task"]["type"].as_str().unwrap(), tf["task"]["index"].as_u64().unwrap());

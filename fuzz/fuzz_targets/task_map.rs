@@ -5,11 +5,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use tf_cluster_core::MAX_TASKS;
-use tf_cluster_core::handoff::{Decision, Handoff};
+use tf_cluster_core::handoff::{Handoff, Verdict};
 
 fuzz_target!(|text: &str| {
     let Ok(Some(handoff)) = Handoff::decode(text, 7, 3) else { return };
-    if let Decision::Map { map, .. } = &handoff.decision {
+    if let Verdict::Map { map, .. } = &handoff.verdict {
         assert!(map.runs.len() <= MAX_TASKS);
     }
     let again = handoff.encode();

@@ -190,6 +190,25 @@ impl<'a> Spank<'a> {
         u32::try_from(value).map_err(|_| Error::new("S_TASK_ID is negative"))
     }
 
+    /// How the task ended, as wait(2) gives it (task_exit only).
+    pub fn task_exit_status(&self) -> Result<i32> {
+        let mut value: c_int = 0;
+        // SAFETY: S_TASK_EXIT_STATUS takes one `int *` argument.
+        let rc =
+            unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_TASK_EXIT_STATUS, &mut value) };
+        check(rc, "spank_get_item(S_TASK_EXIT_STATUS)")?;
+        Ok(value)
+    }
+
+    /// The job's group id.
+    pub fn job_gid(&self) -> Result<u32> {
+        let mut value: libc::gid_t = 0;
+        // SAFETY: S_JOB_GID takes one `gid_t *` argument.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_JOB_GID, &mut value) };
+        check(rc, "spank_get_item(S_JOB_GID)")?;
+        Ok(value)
+    }
+
     /// The job's user id.
     pub fn job_uid(&self) -> Result<u32> {
         let mut value: libc::uid_t = 0;

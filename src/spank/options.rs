@@ -14,7 +14,6 @@ use super::guard::guard;
 use super::handle::{self, RawOption, Spank};
 pub use crate::core::frameworks::{ALL_OFF, OFF};
 use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
-use crate::core::handoff::{Early, Handoff};
 use crate::core::settings::{SETTINGS, Setting};
 use crate::core::{Error, Result, Settings};
 
@@ -295,37 +294,6 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
         }
     }
     Ok(Some(settings))
-}
-
-/// In slurmstepd, for one task: the step's settings without the frameworks
-/// srun left out (None when no framework is left), given srun's hand-off
-/// for this step (None: srun said nothing), else its early word (a
-/// heterogeneous step's component srun's hand-off does not reach).
-pub fn task_settings(
-    spank: &Spank,
-    handoff: Option<&Handoff>,
-    early: Option<&Early>,
-) -> Result<Option<Settings>> {
-    let off_overridden = match (handoff, early) {
-        (Some(h), _) => h.off_overridden,
-        (None, Some(e)) => e.off_overridden,
-        (None, None) => false,
-    };
-    let Some(mut settings) = step_settings(spank, off_overridden)? else {
-        return Ok(None);
-    };
-    settings.restart_count = match (handoff, early) {
-        (Some(h), _) => h.restart_count,
-        (None, Some(e)) => e.restart_count,
-        (None, None) => 0,
-    };
-    let left_out = handoff.map(|h| h.left_out).unwrap_or_default();
-    let asked = settings.frameworks;
-    settings.frameworks = Frameworks::default();
-    for f in asked.iter().filter(|&f| !left_out.contains(f)) {
-        settings.frameworks = settings.frameworks.with(f);
-    }
-    Ok((!settings.frameworks.is_empty()).then_some(settings))
 }
 
 #[cfg(test)]

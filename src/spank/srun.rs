@@ -11,10 +11,11 @@ use super::options::{self, inherited_var, inherited_var_of};
 use super::{fault, interrupt, step_info_rpc, step_kill_rpc, step_layout_rpc};
 use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
-use crate::core::handoff::{self, Decision, Early, Handoff, MAX_LEN, StepBind, Verdict};
+use crate::core::handoff::{self, Early, Handoff, MAX_LEN, StepBind, Verdict};
+use crate::core::het::{het_job_id, het_nodelist, het_size};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
-use crate::core::step::{OUTSIDE_HET, het_job_id, het_nodelist, het_size, number};
+use crate::core::step::{OUTSIDE_HET, number};
 use crate::core::task_map;
 use crate::core::{self, Error, Kind, MAX_NODES, Probe, Result, Settings};
 
@@ -141,7 +142,7 @@ impl Srun {
                     }
                     Ok(())
                 }
-                Err(e) => self.refuse(spank, e, word(spank, off_overridden, 0)?),
+                Err(e) => self.refuse(spank, e, undecided(spank, off_overridden, 0)?),
             },
         );
         if self.own_allocation() { rc } else { 0 }
@@ -160,17 +161,17 @@ impl Srun {
         // writes the same ids.
         let restart_count = match core::step::restart_count(&mut ProcessEnv) {
             Ok(n) => n,
-            Err(e) => return self.refuse(spank, e, word(spank, off_overridden, 0)?),
+            Err(e) => return self.refuse(spank, e, undecided(spank, off_overridden, 0)?),
         };
-        let mut word = word(spank, off_overridden, restart_count)?;
-        let e = match decide_for(spank, settings, &mut word) {
-            Ok(()) => return hand(spank, &word),
+        let mut handoff = undecided(spank, off_overridden, restart_count)?;
+        let e = match decide_for(spank, settings, &mut handoff) {
+            Ok(()) => return hand_off(spank, &handoff),
             Err(e) => e,
         };
         let left_out = self.only_inherited(settings);
         // Interrupted, the user asked for no more lookups: refused as is.
         if left_out.is_empty() || e.kind() == Kind::Interrupted {
-            return self.refuse(spank, e, word);
+            return self.refuse(spank, e, handoff);
         }
         let names: Vec<String> = left_out.iter().map(|f| format!("--{}", f.option)).collect();
         let warn = || {
@@ -192,24 +193,24 @@ impl Srun {
         }
         if rest.frameworks.is_empty() {
             warn();
-            word.decision = Decision::Verdict(Verdict::Skip);
-            return hand(spank, &word);
+            handoff.verdict = Verdict::Skip;
+            return hand_off(spank, &handoff);
         }
         // What the step asked of srun itself must fit on its own: if it does
         // not, that is the step's refusal (and nothing is said of the rest).
-        match decide_for(spank, &rest, &mut word) {
+        match decide_for(spank, &rest, &mut handoff) {
             Ok(()) => {
                 warn();
-                word.left_out = left_out;
-                hand(spank, &word)
+                handoff.left_out = left_out;
+                hand_off(spank, &handoff)
             }
-            Err(e) => self.refuse(spank, e, word),
+            Err(e) => self.refuse(spank, e, handoff),
         }
     }
 
     /// What cannot run: refused before launch when srun can end the job,
     /// else handed to the tasks to fail.
-    fn refuse(&self, spank: &Spank, e: Error, mut word: Handoff) -> Result<()> {
+    fn refuse(&self, spank: &Spank, e: Error, mut handoff: Handoff) -> Result<()> {
         // Interrupted too: failing srun inside an existing allocation would
         // leave the created step RUNNING (srun's shepherd asks slurmctld to
         // kill it, measured to no effect on 22.05, 24.11, 26.05): its tasks refuse
@@ -218,15 +219,15 @@ impl Srun {
             return Err(e);
         }
         log::error!("{e}");
-        word.decision = Decision::Verdict(Verdict::Refused);
-        word.network = None;
-        word.kept.clear();
-        set(word.encode());
+        handoff.verdict = Verdict::Refused;
+        handoff.network = None;
+        handoff.kept.clear();
+        set(handoff.encode());
         // srun's word reaches one component of a heterogeneous step: the
         // others, with only srun's early word, cannot know that srun refused
         // the step, so srun ends it itself once it is launched.
         if let Some(leader) = het_step(spank) {
-            let (job, step) = (word.job, word.step);
+            let (job, step) = (handoff.job, handoff.step);
             let ended = std::thread::Builder::new()
                 .name("tf-cluster-end".into())
                 .spawn(move || step_kill_rpc::end_from_srun(job, step, leader));
@@ -270,33 +271,32 @@ fn het_step(spank: &Spank) -> Option<Option<u32>> {
 /// describe (an srun given `--jobid` from outside the job).
 static INVISIBLE_HET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// srun's word on its step before it decided (a verdict of `none`).
-fn word(spank: &Spank, off_overridden: bool, restart_count: u32) -> Result<Handoff> {
-    let mut word = Handoff::new(
-        spank.job_id()?,
-        spank.step_id()?,
-        Decision::Verdict(Verdict::None),
-    );
-    word.off_overridden = off_overridden;
-    word.restart_count = restart_count;
-    Ok(word)
+/// srun's hand-off on its step before it decided (a verdict of `none`).
+fn undecided(spank: &Spank, off_overridden: bool, restart_count: u32) -> Result<Handoff> {
+    let mut handoff = Handoff::new(spank.job_id()?, spank.step_id()?, Verdict::Rebuild);
+    handoff.off_overridden = off_overridden;
+    handoff.restart_count = restart_count;
+    Ok(handoff)
 }
 
-/// Decides the step's layout and network into `word`, whole within
+/// Decides the step's layout and network into `handoff`, whole within
 /// [`MAX_LEN`].
-fn decide_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<()> {
-    word.decision = map_for(spank, settings, word)?;
-    word.network = network_for(settings, word)?;
-    word.kept = network::kept(|name| std::env::var_os(name).is_some());
-    fits(word).map(drop)
+fn decide_for(spank: &Spank, settings: &Settings, handoff: &mut Handoff) -> Result<()> {
+    handoff.verdict = map_for(spank, settings, handoff)?;
+    handoff.network = network_for(settings, handoff)?;
+    handoff.kept = network::decision::kept(|name| std::env::var_os(name).is_some());
+    fits(handoff).map(drop)
 }
 
-/// Hands `word` to every task of the step, in its one variable.
-fn hand(spank: &Spank, word: &Handoff) -> Result<()> {
-    let mut value = word.encode();
-    if let Decision::Map { hosts, .. } = &word.decision {
+/// Hands `handoff` to every task of the step, in its one variable.
+fn hand_off(spank: &Spank, handoff: &Handoff) -> Result<()> {
+    let mut value = handoff.encode();
+    if let Verdict::Map { hosts, .. } = &handoff.verdict {
         if fault::active("map_garbage", Some(spank)) {
-            value = format!("1;{}.{};hosts={hosts};runs=garbage", word.job, word.step);
+            value = format!(
+                "1;{}.{};hosts={hosts};runs=garbage",
+                handoff.job, handoff.step
+            );
         }
     }
     set(value);
@@ -317,28 +317,31 @@ const SUBMIT_DIR: &str = "SLURM_SUBMIT_DIR";
 /// template name, resolved here (srun is the user's own process: a slow DNS
 /// delays this srun, never a slurmstepd). The nodes are the map's, else the
 /// allocation's. A Ctrl-C ends the lookups (see [`interrupt`]).
-fn network_for(settings: &Settings, word: &Handoff) -> Result<Option<network::Network>> {
+fn network_for(
+    settings: &Settings,
+    handoff: &Handoff,
+) -> Result<Option<network::addresses::Network>> {
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
     let hosts = match needs_hosts {
         false => None,
-        true => Some(step_hosts(&word.decision).ok_or_else(|| {
+        true => Some(step_hosts(&handoff.verdict).ok_or_else(|| {
             Error::new(
                 "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
             )
         })?),
     };
     let mut lookups =
-        network::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name)));
+        network::lookups::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name)));
     // Only lookups need it: ended (and reaped) when `lookups` drops.
     if let Some(sentinel) = needs_hosts.then(interrupt::Sentinel::start).flatten() {
         lookups.interrupted = Box::new(move || sentinel.interrupted());
     }
-    network::for_step(settings, hosts.iter().flat_map(|h| h.iter()), &lookups)
+    network::decision::for_step(settings, hosts.iter().flat_map(|h| h.iter()), &lookups)
 }
 
 /// The step's nodes: the map's, else the allocation's (a superset).
-fn step_hosts(decision: &Decision) -> Option<core::hostlist::HostList> {
-    if let Decision::Map { map, .. } = decision {
+fn step_hosts(verdict: &Verdict) -> Option<core::hostlist::HostList> {
+    if let Verdict::Map { map, .. } = verdict {
         return Some(map.hosts.clone());
     }
     ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
@@ -347,19 +350,19 @@ fn step_hosts(decision: &Decision) -> Option<core::hostlist::HostList> {
         .and_then(|list| core::hostlist::HostList::parse(&list, MAX_NODES as usize).ok())
 }
 
-/// srun's decision on the layout of a step that may run: the map, or
-/// `none` when Slurm gave none (the tasks then rebuild the layout); with
-/// slurmctld's record of the step in `word`.
-fn map_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<Decision> {
-    let (job, step) = (word.job, word.step);
+/// srun's verdict on the layout of a step that may run: the map, or
+/// `Rebuild` when Slurm gave none (the tasks then rebuild the layout); with
+/// slurmctld's record of the step in `handoff`.
+fn map_for(spank: &Spank, settings: &Settings, handoff: &mut Handoff) -> Result<Verdict> {
+    let (job, step) = (handoff.job, handoff.step);
     // slurmctld's record of the step, first: its reserved ports and GPU
     // binding are srun's word even where the layout cannot be had.
     let info = step_info(spank, job, step);
     // The tasks read the step's reserved ports from SLURM_STEP_RESV_PORTS,
     // which Slurm sets only for a step it reserved ports for: otherwise the
     // one in srun's environment (an outer step's, the user's) passes through.
-    word.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
-    word.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
+    handoff.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
+    handoff.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
         Some(bind) => StepBind::Bound(bind.clone()),
         None => StepBind::None,
     });
@@ -371,43 +374,23 @@ fn map_for(spank: &Spank, settings: &Settings, word: &mut Handoff) -> Result<Dec
         Err(e) => {
             let tasks = spank.total_task_count()?;
             let nodelist = std::env::var("SLURM_NODELIST").ok();
-            let launch = core::Launch {
-                tasks,
-                nodelist: nodelist.as_deref(),
-                ..core::Launch::default()
-            };
-            core::check_before_launch(settings, &launch)?;
-            log::info!("{e}: the tasks rebuild the layout");
-            return Ok(Decision::Verdict(Verdict::None));
+            return without_map(settings, e, tasks, nodelist.as_deref());
         }
     };
     let (map, hosts_text) = component.into_map(job, step)?;
     outside_het_step(spank, job, step, map.runs.len())?;
-    // Unknown (None) only where Slurm would not say: nothing refused then.
-    let command = spank.job_argv().ok();
-    core::check_before_launch(
-        settings,
-        &core::Launch {
-            tasks: map.runs.len(),
-            nodelist: Some(&hosts_text),
-            nodes: Some(map.hosts.len() as u32),
-            resv_ports: info.as_ref().and_then(|i| i.resv_ports.as_deref()),
-            most_local: Some(most_local(&map)),
-            command: command.as_deref(),
-        },
-    )?;
-    check_gpus(settings, &map, info.as_ref())?;
-    let decision = Decision::Map {
-        map,
-        hosts: hosts_text,
+    let resv_ports = info.as_ref().and_then(|i| i.resv_ports.as_deref());
+    let checks = Checks {
+        resv_ports,
+        info: info.as_ref(),
+        het_nodelists: None,
     };
-    let mapped = Handoff::new(job, step, decision);
-    let len = fits(&mapped)?;
-    log::info!(
-        "task map of step {job}.{step} from slurmctld in {} µs, {len} bytes",
-        took.as_micros(),
-    );
-    Ok(mapped.decision)
+    with_map(spank, settings, map, hosts_text, checks, || {
+        format!(
+            "step {job}.{step} from slurmctld in {} µs",
+            took.as_micros()
+        )
+    })
 }
 
 /// A heterogeneous step whose environment srun was not given: an srun
@@ -456,8 +439,8 @@ fn short_hostname() -> Option<String> {
 
 /// The hand-off's length, within [`MAX_LEN`] (one variable holds less than
 /// 131,072 bytes, and Slurm 22.05 drops a longer one silently).
-fn fits(word: &Handoff) -> Result<usize> {
-    let len = word.encode().len();
+fn fits(handoff: &Handoff) -> Result<usize> {
+    let len = handoff.encode().len();
     if len > MAX_LEN {
         return Err(Error::new(format!(
             "the step's task map would be {len} bytes, over the {MAX_LEN} srun hands to its tasks; use a regular distribution (block, cyclic or plane)"
@@ -491,7 +474,7 @@ fn het_map_for(
     step: u32,
     components: &[(u32, core::hostlist::HostList)],
     info: Option<step_info_rpc::StepInfo>,
-) -> Result<Decision> {
+) -> Result<Verdict> {
     let start = std::time::Instant::now();
     let mut layouts = Vec::with_capacity(components.len());
     for &(component_job, _) in components {
@@ -500,18 +483,71 @@ fn het_map_for(
             Err(e) => {
                 let tasks = number(&mut ProcessEnv, "SLURM_NTASKS")?
                     .ok_or_else(|| Error::new("heterogeneous step without SLURM_NTASKS"))?;
-                let launch = core::Launch {
-                    tasks,
-                    ..core::Launch::default()
-                };
-                core::check_before_launch(settings, &launch)?;
-                log::info!("{e}: the tasks rebuild the layout");
-                return Ok(Decision::Verdict(Verdict::None));
+                return without_map(settings, e, tasks, None);
             }
         }
     }
     let map = task_map::TaskMap::from_components(job, step, &layouts)?;
     let hosts_text = map.hosts.iter().collect::<Vec<_>>().join(",");
+    let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
+    let checks = Checks {
+        // Slurm reserves each component's ports apart: component 0's
+        // record says nothing of the others' nodes, so each component's
+        // tasks check their own reservation.
+        resv_ports: None,
+        info: info.as_ref(),
+        het_nodelists: Some(&nodelists),
+    };
+    with_map(spank, settings, map, hosts_text, checks, || {
+        format!(
+            "heterogeneous step {job}.{step} ({} components) from slurmctld in {} µs",
+            components.len(),
+            start.elapsed().as_micros()
+        )
+    })
+}
+
+/// Without the step's map (`e`: why): srun's check of what it knows (the
+/// step's `tasks`, its `nodelist`), and a verdict of `none` (the tasks
+/// rebuild the layout).
+fn without_map(
+    settings: &Settings,
+    e: Error,
+    tasks: u32,
+    nodelist: Option<&str>,
+) -> Result<Verdict> {
+    let launch = core::Launch {
+        tasks,
+        nodelist,
+        ..core::Launch::default()
+    };
+    core::check_before_launch(settings, &launch)?;
+    log::info!("{e}: the tasks rebuild the layout");
+    Ok(Verdict::Rebuild)
+}
+
+/// What srun checks a map against beside the settings.
+struct Checks<'a> {
+    /// The step's reserved ports, when its record tells them for every node.
+    resv_ports: Option<&'a str>,
+    /// slurmctld's record of the step.
+    info: Option<&'a step_info_rpc::StepInfo>,
+    /// A heterogeneous step's components' node lists: the map must equal
+    /// what the components srun's word cannot reach rebuild.
+    het_nodelists: Option<&'a [core::hostlist::HostList]>,
+}
+
+/// The step's map as srun's verdict, once srun checked the step before
+/// launch against it, whole within [`MAX_LEN`]; `what` names the step and
+/// the fetch's time in srun's log.
+fn with_map(
+    spank: &Spank,
+    settings: &Settings,
+    map: task_map::TaskMap,
+    hosts_text: String,
+    checks: Checks,
+    what: impl FnOnce() -> String,
+) -> Result<Verdict> {
     // Unknown (None) only where Slurm would not say: nothing refused then.
     let command = spank.job_argv().ok();
     core::check_before_launch(
@@ -520,32 +556,27 @@ fn het_map_for(
             tasks: map.runs.len(),
             nodelist: Some(&hosts_text),
             nodes: Some(map.hosts.len() as u32),
-            // Slurm reserves each component's ports apart: component 0's
-            // record says nothing of the others' nodes, so each component's
-            // tasks check their own reservation.
-            resv_ports: None,
+            resv_ports: checks.resv_ports,
             most_local: Some(most_local(&map)),
             command: command.as_deref(),
         },
     )?;
-    check_gpus(settings, &map, info.as_ref())?;
-    let nodelists: Vec<_> = components.iter().map(|(_, nodes)| nodes.clone()).collect();
-    core::check_het_rebuild(&map, &nodelists)?;
-    let mapped = Handoff::new(
+    check_gpus(settings, &map, checks.info)?;
+    if let Some(nodelists) = checks.het_nodelists {
+        core::check_het_rebuild(&map, nodelists)?;
+    }
+    let (job, step) = (map.job, map.step);
+    let handoff = Handoff::new(
         job,
         step,
-        Decision::Map {
+        Verdict::Map {
             map,
             hosts: hosts_text,
         },
     );
-    log::info!(
-        "task map of heterogeneous step {job}.{step} ({} components) from slurmctld in {} µs, {} bytes",
-        components.len(),
-        start.elapsed().as_micros(),
-        fits(&mapped)?
-    );
-    Ok(mapped.decision)
+    let len = fits(&handoff)?;
+    log::info!("task map of {}, {len} bytes", what());
+    Ok(handoff.verdict)
 }
 
 /// This step as slurmctld recorded it, or None (srun's environment is then

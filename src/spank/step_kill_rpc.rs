@@ -221,6 +221,12 @@ impl HostKill {
                 .compare_exchange(IDLE, ASKED, Ordering::Release, Ordering::Relaxed);
     }
 
+    /// In slurmstepd: whether a task of this node refused (asked, whether
+    /// or not the kill was sent since).
+    pub fn refused_here(&self) -> bool {
+        self.shared().state.load(Ordering::Acquire) != IDLE
+    }
+
     /// In slurmstepd: whether a task asked and this node has not sent the
     /// kill yet (then it is this caller's to send).
     pub fn take(&self) -> bool {

@@ -70,14 +70,15 @@ use super::guard::guard;
 use super::handle::{Env, Spank};
 use super::options;
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
-use crate::core::frameworks::Frameworks;
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::handoff::{self, Decision, Early, Handoff, StepBind, Verdict};
-use crate::core::interfaces::Interface;
+use crate::core::handoff::{self, StepBind, Word};
+use crate::core::het::MAX_HET_COMPONENTS;
+use crate::core::network::addresses::Interface;
+use crate::core::node_plan::TaskBinding;
 use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
-use crate::core::plan::TaskBinding;
-use crate::core::step::{het_size, number};
+use crate::core::record::DebugFiles;
+use crate::core::step::number;
 use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
@@ -102,6 +103,8 @@ pub struct Stepd {
     /// the host (never in a task, where a container's environment may have
     /// replaced SLURM_JOB_ID): a refused step is ended in it too.
     leader: OnceLock<Option<u32>>,
+    /// The step's record on this node, begun by `user_init`.
+    record: OnceLock<Option<Box<super::record::Record>>>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -111,7 +114,7 @@ enum Prepared {
     Nothing,
     /// srun refused the step and said why, once for the step: every task
     /// fails, and none ends the step (it ends anyway).
-    RefusedBySrun,
+    Refused,
     /// Every task of the node fails with this error (not said again when
     /// it was already said once, `Kind::Reported`).
     Failed(Error),
@@ -131,6 +134,8 @@ struct Ready {
     /// to hold for every task, each task renders its own).
     here: Option<Vec<(u32, Result<CVars>)>>,
     host_env: HashMap<String, String>,
+    /// Where the tasks' debugging output goes, with a record.
+    debug_files: Option<DebugFiles>,
 }
 
 /// A task's variables as C strings: (name, value).
@@ -149,6 +154,7 @@ impl Stepd {
             placed_in: OnceLock::new(),
             host_kill: OnceLock::new(),
             leader: OnceLock::new(),
+            record: OnceLock::new(),
         }
     }
 
@@ -201,46 +207,17 @@ impl Stepd {
         if !options::asks(spank)? {
             return Ok(Prepared::Nothing);
         }
-        let Words { handoff, early } = handed(spank)?;
-        let Some(mut settings) = options::task_settings(spank, handoff.as_ref(), early.as_ref())?
-        else {
-            return Ok(Prepared::Nothing);
-        };
-        // Only srun's early word: a component of a heterogeneous step that
-        // srun's hand-off did not reach. Without the job's heterogeneous
-        // variables (an srun started outside the job) its layout cannot be
-        // rebuilt; srun refuses the step too, and says why.
-        if handoff.is_none() && early.is_some() {
-            let env = spank.env()?;
-            if het_size(&mut TaskEnv(&env)).ok().flatten().is_none() {
-                return Err(Error::new(NO_HET_VARIABLES));
-            }
-        }
-        // No word from srun at all (an srun without the plugin): the job's
-        // restart count where srun reads it, the job's environment as srun
-        // sent it (here, before any container plugin, never the task's).
-        if handoff.is_none() && early.is_none() {
-            let env = spank.env()?;
-            settings.restart_count = core::step::restart_count(&mut TaskEnv(&env))?;
-        }
-        // Only srun's early word (a heterogeneous step's component srun's
-        // hand-off does not reach): the frameworks the step only inherited
-        // are left out where the step does not fit them, as srun leaves them
-        // out of the components its hand-off reaches.
-        let inherited = match (&handoff, &early) {
-            (None, Some(e)) => e.inherited,
-            _ => Frameworks::default(),
-        };
-        let asked = settings.frameworks;
-        let tres_bind = handoff.as_ref().and_then(|h| h.tres_bind.clone());
-        let no_resv_ports = handoff.as_ref().is_some_and(|h| h.no_resv_ports);
-        let on_host = &mut OnHost(spank, no_resv_ports);
-        let step = match Step::gather_handed(&settings, on_host, handoff)? {
-            Gathered::Step(step) => *step,
+        // srun's word applied in the core, as the CLI twin applies it.
+        let on_host = &mut OnHost(spank);
+        let handed = match Step::gather_handed(on_host, |off_overridden| {
+            options::step_settings(spank, off_overridden)
+        })? {
+            Gathered::Step(handed) => *handed,
             Gathered::Skip => return Ok(Prepared::Nothing),
-            Gathered::Refused => return Ok(Prepared::RefusedBySrun),
+            Gathered::Refused => return Ok(Prepared::Refused),
         };
-        let host_env = spank
+        let tres_bind = handed.tres_bind.clone();
+        let host_env: HashMap<String, String> = spank
             .env()?
             .entries()
             .filter_map(|entry| {
@@ -249,30 +226,24 @@ impl Stepd {
                 Some((name.to_string(), value.to_string()))
             })
             .collect();
-        let node = match inherited.is_empty() {
-            true => Node::prepare(settings, step)?,
-            false => match Node::prepare(settings.clone(), step.clone()) {
-                Ok(node) => node,
-                Err(e) => {
-                    let mut rest = settings;
-                    rest.frameworks = Frameworks::default();
-                    for f in asked.iter().filter(|&f| !inherited.contains(f)) {
-                        rest.frameworks = rest.frameworks.with(f);
-                    }
-                    if rest.frameworks.is_empty() {
-                        log::debug!("{e}: the spec the step only inherited is left out");
-                        return Ok(Prepared::Nothing);
-                    }
-                    Node::prepare(rest, step)?
-                }
-            },
+        let Some(node) = Node::prepare_handed(handed)? else {
+            return Ok(Prepared::Nothing);
         };
+        let record = super::record::begin(spank, &node).map(Box::new);
+        // Only where the run's directory was made. The step's environment
+        // as srun sent it (here on the host, before any container plugin)
+        // says what the user set: that wins, these are defaults.
+        let debug_files = record.as_ref().and_then(|r| {
+            DebugFiles::new(r.run_dir(), |name| host_env.get(name).map(String::as_str))
+        });
+        let _ = self.record.set(record);
+        super::preflight::run(spank, &node)?;
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
                 .into_iter()
                 .map(|(rank, injection)| {
                     if let Ok(i) = &injection {
-                        log::debug!("{}", core::explain(node.step(), rank, i));
+                        log::debug!("{}", core::task_log_line(node.step(), rank, i));
                     }
                     (rank, injection.and_then(c_strings))
                 })
@@ -283,6 +254,7 @@ impl Stepd {
             tres_bind,
             here,
             host_env,
+            debug_files,
         })))
     }
 
@@ -296,7 +268,7 @@ impl Stepd {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             if matches!(
                 &*prepared,
-                Some(Prepared::Ready(_) | Prepared::Failed(_) | Prepared::RefusedBySrun)
+                Some(Prepared::Ready(_) | Prepared::Failed(_) | Prepared::Refused)
             ) {
                 let _ = self.placed_in.set(mount_namespace());
             }
@@ -312,7 +284,7 @@ impl Stepd {
             match &*prepared {
                 None => self.without_user_init(spank, &mut srun_refused),
                 Some(Prepared::Nothing) => Ok(()),
-                Some(Prepared::RefusedBySrun) => {
+                Some(Prepared::Refused) => {
                     srun_refused = true;
                     Err(Error::reported("srun refused this step"))
                 }
@@ -362,6 +334,18 @@ impl Stepd {
     /// did not ask for the plugin has no page and returns at once. Never
     /// fails: a failure here is no task's.
     pub fn task_exit(&self, spank: &Spank) -> i32 {
+        if let Some(Some(record)) = self.record.get() {
+            super::record::task_exit(spank, record);
+        }
+        // A task the plugin refused exits with 1, whatever the step's code:
+        // never a requeue (the refusal would come back with every incarnation).
+        let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
+        if let Some(Prepared::Ready(r)) = &*self.node.lock().unwrap_or_else(PoisonError::into_inner)
+            && !refused_here
+        {
+            let leader = self.leader.get().copied().flatten();
+            super::requeue::task_exit(spank, r.node.settings(), leader);
+        }
         let Some(host_kill) = self.host_kill.get() else {
             return 0;
         };
@@ -388,18 +372,15 @@ impl Stepd {
         if !options::asks(spank)? {
             return Ok(());
         }
-        let Words { handoff, early } = handed(spank)?;
-        if options::task_settings(spank, handoff.as_ref(), early.as_ref())?.is_none() {
+        let word = srun_word(spank)?;
+        let asked = options::step_settings(spank, word.off_overridden())?;
+        if asked.is_none_or(|s| word.kept(s.frameworks).is_empty()) {
             return Ok(());
         }
-        *srun_refused = handoff.is_some_and(|h| h.decision == Decision::Verdict(Verdict::Refused));
+        *srun_refused = word.refused();
         Err(Error::new(NO_USER_INIT))
     }
 }
-
-/// A component of a heterogeneous step that srun's hand-off did not reach,
-/// without the heterogeneous job's variables to rebuild its layout from.
-const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
 
 /// A task of a step that asked for the plugin, without the node's share.
 const NO_USER_INIT: &str = "slurmstepd did not run user_init for this step, so the node's share was not made: failing rather than guessing";
@@ -475,6 +456,14 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
     for (name, value) in vars {
         spank.setenv_c(name, value)?;
     }
+    if let Some(files) = &ready.debug_files {
+        for (name, value) in files.vars(rank) {
+            let bad = || Error::new(format!("{name}: value with NUL"));
+            let value = CString::new(value).map_err(|_| bad())?;
+            let name = CString::new(name).map_err(|_| bad())?;
+            spank.setenv_c(&name, &value)?;
+        }
+    }
     say_replaced(&replaced);
     Ok(())
 }
@@ -502,7 +491,7 @@ fn task_vars(
         None => None,
     };
     let injection = node.task(rank, Some(local), bound.as_ref())?;
-    log::debug!("{}", core::explain(node.step(), rank, &injection));
+    log::debug!("{}", core::task_log_line(node.step(), rank, &injection));
     Ok(injection)
 }
 
@@ -569,9 +558,6 @@ fn het_leader(job: u32, text: &str) -> Option<u32> {
     (leader != 0 && leader < job && job - leader < MAX_HET_COMPONENTS).then_some(leader)
 }
 
-/// Most components of a heterogeneous job this plugin ends a step in.
-const MAX_HET_COMPONENTS: u32 = 128;
-
 /// One line on the user's terminal naming the replaced variables.
 fn say_replaced(replaced: &[String]) {
     if !replaced.is_empty() {
@@ -583,14 +569,6 @@ fn say_replaced(replaced: &[String]) {
     }
 }
 
-/// What srun said to this node's tasks: its hand-off to this very step, or
-/// its early word (set before the step existed).
-#[derive(Default)]
-struct Words {
-    handoff: Option<Handoff>,
-    early: Option<Early>,
-}
-
 /// srun's words to this very step, read and checked once per node (its job
 /// and step from Slurm's items). srun sets its early word before Slurm
 /// copies its environment for any component of the step, then its hand-off,
@@ -599,31 +577,17 @@ struct Words {
 /// id): every component holds one or the other, and a value the user
 /// exported or an outer step left reaches none. So a hand-off naming this
 /// task's own job and step is srun's, in whatever component.
-fn handed(spank: &Spank) -> Result<Words> {
-    let Some(text) = spank.getenv(handoff::VAR)? else {
-        return Ok(Words::default());
-    };
-    if let Some(early) = Early::decode(&text)? {
-        return Ok(Words {
-            handoff: None,
-            early: Some(early),
-        });
-    }
-    Ok(Words {
-        handoff: Handoff::decode(&text, spank.job_id()?, spank.step_id()?)?,
-        early: None,
-    })
+fn srun_word(spank: &Spank) -> Result<Word> {
+    let text = spank.getenv(handoff::VAR)?;
+    Word::decode(text.as_deref(), Some((spank.job_id()?, spank.step_id()?)))
 }
 
 /// Without the options, whether a step asked for the plugin is unknown: the
 /// steps srun handed a word did, and fail rather than run without their
 /// variables.
 fn fail_closed(spank: &Spank) -> Result<()> {
-    match handed(spank) {
-        Ok(Words {
-            handoff: None,
-            early: None,
-        }) => Ok(()),
+    match srun_word(spank) {
+        Ok(Word::Nothing) => Ok(()),
         Ok(_) | Err(_) => Err(Error::new(
             "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
         )),
@@ -631,17 +595,11 @@ fn fail_closed(spank: &Spank) -> Result<()> {
 }
 
 /// The node as slurmstepd shows it in `user_init`, on the host: the step's
-/// environment, the host's GPUs and files, with whether srun's hand-off
-/// says Slurm reserved no ports for the step.
-struct OnHost<'s, 'a>(&'s Spank<'a>, bool);
+/// environment, the host's GPUs and files.
+struct OnHost<'s, 'a>(&'s Spank<'a>);
 
 impl Source for OnHost<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
-        // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved ports
-        // for, and else passes on the one in srun's environment.
-        if name == "SLURM_STEP_RESV_PORTS" && self.1 {
-            return Ok(None);
-        }
         match name {
             // Set per task by slurmstepd after the fork (task.c `exec_task`);
             // here only a value the user exported could be seen. The task
@@ -747,7 +705,7 @@ mod tests {
     fn the_no_user_init_refusal_is_one_short_line() {
         for text in [
             NO_USER_INIT,
-            NO_HET_VARIABLES,
+            crate::core::step::NO_HET_VARIABLES,
             crate::core::step::OUTSIDE_HET,
         ] {
             assert_eq!(Error::new(text).message(), text);

@@ -342,8 +342,8 @@ fn show_config_pairs() {
 }
 
 /// n plugstack files each including `DIR/*.conf` (themselves and each
-/// other): before, every path through the tree was read again, n^8 reads
-/// (n=5: 14.6 s and 339 MB). Each file is now read once, the loop told in
+/// other): read again on every path through the tree, they would cost n^8
+/// reads (n=5: 14.6 s and 339 MB). Each file is read once, the loop told in
 /// one line.
 #[test]
 fn an_include_fan_out_reads_each_file_once() {

@@ -3,9 +3,9 @@
 
 use crate::distribution::Placement;
 use crate::error::Result;
-use crate::interfaces::InterfaceVar;
 use crate::layout::Layout;
-use crate::plan::Gpus;
+use crate::network::addresses::InterfaceVar;
+use crate::node_plan::Gpus;
 use crate::settings::Settings;
 use crate::step::Step;
 

@@ -7,8 +7,8 @@
 
 use super::framework::{Framework, GpuRule, Launch, Task, Vars};
 use crate::error::Result;
-use crate::interfaces::NCCL;
 use crate::limits::MAX_TASKS;
+use crate::network::addresses::NCCL;
 use crate::settings::Settings;
 
 pub static FRAMEWORK: Framework = Framework {

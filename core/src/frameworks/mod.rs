@@ -8,23 +8,28 @@
 mod framework;
 pub mod jax;
 pub mod pytorch;
+pub mod ray;
 pub mod tensorflow;
 
 pub use framework::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
 
 use super::error::{Error, Result, bail, shown};
 use super::gpus::Rules;
-use super::interfaces::{NodeNetwork, VARS};
 use super::layout::Layout;
 use super::limits::check_size;
-pub use super::plan::Gpus;
-use super::plan::Needs;
+pub use super::node_plan::Gpus;
+use super::node_plan::Needs;
 use super::settings::Settings;
+use crate::network::addresses::{NodeNetwork, VARS};
 
 /// Every framework, in the order their ports are handed out and their
 /// variables set.
-pub static FRAMEWORKS: [&Framework; 3] =
-    [&tensorflow::FRAMEWORK, &pytorch::FRAMEWORK, &jax::FRAMEWORK];
+pub static FRAMEWORKS: [&Framework; 4] = [
+    &tensorflow::FRAMEWORK,
+    &pytorch::FRAMEWORK,
+    &jax::FRAMEWORK,
+    &ray::FRAMEWORK,
+];
 
 /// The value of a framework's option that turns it off for one step, though
 /// the job (sbatch, salloc) or the site asked for it: `--tf-cluster=off`.
@@ -35,7 +40,7 @@ pub const OFF: &str = "off";
 pub const ALL_OFF: &str = "tf-off";
 
 /// [`ALL_OFF`]'s help.
-pub const ALL_OFF_HELP: &str = "no framework's variables for this step, whatever the job asked (one framework: --tf-cluster=off, --torch-cluster=off, --jax-cluster=off)";
+pub const ALL_OFF_HELP: &str = "no framework's variables for this step, whatever the job asked (one framework: --tf-cluster=off, --torch-cluster=off, --jax-cluster=off, --ray-cluster=off)";
 
 /// Checks a framework option's value as srun, sbatch and salloc take it:
 /// [`OFF`], the empty value (the bare option), or the framework's argument.

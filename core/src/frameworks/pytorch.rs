@@ -14,8 +14,8 @@
 
 use super::framework::{Arg, Framework, GpuRule, Launch, Task, Vars};
 use crate::error::{Result, bail};
-use crate::interfaces::{GLOO, NCCL, TENSORPIPE};
 use crate::limits::MAX_TASKS;
+use crate::network::addresses::{GLOO, NCCL, TENSORPIPE};
 use crate::settings::Settings;
 // Declared before the settings, which hold the step's choice.
 pub use crate::rendezvous::{DEFAULT_MAX_RESTARTS, Rendezvous};
@@ -154,7 +154,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     // requeued job starts its step ids at 0 again), the same in every
     // component of a heterogeneous step: torch prefixes its store keys
     // with it.
-    let rdzv_id = task.step.run_id(task.settings.restart_count);
+    let rdzv_id = task.step.run_id();
     let nproc = node_gpus(task)?;
     match task.settings.torch {
         Rendezvous::Static => {

@@ -6,38 +6,27 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::hostlist::HostList;
 use crate::injection::Injection;
-use crate::interfaces::Interface;
 use crate::layout::check_het_rebuild;
+use crate::network::addresses::Interface;
 use crate::node::resolve;
 use crate::roles;
 use crate::settings::Settings;
-use crate::source::{Probe, Source};
+use crate::source::Given;
 use crate::step::Step;
 use crate::task_map::TaskMap;
 
-use super::{Frameworks, jax, pytorch, tensorflow};
+use super::{Frameworks, jax, pytorch, ray, tensorflow};
 
-/// A task's variables, as slurmstepd would show them.
-struct Vars(HashMap<&'static str, String>);
-
-impl Source for Vars {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        Ok(self.0.get(name).cloned())
-    }
-}
-
-impl Probe for Vars {
-    fn gpu_count(&mut self) -> Result<u32> {
-        Ok(0)
-    }
-    /// A node with Slurm's names on eth0 and the fast network on ib0.
-    fn interfaces(&mut self) -> Result<Vec<Interface>> {
-        let iface = |name: &str, addr: &str| Interface {
-            name: name.into(),
-            addrs: vec![addr.parse().unwrap()],
-        };
-        Ok(vec![iface("eth0", "172.18.0.2"), iface("ib0", "10.98.0.2")])
-    }
+/// A task's variables, as slurmstepd would show them, on a node without
+/// GPUs, with Slurm's names on eth0 and the fast network on ib0.
+fn given(vars: HashMap<&'static str, String>) -> Given {
+    let iface = |name: &str, addr: &str| Interface {
+        name: name.into(),
+        addrs: vec![addr.parse().unwrap()],
+    };
+    Given::vars(vars)
+        .gpus(0)
+        .interfaces(vec![iface("eth0", "172.18.0.2"), iface("ib0", "10.98.0.2")])
 }
 
 /// A task of `srun -n1 -w node3 : -N2 -n3 -w node1,node2`, as measured on
@@ -56,7 +45,7 @@ fn het_task(procid: &str, node_id: &str, gtids: &str, dist: &str) -> Step {
         ("SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"),
     ];
     let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-    Step::gather(&Settings::default(), &mut Vars(vars))
+    Step::gather(&Settings::default(), &mut given(vars))
         .unwrap()
         .step()
         .unwrap()
@@ -98,7 +87,7 @@ fn torch_and_jax_from_the_same_layout() {
         ..Settings::default()
     };
     settings.set("host-template", "{}-ib").unwrap();
-    let step = Step::gather(&settings, &mut Vars(vars))
+    let step = Step::gather(&settings, &mut given(vars))
         .unwrap()
         .step()
         .unwrap();
@@ -199,7 +188,7 @@ fn the_evaluator_runs_beside_the_cluster() {
             ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
         ];
         let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-        let step = Step::gather(&settings, &mut Vars(vars))
+        let step = Step::gather(&settings, &mut given(vars))
             .unwrap()
             .step()
             .unwrap();
@@ -307,7 +296,7 @@ fn one_torchrun_per_node() {
             ("SLURM_TF_CLUSTER", map),
         ];
         let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-        let step = Step::gather(&settings, &mut Vars(vars))
+        let step = Step::gather(&settings, &mut given(vars))
             .unwrap()
             .step()
             .unwrap();
@@ -391,7 +380,7 @@ fn a_node_prepared_once_serves_each_of_its_tasks() {
             .chain(extra)
             .map(|&(k, v)| (k, v.to_string()))
             .collect();
-        Step::gather(&settings, &mut Vars(vars))
+        Step::gather(&settings, &mut given(vars))
             .unwrap()
             .step()
             .unwrap()
@@ -443,7 +432,7 @@ fn no_task_sets_what_a_container_runtime_reads() {
         ("ROCR_VISIBLE_DEVICES", "0,1"),
     ];
     let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-    let mut step = Step::gather(&Settings::default(), &mut Vars(vars))
+    let mut step = Step::gather(&Settings::default(), &mut given(vars))
         .unwrap()
         .step()
         .unwrap();
@@ -477,7 +466,7 @@ fn a_nodes_tasks_rendered_ahead() {
     ];
     let vars: HashMap<_, _> = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
     let settings = Settings::default();
-    let step = Step::gather(&settings, &mut Vars(vars))
+    let step = Step::gather(&settings, &mut given(vars))
         .unwrap()
         .step()
         .unwrap();
@@ -523,7 +512,7 @@ fn a_het_step_has_one_rendezvous_id() {
             ("SLURM_STEP_ID", "0"),
         ];
         let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-        let step = Step::gather(&settings, &mut Vars(vars))
+        let step = Step::gather(&settings, &mut given(vars))
             .unwrap()
             .step()
             .unwrap();
@@ -649,7 +638,7 @@ fn launcher(
 }
 
 fn resolve_vars(settings: &Settings, vars: Vec<(&'static str, String)>) -> Result<Injection> {
-    let step = Step::gather(settings, &mut Vars(vars.into_iter().collect()))?.step()?;
+    let step = Step::gather(settings, &mut given(vars.into_iter().collect()))?.step()?;
     resolve(settings, &step)
 }
 
@@ -747,25 +736,30 @@ fn elastic_addresses_follow_the_host_template() {
 /// stay JOB.STEP.
 #[test]
 fn ids_carry_the_jobs_restart_count() {
+    // srun's hand-off carries the count to the tasks.
+    let restarted = |procid: &str, node: &str, k: u32| {
+        let mut vars = launcher(procid, node, &[]);
+        for (name, value) in &mut vars {
+            if *name == "SLURM_TF_CLUSTER" {
+                value.push_str(&format!(";restart={k}"));
+            }
+        }
+        vars
+    };
     for value in ["", "elastic"] {
-        let mut settings = torch(value);
-        settings.restart_count = 1;
-        let task = resolve_vars(&settings, launcher("1", "node1", &[])).unwrap();
+        let settings = torch(value);
+        let task = resolve_vars(&settings, restarted("1", "node1", 1)).unwrap();
         assert_eq!(task.get("PET_RDZV_ID"), Some("4242.7.r1"), "{value:?}");
         assert_eq!(
             task.get("TF_CLUSTER_RUN_ID"),
             Some("4242.7.r1"),
             "{value:?}"
         );
-        settings.restart_count = 12;
-        let task = resolve_vars(&settings, launcher("1", "node1", &[])).unwrap();
+        let task = resolve_vars(&settings, restarted("1", "node1", 12)).unwrap();
         assert_eq!(task.get("PET_RDZV_ID"), Some("4242.7.r12"), "{value:?}");
     }
-    let tf = Settings {
-        restart_count: 3,
-        ..Settings::default()
-    };
-    let task = resolve_vars(&tf, launcher("2", "node2", &[])).unwrap();
+    let tf = Settings::default();
+    let task = resolve_vars(&tf, restarted("2", "node2", 3)).unwrap();
     assert!(task.get("TF_CONFIG").is_some());
     assert_eq!(task.get("TF_CLUSTER_RUN_ID"), Some("4242.7.r3"));
     assert_eq!(task.get("PET_RDZV_ID"), None);
@@ -780,14 +774,19 @@ fn ids_carry_the_jobs_restart_count() {
 /// component, with the restart count.
 #[test]
 fn a_het_steps_run_id_names_the_first_component() {
-    let step = Step {
+    let mut step = Step {
         job_step: Some((16, 0)),
         het_job_id: Some(15),
         ..Step::default()
     };
-    assert_eq!(step.run_id(0).as_deref(), Some("15.0"));
-    assert_eq!(step.run_id(2).as_deref(), Some("15.0.r2"));
-    assert_eq!(Step::default().run_id(1), None);
+    assert_eq!(step.run_id().as_deref(), Some("15.0"));
+    step.restart_count = 2;
+    assert_eq!(step.run_id().as_deref(), Some("15.0.r2"));
+    let anonymous = Step {
+        restart_count: 1,
+        ..Step::default()
+    };
+    assert_eq!(anonymous.run_id(), None);
 }
 
 /// srun reads the restart count from its environment's SLURM_RESTART_COUNT
@@ -796,7 +795,7 @@ fn a_het_steps_run_id_names_the_first_component() {
 fn the_restart_count_is_slurms_variable() {
     let count = |vars: &[(&'static str, &str)]| {
         let vars = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        crate::step::restart_count(&mut Vars(vars))
+        crate::step::restart_count(&mut given(vars))
     };
     assert_eq!(count(&[]).unwrap(), 0);
     assert_eq!(count(&[("SLURM_RESTART_COUNT", "2")]).unwrap(), 2);
@@ -924,7 +923,11 @@ fn every_setting_has_a_key_an_argument_and_help() {
             "rpc-layer",
             "host-template",
             "network",
-            "apptainer-env"
+            "apptainer-env",
+            "preflight",
+            "record",
+            "record-log",
+            "requeue-on"
         ]
     );
     for s in &crate::settings::SETTINGS {
@@ -935,7 +938,10 @@ fn every_setting_has_a_key_an_argument_and_help() {
         .iter()
         .map(|f| f.option)
         .collect();
-    assert_eq!(options, ["tf-cluster", "torch-cluster", "jax-cluster"]);
+    assert_eq!(
+        options,
+        ["tf-cluster", "torch-cluster", "jax-cluster", "ray-cluster"]
+    );
 }
 
 /// `torch-cluster=elastic:2` in plugstack.conf: the rendezvous a bare
@@ -975,11 +981,11 @@ fn the_site_may_make_torchrun_elastic() {
 
 /// What a node's tasks get on the step's network: the frameworks'
 /// interface variables but the user's own, which stay as they are (which
-/// are the user's: network.rs).
+/// are the user's: network/decision.rs).
 #[test]
 fn a_users_interface_variable_is_kept_not_set() {
-    let found = |kept: &[&str]| crate::interfaces::NodeNetwork {
-        network: crate::interfaces::Network::parse("eth1").unwrap(),
+    let found = |kept: &[&str]| crate::network::addresses::NodeNetwork {
+        network: crate::network::addresses::Network::parse("eth1").unwrap(),
         interface: "eth1".into(),
         kept: kept.iter().map(|k| k.to_string()).collect(),
     };
@@ -1019,7 +1025,7 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
         .collect();
     let mut names: BTreeSet<String> = crate::gpus::DEVICE_VARS
         .iter()
-        .chain(crate::interfaces::VARS.iter().map(|v| &v.name))
+        .chain(crate::network::addresses::VARS.iter().map(|v| &v.name))
         .chain([&crate::step::RUN_ID_VAR])
         .map(|n| n.to_string())
         .collect();
@@ -1223,4 +1229,143 @@ fn torchrun_with_several_tasks_on_a_node_is_refused_before_launch() {
     );
     check(&launch(&command, 1)).unwrap();
     check(&launch(&direct, 4)).unwrap();
+}
+
+/// A task of `srun -N3 --ntasks-per-node=1 --ray-cluster
+/// --tf-host-template={}-ib`, job 7 step 0, rank `rank` on n{rank+1}, with
+/// the ports `resv` reserved by Slurm (None: no MpiParams=ports).
+fn ray_task(rank: u32, resv: Option<&str>, job: &str) -> Injection {
+    let node = rank.to_string();
+    let mut vars: HashMap<&'static str, String> = [
+        ("SLURM_PROCID", node.as_str()),
+        ("SLURM_STEP_NUM_TASKS", "3"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+        ("SLURM_NODEID", node.as_str()),
+        ("SLURM_GTIDS", node.as_str()),
+        ("SLURM_JOB_ID", job),
+        ("SLURM_STEP_ID", "0"),
+        (
+            "SLURM_TF_CLUSTER",
+            &format!("1;{job}.0;verdict=none;net=10.98.0.0/29"),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect();
+    if let Some(r) = resv {
+        vars.insert("SLURM_STEP_RESV_PORTS", r.to_string());
+    }
+    let mut settings = Settings {
+        frameworks: Frameworks::only(&ray::FRAMEWORK),
+        ..Settings::default()
+    };
+    settings.set("host-template", "{}-ib").unwrap();
+    let step = Step::gather(&settings, &mut given(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    resolve(&settings, &step).unwrap()
+}
+
+/// Ray's ports, by `ray start`'s defaults, are fixed (GCS 6379, client
+/// server 10001, dashboard 8265, dashboard agent 52365, workers
+/// 10002-19999) or random: every Ray of a node would meet. Here every one
+/// is the step's: 9 ports in `ray start`'s flags, then 55 for the workers;
+/// the head at rank 0's address on the template's network.
+#[test]
+fn ray_takes_every_port_from_the_step() {
+    let worker = ray_task(1, Some("12000-12063"), "7");
+    assert_eq!(
+        vars_of(&worker),
+        [
+            ("RAY_ADDRESS", "n1-ib:12000"),
+            ("TF_CLUSTER_RAY_NODE", "n2-ib"),
+            ("TF_CLUSTER_RAY_TEMP_DIR", "/tmp/ray-7.0"),
+            (
+                "TF_CLUSTER_RAY_ARGS",
+                "--node-manager-port=12001 --object-manager-port=12002 --runtime-env-agent-port=12003 --dashboard-agent-grpc-port=12004 --dashboard-agent-listen-port=12005 --metrics-export-port=12006 --min-worker-port=12009 --max-worker-port=12063 --temp-dir=/tmp/ray-7.0"
+            ),
+            ("NCCL_SOCKET_IFNAME", "=ib0"),
+            ("TF_CLUSTER_RUN_ID", "7.0"),
+        ]
+    );
+    // The head's own ports on rank 0's node only.
+    let head = ray_task(0, Some("12000-12063"), "7");
+    assert_eq!(
+        head.get("TF_CLUSTER_RAY_HEAD_ARGS"),
+        Some("--port=12000 --ray-client-server-port=12007 --dashboard-port=12008")
+    );
+    assert_eq!(head.get("TF_CLUSTER_RAY_NODE"), Some("n1-ib"));
+    // Reserved ports with a gap among the workers': a list (22 + 33).
+    let gap = ray_task(2, Some("12000-12030,12100-12132"), "7");
+    let args = gap.get("TF_CLUSTER_RAY_ARGS").unwrap();
+    let list: Vec<String> = (12009..=12030)
+        .chain(12100..=12132)
+        .map(|p: u16| p.to_string())
+        .collect();
+    assert!(
+        args.contains(&format!("--worker-port-list={} ", list.join(","))),
+        "{args}"
+    );
+}
+
+/// Without a reservation, a Ray step takes a block of 64 ports (16 slots):
+/// job 4242, step 0 of the default range 20000-29499 (2,375 slots, 148
+/// blocks of 16 slots): block 4242 × 16 mod 148 = 88, from port
+/// 20000 + 88 × 64 = 25632 to 25695.
+#[test]
+fn ray_without_reserved_ports_takes_a_block_of_its_own() {
+    let task = ray_task(0, None, "4242");
+    assert_eq!(task.get("RAY_ADDRESS"), Some("n1-ib:25632"));
+    assert_eq!(
+        task.get("TF_CLUSTER_RAY_HEAD_ARGS"),
+        Some("--port=25632 --ray-client-server-port=25639 --dashboard-port=25640")
+    );
+    let args = task.get("TF_CLUSTER_RAY_ARGS").unwrap();
+    assert!(
+        args.contains("--min-worker-port=25641 --max-worker-port=25695"),
+        "{args}"
+    );
+}
+
+/// What cannot work is refused by srun before launch, in one line: a
+/// reservation smaller than Ray's 64 ports (65 with PyTorch's MASTER_PORT),
+/// and several tasks on a node.
+#[test]
+fn ray_refusals_before_launch() {
+    let ray_only = Settings {
+        frameworks: Frameworks::only(&ray::FRAMEWORK),
+        ..Settings::default()
+    };
+    let with_torch = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK).with(&ray::FRAMEWORK),
+        ..Settings::default()
+    };
+    let launch = |resv_ports, most_local| super::Launch {
+        tasks: 3,
+        nodelist: Some("node[1-3]"),
+        nodes: Some(3),
+        resv_ports,
+        most_local: Some(most_local),
+        ..super::Launch::default()
+    };
+    let check = |s: &Settings, l: &super::Launch| {
+        super::check_before_launch(s, l).map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        check(&ray_only, &launch(Some("12000-12003"), 1)).unwrap_err(),
+        "Slurm reserved 4 port(s) (12000-12003) for this step but it needs 64 on a node: ask for them with srun --resv-ports=64"
+    );
+    check(&ray_only, &launch(Some("12000-12063"), 1)).unwrap();
+    check(&ray_only, &launch(None, 1)).unwrap();
+    assert!(
+        check(&with_torch, &launch(Some("12000-12063"), 1))
+            .unwrap_err()
+            .ends_with("srun --resv-ports=65")
+    );
+    assert_eq!(
+        check(&ray_only, &launch(Some("12000-12999"), 2)).unwrap_err(),
+        "--ray-cluster runs one Ray node per Slurm node, but the step has 2 tasks on a node: use --ntasks-per-node=1 (Ray starts each node's workers itself)"
+    );
 }

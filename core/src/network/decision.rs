@@ -1,26 +1,9 @@
-//! The fast network: which interface of this node carries the step's data
-//! connections, and the variables that tell the frameworks so.
-//!
-//! A step names its network in one of two ways: `--tf-network=ib0|CIDR`
-//! (a setting, [`Network`]), or the host template, whose names srun resolves
-//! before launch (it is the user's process: DNS may take its time there) and
-//! hands every task as the smallest subnet holding every node's address
-//! ([`covering`], in its hand-off, crate::handoff). Each node then only lists its own interfaces
-//! (getifaddrs, no DNS, no fork: crate::os::node_interfaces) and picks the one
-//! carrying an address on that network ([`choose`]). Without srun's word (the
-//! components of a heterogeneous step srun's variable does not reach) a node
-//! looks its own template name up in /etc/hosts only: a bounded file read.
+//! The step's network decided: srun's, before launch ([`for_step`]), and
+//! each node's interface on it ([`for_node`]).
 
-use std::net::IpAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
+use super::addresses::{Network, NodeNetwork, VARS, choose, covering};
+use super::lookups::{Lookups, resolve_all};
 use crate::error::{Error, Kind, Result, bail};
-// The pure types, where the shell and the hand-off name them.
-pub use crate::interfaces::{
-    Cidr, GLOO, Interface, InterfaceVar, NCCL, Network, NodeNetwork, TENSORPIPE, VARS, choose,
-    covering,
-};
 use crate::settings::Settings;
 use crate::source::{Probe, Source};
 
@@ -39,127 +22,6 @@ fn origin(settings: &Settings) -> String {
         (None, Some(t)) => format!("the network of --tf-host-template={t}"),
         (None, None) => "no network".into(),
     }
-}
-
-/// Most host-template lookups srun runs at once.
-pub const MAX_PARALLEL_LOOKUPS: usize = 32;
-
-/// The time all of a step's host-template lookups together may take in
-/// srun: past it the step is refused in one line naming it.
-pub const LOOKUP_DEADLINE: Duration = Duration::from_secs(10);
-
-/// A name lookup (the system's resolver in srun, a stand-in in tests).
-pub type Resolver = Arc<dyn Fn(&str) -> Result<Vec<IpAddr>> + Send + Sync>;
-
-/// How srun looks the template's names up: the resolver, the deadline for
-/// all of them, how many at once, and whether the user interrupted srun.
-pub struct Lookups {
-    pub resolve: Resolver,
-    pub deadline: Duration,
-    pub parallel: usize,
-    pub interrupted: Box<dyn Fn() -> bool>,
-}
-
-impl Lookups {
-    /// srun's: `resolve`, [`LOOKUP_DEADLINE`], [`MAX_PARALLEL_LOOKUPS`].
-    pub fn new(resolve: Resolver) -> Lookups {
-        Lookups {
-            resolve,
-            deadline: LOOKUP_DEADLINE,
-            parallel: MAX_PARALLEL_LOOKUPS,
-            interrupted: Box::new(|| false),
-        }
-    }
-}
-
-/// How often the waiting thread checks for an interrupt.
-const POLL: Duration = Duration::from_millis(50);
-
-/// The addresses of each of `names`, in order: at most `lookups.parallel`
-/// lookups at once in worker threads, all of them within `lookups.deadline`,
-/// the wait ended early by an interrupt. A lookup cannot be cancelled
-/// (getaddrinfo): one still running when srun gives up is left behind, its
-/// thread detached, and its answer dropped.
-fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::mpsc;
-    let start = std::time::Instant::now();
-    let queue = Arc::new(Mutex::new(
-        names
-            .iter()
-            .cloned()
-            .enumerate()
-            .collect::<Vec<_>>()
-            .into_iter(),
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (send, answers) = mpsc::channel::<(usize, Result<Vec<IpAddr>>)>();
-    let workers = lookups.parallel.clamp(1, names.len().max(1));
-    let mut started = 0;
-    for _ in 0..workers {
-        let (queue, stop, send, resolve) = (
-            queue.clone(),
-            stop.clone(),
-            send.clone(),
-            lookups.resolve.clone(),
-        );
-        let spawned = std::thread::Builder::new()
-            .name("tf-cluster-lookup".into())
-            .stack_size(256 << 10)
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
-                    let Some((i, name)) = next else { break };
-                    if send.send((i, resolve(&name))).is_err() {
-                        break;
-                    }
-                }
-            });
-        if spawned.is_ok() {
-            started += 1;
-        }
-    }
-    drop(send);
-    if started == 0 && !names.is_empty() {
-        bail!("cannot start a thread to look the host template's names up");
-    }
-    let mut found: Vec<Option<Vec<IpAddr>>> = vec![None; names.len()];
-    let mut left = names.len();
-    let give_up = |why: String| -> Result<Vec<Vec<IpAddr>>> {
-        stop.store(true, Ordering::Relaxed);
-        Err(Error::new(why))
-    };
-    while left > 0 {
-        if (lookups.interrupted)() {
-            stop.store(true, Ordering::Relaxed);
-            return Err(Error::interrupted(format!(
-                "interrupted while looking up the host template's names ({} of {} answered)",
-                names.len() - left,
-                names.len()
-            )));
-        }
-        let Some(remaining) = lookups.deadline.checked_sub(start.elapsed()) else {
-            return give_up(format!(
-                "the host template's names did not all resolve within {:?} ({} of {} answered; srun waits at most that long for all of them)",
-                lookups.deadline,
-                names.len() - left,
-                names.len()
-            ));
-        };
-        match answers.recv_timeout(remaining.min(POLL)) {
-            Ok((i, Ok(addrs))) => {
-                found[i] = Some(addrs);
-                left -= 1;
-            }
-            Ok((_, Err(e))) => return give_up(e.to_string()),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return give_up("a host-template lookup ended without an answer".into());
-            }
-        }
-    }
-    Ok(found.into_iter().map(Option::unwrap_or_default).collect())
 }
 
 /// srun's decision for the step's network, before launch: `--tf-network`
@@ -281,35 +143,12 @@ fn origin_of(settings: &Settings, network: &Network) -> String {
 mod tests {
     use super::*;
 
-    use crate::interfaces::etc_hosts_lookup;
-    use crate::interfaces::tests::{iface, ip, node};
-
-    /// A task as slurmstepd shows it: variables, the node's interfaces, and
-    /// its /etc/hosts.
-    struct Node {
-        vars: Vec<(&'static str, String)>,
-        interfaces: Vec<Interface>,
-        hosts: &'static str,
-    }
-
-    impl Source for Node {
-        fn var(&mut self, name: &str) -> Result<Option<String>> {
-            Ok(self
-                .vars
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.clone()))
-        }
-    }
-
-    impl Probe for Node {
-        fn interfaces(&mut self) -> Result<Vec<Interface>> {
-            Ok(self.interfaces.clone())
-        }
-        fn resolve(&mut self, host: &str) -> Result<Vec<IpAddr>> {
-            Ok(etc_hosts_lookup(self.hosts, host))
-        }
-    }
+    use crate::network::addresses::tests::{iface, ip, node};
+    use crate::network::lookups::{LOOKUP_DEADLINE, MAX_PARALLEL_LOOKUPS, Resolver};
+    use crate::source::Given;
+    use std::net::IpAddr;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     fn template() -> Settings {
         let mut s = Settings::default();
@@ -437,11 +276,7 @@ mod tests {
 
     #[test]
     fn each_node_finds_its_interface_or_refuses_in_one_line() {
-        let task = |interfaces| Node {
-            vars: vec![("SLURMD_NODENAME", "node3".into())],
-            interfaces,
-            hosts: "",
-        };
+        let task = |interfaces| Given::vars([("SLURMD_NODENAME", "node3")]).interfaces(interfaces);
         let net = || Some(Network::parse("10.98.0.0/29").ok());
         let found = for_node(&template(), &mut task(node()), net(), Some("node3"))
             .unwrap()
@@ -474,31 +309,19 @@ mod tests {
     #[test]
     fn a_users_variable_is_kept_only_where_the_tasks_receive_it() {
         let eth1 = || Some(Network::parse("eth1").ok());
-        let mut none = Node {
-            vars: vec![],
-            interfaces: node(),
-            hosts: "",
-        };
+        let mut none = Given::vars(Vec::<(&str, String)>::new()).interfaces(node());
         let found = for_node(&template(), &mut none, eth1(), Some("node1"))
             .unwrap()
             .unwrap();
         assert!(found.kept.is_empty(), "{:?}", found.kept);
-        let mut all = Node {
-            vars: vec![("NCCL_SOCKET_IFNAME", "=eth0".into())],
-            interfaces: node(),
-            hosts: "",
-        };
+        let mut all = Given::vars([("NCCL_SOCKET_IFNAME", "=eth0")]).interfaces(node());
         let found = for_node(&template(), &mut all, eth1(), Some("node1"))
             .unwrap()
             .unwrap();
         assert_eq!(found.kept, ["NCCL_SOCKET_IFNAME"]);
         // A value given on srun's line (`--export=GLOO_SOCKET_IFNAME=eth0`)
         // is in the step's environment though srun's own had none.
-        let mut given = Node {
-            vars: vec![("GLOO_SOCKET_IFNAME", "eth0".into())],
-            interfaces: node(),
-            hosts: "",
-        };
+        let mut given = Given::vars([("GLOO_SOCKET_IFNAME", "eth0")]).interfaces(node());
         let found = for_node(&template(), &mut given, eth1(), Some("node1"))
             .unwrap()
             .unwrap();
@@ -509,11 +332,9 @@ mod tests {
     /// heterogeneous step): /etc/hosts only, and the task's own variables.
     #[test]
     fn without_srun_a_node_reads_etc_hosts_only() {
-        let mut n = Node {
-            vars: vec![("GLOO_SOCKET_IFNAME", "eth0".into())],
-            interfaces: node(),
-            hosts: "10.98.0.3 node2-ib\n",
-        };
+        let mut n = Given::vars([("GLOO_SOCKET_IFNAME", "eth0")])
+            .interfaces(node())
+            .etc_hosts("10.98.0.3 node2-ib\n");
         let found = for_node(&template(), &mut n, None, Some("node2"))
             .unwrap()
             .unwrap();

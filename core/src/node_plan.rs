@@ -1,7 +1,7 @@
 //! The node's plan: what every task of one node shares, from what Slurm says
 //! of the step ([`Step`]), its [`Layout`] and the settings: the frameworks'
 //! ports and the GPUs of each local task (the node's fast-network interface is
-//! the step's, [`crate::network::for_node`]).
+//! the step's, [`crate::network::decision::for_node`]).
 //! It knows no framework: what they need comes in as data ([`Needs`]), and
 //! each framework's variables are rendered from it (crate::frameworks).
 
@@ -88,7 +88,7 @@ pub struct TaskBinding {
 }
 
 /// The plan shared by every task of a node.
-pub struct Plan {
+pub struct NodePlan {
     pub ports: PortPlan,
     /// The node's GPU plan, or why there is none: refused in each task that
     /// takes it, never while planning (the plan is made where a failure
@@ -101,7 +101,7 @@ pub struct Plan {
     node_tasks: u32,
 }
 
-impl Plan {
+impl NodePlan {
     /// `this_node`: the node's index in the layout, when known.
     pub fn new(
         settings: &Settings,
@@ -109,7 +109,7 @@ impl Plan {
         layout: &Layout,
         this_node: Option<u32>,
         needs: &Needs,
-    ) -> Result<Plan> {
+    ) -> Result<NodePlan> {
         let ports = PortPlan::new(settings, step, &needs.ports)?;
         // PyTorch's and JAX's rules share this node's GPUs among this
         // node's tasks; TensorFlow's slice is as wide as the busiest node's.
@@ -119,7 +119,7 @@ impl Plan {
             (None, Some(gtids)) => gtids.len() as u32,
             (None, None) => local_tasks,
         };
-        let mut plan = Plan {
+        let mut plan = NodePlan {
             ports,
             // Made just below, from the plan's own counts.
             gpus: Ok(GpuPlan::untouched()),

@@ -1,0 +1,410 @@
+//! `tf-cluster ray [RAY_START_ARGS…] -- CMD…`: run by every task of a
+//! `--ray-cluster` step (one per node). On rank 0's node it starts Ray's head
+//! and runs CMD as the driver; elsewhere it starts a worker node that ends
+//! when the head ends. Every `ray start` flag comes from the variables the
+//! plugin set (ports, temp directory, this node's address); the step ends
+//! with CMD's exit code. It stops only the Ray processes this step started
+//! (its own process group, and any process of the user naming the step's
+//! temp directory), never a node-wide `ray stop`, and removes the step's
+//! temp directory.
+
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use tf_cluster_core::frameworks::ray::{ARGS_VAR, HEAD_ARGS_VAR, NODE_VAR, TEMP_VAR};
+
+/// How long the head's GCS may take to accept connections, and all the
+/// step's nodes to join, before the step fails.
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+/// A signal that asked this task to end (SIGTERM, SIGINT), 0 if none.
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNALLED.store(sig, Ordering::SeqCst);
+}
+
+/// What the plugin gave this task.
+struct Given {
+    address: String,
+    args: Vec<String>,
+    head_args: Option<Vec<String>>,
+    node: String,
+    temp: String,
+}
+
+fn var(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| {
+        format!("{name} is not set: run tf-cluster ray in a step started with srun --ray-cluster")
+    })
+}
+
+fn given() -> Result<Given, String> {
+    let words = |s: String| s.split_whitespace().map(String::from).collect();
+    Ok(Given {
+        address: var("RAY_ADDRESS")?,
+        args: words(var(ARGS_VAR)?),
+        head_args: std::env::var(HEAD_ARGS_VAR).ok().map(words),
+        node: var(NODE_VAR)?,
+        temp: var(TEMP_VAR)?,
+    })
+}
+
+/// `name`'s address (an IPv4 one first, as Ray's own default is), resolved
+/// here in the task: Ray's `--node-ip-address` and vLLM's VLLM_HOST_IP take
+/// an address, not a name.
+fn resolve(name: &str) -> Result<IpAddr, String> {
+    let addrs: Vec<SocketAddr> = (name, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("{NODE_VAR}={name} does not resolve: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .map(|a| a.ip())
+        .ok_or_else(|| format!("{NODE_VAR}={name} has no address"))
+}
+
+/// The step's temp directory, made as the user with mode 0700; one that
+/// exists must be the user's own directory (not a link another user left).
+fn make_temp(dir: &str) -> Result<(), String> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{dir}: {e}"))?;
+            if meta.is_dir() && meta.uid() == unsafe { libc::getuid() } {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{dir}, this step's Ray temp directory, exists and is not a directory of yours: remove it"
+                ))
+            }
+        }
+        Err(e) => Err(format!("cannot make {dir}: {e}")),
+    }
+}
+
+/// `ray start` in a process group of its own, with VLLM_HOST_IP (vLLM's
+/// address of the node) for the workers Ray starts from it.
+fn ray_start(ip: IpAddr, flags: &[String]) -> Result<Child, String> {
+    // Ray's banner to stderr: the task's stdout is the driver's.
+    let stderr = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
+    Command::new("ray")
+        .stdout(Stdio::from(stderr))
+        .arg("start")
+        .args(flags)
+        .arg(format!("--node-ip-address={ip}"))
+        .arg("--disable-usage-stats")
+        .arg("--block")
+        .env("VLLM_HOST_IP", ip.to_string())
+        .env("RAY_USAGE_STATS_ENABLED", "0")
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot run ray start (is Ray's venv on PATH?): {e}"))
+}
+
+fn head_addr(address: &str) -> Result<SocketAddr, String> {
+    address
+        .to_socket_addrs()
+        .map_err(|e| format!("RAY_ADDRESS={address}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("RAY_ADDRESS={address} has no address"))
+}
+
+fn reachable(addr: &SocketAddr) -> bool {
+    TcpStream::connect_timeout(addr, Duration::from_secs(2)).is_ok()
+}
+
+/// Waits until `addr` accepts connections, while `ray` runs.
+fn wait_for(addr: &SocketAddr, ray: &mut Child) -> Result<(), String> {
+    let end = Instant::now() + START_TIMEOUT;
+    while !reachable(addr) {
+        if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!(
+                "ray start ended ({}) before the head was up",
+                show(status)
+            ));
+        }
+        if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
+            return Err(format!("the Ray head at {addr} did not come up"));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    Ok(())
+}
+
+fn show(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (_, Some(s)) => format!("signal {s}"),
+        _ => "ended".into(),
+    }
+}
+
+/// The user's processes whose command line names the step's temp directory
+/// (every Ray process of the step: raylet, GCS, agents, workers).
+fn step_processes(temp: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let uid = unsafe { libc::getuid() };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            let p = format!("/proc/{pid}");
+            std::fs::metadata(&p).is_ok_and(|m| m.uid() == uid)
+                && std::fs::read(format!("{p}/cmdline")).is_ok_and(|c| {
+                    c.windows(temp.len() + 1).any(|w| {
+                        &w[..temp.len()] == temp.as_bytes() && matches!(w[temp.len()], b'/' | 0)
+                    })
+                })
+        })
+        .collect()
+}
+
+/// Stops this step's Ray: SIGTERM to `ray start`'s group and to every
+/// process naming the step's temp directory, SIGKILL to what is left after
+/// a few seconds; then removes the temp directory.
+fn stop(ray: &mut Child, temp: &str) {
+    let group = ray.id() as i32;
+    let signal_all = |sig| {
+        unsafe { libc::kill(-group, sig) };
+        for pid in step_processes(temp) {
+            unsafe { libc::kill(pid, sig) };
+        }
+    };
+    signal_all(libc::SIGTERM);
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let _ = ray.try_wait();
+        let group_left = unsafe { libc::kill(-group, 0) } == 0;
+        if (!group_left && step_processes(temp).is_empty()) || Instant::now() > end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal_all(libc::SIGKILL);
+    let _ = ray.wait();
+    if Path::new(temp).exists() {
+        // Ray's processes may still be closing files: try a few times.
+        for _ in 0..10 {
+            if std::fs::remove_dir_all(temp).is_ok() || !Path::new(temp).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Waits until the step's Ray nodes (one per node of the step) are alive,
+/// with the Python that runs `ray` (its script's `#!` line): one driver
+/// connection, on the head only.
+fn wait_for_nodes(nodes: u32) -> Result<(), String> {
+    let script = which("ray").ok_or("ray is not on PATH")?;
+    let text = std::fs::read_to_string(&script).map_err(|e| format!("{script}: {e}"))?;
+    let python = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(str::trim)
+        .ok_or_else(|| format!("{script} names no Python"))?;
+    let code = "import sys, time, ray
+ray.init(log_to_driver=False, logging_level='error')
+n, end = int(sys.argv[1]), time.time() + float(sys.argv[2])
+while sum(1 for x in ray.nodes() if x['Alive']) < n:
+    if time.time() > end:
+        sys.exit('tf-cluster: not every node of the step joined the Ray cluster')
+    time.sleep(0.5)
+";
+    let status = Command::new(python)
+        .args([
+            "-c",
+            code,
+            &nodes.to_string(),
+            &START_TIMEOUT.as_secs().to_string(),
+        ])
+        .status()
+        .map_err(|e| format!("{python}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "waiting for the step's {nodes} Ray nodes failed ({})",
+            show(status)
+        ))
+    }
+}
+
+fn which(name: &str) -> Option<String> {
+    std::env::var("PATH").ok()?.split(':').find_map(|dir| {
+        let p = format!("{dir}/{name}");
+        Path::new(&p).is_file().then_some(p)
+    })
+}
+
+/// `ray start` flags of the head alone, which a worker node's refuses.
+const HEAD_ONLY: [&str; 2] = ["--include-dashboard", "--dashboard-host"];
+
+/// The user's `ray start` flags for this node: the head's own left out on
+/// a worker node (`--include-dashboard=false` or `--include-dashboard false`).
+fn for_node(extra: &[String], head: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for arg in extra {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        let name = arg.split('=').next().unwrap_or(arg);
+        if !head && HEAD_ONLY.contains(&name) {
+            skip_value = !arg.contains('=');
+            continue;
+        }
+        out.push(arg.clone());
+    }
+    out
+}
+
+/// Runs the verb; the exit code of the task.
+pub fn main(extra: &[String], cmd: &[String]) -> u8 {
+    match run(extra, cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tf-cluster ray: {e}");
+            1
+        }
+    }
+}
+
+fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
+    let g = given()?;
+    if g.head_args.is_some() && cmd.is_empty() {
+        return Err("no command: tf-cluster ray [RAY_START_ARGS…] -- CMD…".into());
+    }
+    let ip = resolve(&g.node)?;
+    let head = head_addr(&g.address)?;
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+    make_temp(&g.temp)?;
+    let mut flags = match &g.head_args {
+        Some(head_args) => [vec!["--head".to_string()], head_args.clone()].concat(),
+        None => {
+            // A worker: the head's GCS first (ray start gives up early).
+            let end = Instant::now() + START_TIMEOUT;
+            while !reachable(&head) {
+                if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
+                    let _ = std::fs::remove_dir_all(&g.temp);
+                    return Err(format!("the Ray head at {} did not come up", g.address));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            vec![format!("--address={}", g.address)]
+        }
+    };
+    flags.extend(g.args.iter().cloned());
+    flags.extend(for_node(extra, g.head_args.is_some()));
+    let mut ray = ray_start(ip, &flags)?;
+    let result = if g.head_args.is_some() {
+        drive(&mut ray, &head, cmd)
+    } else {
+        follow(&mut ray, &head)
+    };
+    stop(&mut ray, &g.temp);
+    result
+}
+
+/// The head: once the step's nodes joined, CMD as the driver; its exit code.
+fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, String> {
+    wait_for(head, ray)?;
+    let nodes = std::env::var("SLURM_STEP_NUM_NODES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    wait_for_nodes(nodes)?;
+    let mut driver = Command::new(&cmd[0])
+        .args(&cmd[1..])
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", cmd[0]))?;
+    loop {
+        if let Some(status) = driver.try_wait().map_err(|e| e.to_string())? {
+            return Ok(match (status.code(), status.signal()) {
+                (Some(c), _) => c as u8,
+                (_, Some(s)) => 128 + s as u8,
+                _ => 1,
+            });
+        }
+        let sig = SIGNALLED.load(Ordering::SeqCst);
+        if sig != 0 {
+            unsafe { libc::kill(driver.id() as i32, sig) };
+            let _ = driver.wait();
+            return Ok(128 + sig as u8);
+        }
+        if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
+            unsafe { libc::kill(driver.id() as i32, libc::SIGTERM) };
+            let _ = driver.wait();
+            return Err(format!(
+                "the Ray head ended ({}) before the driver",
+                show(status)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A worker node: runs until the head's GCS stops answering (the driver
+/// ended and the head with it): exit 0; or until its own Ray ends.
+fn follow(ray: &mut Child, head: &SocketAddr) -> Result<u8, String> {
+    let mut misses = 0;
+    loop {
+        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+            return Ok(0);
+        }
+        if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
+            if !reachable(head) {
+                return Ok(0);
+            }
+            return Err(format!(
+                "this node's Ray ended ({}) while the head runs",
+                show(status)
+            ));
+        }
+        misses = if reachable(head) { 0 } else { misses + 1 };
+        if misses >= 2 {
+            return Ok(0);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_node;
+
+    #[test]
+    fn head_only_flags_stay_on_the_head() {
+        let args: Vec<String> = [
+            "--num-cpus=1",
+            "--include-dashboard",
+            "false",
+            "--dashboard-host=0.0.0.0",
+            "--num-gpus=0",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(for_node(&args, true), args);
+        assert_eq!(for_node(&args, false), ["--num-cpus=1", "--num-gpus=0"]);
+    }
+}

@@ -1,0 +1,180 @@
+//! Ray (`--ray-cluster`): one Ray node per Slurm node, the head on rank 0's
+//! node, every port Ray opens taken from the step's own ports (reserved by
+//! Slurm, or the step's block of the port range), a temp directory of the
+//! step's own. Ray takes its ports only as `ray start` flags and reads no
+//! variable for them, nor for the node's address (`--node-ip-address`), so
+//! the tasks get `ray start`'s arguments; `tf-cluster ray` (the CLI) runs
+//! them. RAY_ADDRESS is Ray's own: `ray.init()` and `ray start --address`
+//! read it.
+//!
+//! What it needs of the layout: rank 0's host and this task's node: O(1)
+//! after the layout.
+
+use super::framework::{Framework, GpuRule, Launch, Task, Vars};
+use crate::error::{Result, bail};
+use crate::layout::Layout;
+use crate::limits::MAX_TASKS;
+use crate::network::addresses::NCCL;
+use crate::settings::Settings;
+
+/// The ports every Ray node opens besides its workers', in the order the
+/// step's ports are handed out (index into the framework's ports). The
+/// head's three (GCS, client server, dashboard) are taken on every node so
+/// that each node's ports are the same list.
+pub const FIXED: [&str; 9] = [
+    "--port",
+    "--node-manager-port",
+    "--object-manager-port",
+    "--runtime-env-agent-port",
+    "--dashboard-agent-grpc-port",
+    "--dashboard-agent-listen-port",
+    "--metrics-export-port",
+    "--ray-client-server-port",
+    "--dashboard-port",
+];
+
+/// Flags of the head alone (`ray start --head`); a worker node rejects or
+/// ignores them.
+const HEAD_ONLY: [&str; 3] = ["--port", "--ray-client-server-port", "--dashboard-port"];
+
+/// Ports for Ray's worker processes on a node: each worker, actor and driver
+/// process holds one while it lives (Ray's `--worker-port-list`), so a node
+/// runs at most this many at once.
+pub const WORKER_PORTS: u32 = 55;
+
+/// Every port a Ray node takes: 64, sixteen slots of the port range.
+pub const PORTS: u32 = FIXED.len() as u32 + WORKER_PORTS;
+
+/// The variable holding `ray start`'s flags for every node.
+pub const ARGS_VAR: &str = "TF_CLUSTER_RAY_ARGS";
+/// The variable holding the head's own flags (rank 0's node only).
+pub const HEAD_ARGS_VAR: &str = "TF_CLUSTER_RAY_HEAD_ARGS";
+/// This node's name on the step's network, which `tf-cluster ray` resolves
+/// to Ray's `--node-ip-address` (slurmstepd resolves no name).
+pub const NODE_VAR: &str = "TF_CLUSTER_RAY_NODE";
+/// The step's temp directory on every node (Ray's `--temp-dir`).
+pub const TEMP_VAR: &str = "TF_CLUSTER_RAY_TEMP_DIR";
+
+pub static FRAMEWORK: Framework = Framework {
+    name: "Ray",
+    option: "ray-cluster",
+    arg: None,
+    help: "set RAY_ADDRESS (the head on rank 0's node) and ray start's ports, node address and temp directory, all the step's own, for tf-cluster ray; one task per node",
+    skip_when_inherited: false,
+    max_tasks: MAX_TASKS,
+    max_tasks_why: "tf-cluster lays out at most 262144",
+    ports: |_| PORTS,
+    check_before_launch,
+    check_layout: Some(|_, layout| one_task_per_node(layout.max_local())),
+    // A Ray node's tasks and actors pick GPUs from all of the node's
+    // (Ray sets CUDA_VISIBLE_DEVICES per task from its own accounting).
+    gpus: GpuRule::Whole,
+    shared: None,
+    render,
+    columns: &["HEAD", "RAY_NODE"],
+    row,
+    summary,
+    // NCCL between Ray's GPU workers (vLLM, Ray Train): its bootstrap and
+    // socket transport on the step's network.
+    interface_vars: &[&NCCL],
+};
+
+fn check_before_launch(_: &Settings, launch: &Launch) -> Result<()> {
+    match launch.most_local {
+        Some(most) => one_task_per_node(most),
+        None => Ok(()),
+    }
+}
+
+/// Ray runs one node per host: a second `ray start` on a node would start
+/// a second raylet of the same cluster.
+pub fn one_task_per_node(most_local: u32) -> Result<()> {
+    if most_local > 1 {
+        bail!(
+            "--ray-cluster runs one Ray node per Slurm node, but the step has {most_local} tasks on a node: use --ntasks-per-node=1 (Ray starts each node's workers itself)"
+        );
+    }
+    Ok(())
+}
+
+/// The step's temp directory: `/tmp/ray-JOB.STEP` (`.rK` after K restarts),
+/// short enough for Ray's unix socket paths (107 bytes) below it.
+pub fn temp_dir(task: &Task) -> String {
+    match task.step.run_id() {
+        Some(id) => format!("/tmp/ray-{id}"),
+        None => "/tmp/ray-local".into(),
+    }
+}
+
+/// `--worker-port-list`, as min/max when the ports follow each other.
+fn worker_ports(ports: &[u16]) -> String {
+    let contiguous = ports.windows(2).all(|w| w[1] == w[0].wrapping_add(1));
+    match (ports.first(), ports.last()) {
+        (Some(lo), Some(hi)) if contiguous => {
+            format!("--min-worker-port={lo} --max-worker-port={hi}")
+        }
+        _ => {
+            let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+            format!("--worker-port-list={}", list.join(","))
+        }
+    }
+}
+
+fn head(task: &Task) -> Result<String> {
+    let layout: &Layout = task.layout;
+    let host = layout.address(layout.placement(0)?.node);
+    Ok(format!("{host}:{}", task.ports[0]))
+}
+
+fn render(task: &Task, vars: &mut Vars) -> Result<()> {
+    let ports = task.ports;
+    let temp = temp_dir(task);
+    let fixed = |head_only: bool| -> Vec<String> {
+        FIXED
+            .iter()
+            .zip(ports)
+            .filter(|(flag, _)| HEAD_ONLY.contains(flag) == head_only)
+            .map(|(flag, port)| format!("{flag}={port}"))
+            .collect()
+    };
+    let mut args = fixed(false);
+    args.push(worker_ports(&ports[FIXED.len()..]));
+    args.push(format!("--temp-dir={temp}"));
+    vars.extend([
+        ("RAY_ADDRESS", head(task)?),
+        (
+            NODE_VAR,
+            task.layout.address(task.placement.node).into_owned(),
+        ),
+        (TEMP_VAR, temp),
+        (ARGS_VAR, args.join(" ")),
+    ]);
+    if task.placement.node == task.layout.placement(0)?.node {
+        vars.push((HEAD_ARGS_VAR, fixed(true).join(" ")));
+    }
+    Ok(())
+}
+
+fn row(task: &Task) -> Vec<String> {
+    vec![
+        head(task).unwrap_or_default(),
+        task.layout.address(task.placement.node).into_owned(),
+    ]
+}
+
+fn summary(task: &Task) -> Option<String> {
+    let mut vars = Vars::new();
+    render(task, &mut vars).ok()?;
+    let get = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    Some(format!(
+        "ray start on every node (tf-cluster ray -- CMD): {} {}; on the head also {}",
+        get("RAY_ADDRESS"),
+        get(ARGS_VAR),
+        get(HEAD_ARGS_VAR)
+    ))
+}

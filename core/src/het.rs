@@ -1,0 +1,161 @@
+//! The heterogeneous job's variables (SLURM_HET_SIZE, SLURM_JOB_ID_HET_GROUP_k,
+//! SLURM_JOB_NODELIST_HET_GROUP_k; Slurm 22.05 says PACK where later releases
+//! say HET), one reader each, for srun and the tasks alike.
+
+use super::error::{Error, Result, bail, shown};
+use super::hostlist::HostList;
+use super::limits::MAX_NODES;
+use super::number::parse_u32;
+use super::source::Source;
+
+/// Components a heterogeneous job may have (Slurm's own limit is 128).
+pub const MAX_HET_COMPONENTS: u32 = 128;
+
+/// The number of components of a heterogeneous job (None: not one), from
+/// SLURM_HET_SIZE (Slurm 22.05 says PACK where later releases say HET).
+pub fn het_size(source: &mut impl Source) -> Result<Option<u32>> {
+    let Some(size) = het_var(source, "SLURM_HET_SIZE", "SLURM_PACK_SIZE")? else {
+        return Ok(None);
+    };
+    match parse_u32(&size) {
+        Some(n @ 1..=MAX_HET_COMPONENTS) => Ok(Some(n)),
+        _ => bail!("SLURM_HET_SIZE is {}, not a component count", shown(&size)),
+    }
+}
+
+/// Component `k`'s job id, SLURM_JOB_ID_HET_GROUP_k.
+pub fn het_job_id(source: &mut impl Source, k: u32) -> Result<u32> {
+    let het = format!("SLURM_JOB_ID_HET_GROUP_{k}");
+    let value = het_var(source, &het, &format!("SLURM_JOB_ID_PACK_GROUP_{k}"))?;
+    match value.as_deref().map(|v| (v, parse_u32(v))) {
+        Some((_, Some(job))) => Ok(job),
+        Some((v, None)) => bail!("{het} is {}, not a job id", shown(v)),
+        None => bail!("heterogeneous job without {het}"),
+    }
+}
+
+/// The heterogeneous job's id, when the task's own job (`job_step`) is one
+/// of its components: the one id every component's tasks read alike. Only a
+/// name for the step (PyTorch's rendezvous id): malformed variables, which
+/// srun's map makes harmless elsewhere, give None rather than an error.
+pub(crate) fn het_job_id_of(
+    source: &mut impl Source,
+    job_step: Option<(u32, u32)>,
+) -> Result<Option<u32>> {
+    let Some((own, _)) = job_step else {
+        return Ok(None);
+    };
+    let Ok(Some(size)) = het_size(source) else {
+        return Ok(None);
+    };
+    let mut first = None;
+    for k in 0..size {
+        let Ok(id) = het_job_id(source, k) else {
+            return Ok(None);
+        };
+        first = first.or(Some(id));
+        if id == own {
+            return Ok(first);
+        }
+    }
+    Ok(None)
+}
+
+/// Component `k`'s node list, SLURM_JOB_NODELIST_HET_GROUP_k. The components
+/// share one `budget` of names: a forged variable per component must not
+/// multiply what a task may expand.
+pub fn het_nodelist(source: &mut impl Source, k: u32, budget: &mut usize) -> Result<HostList> {
+    let het = format!("SLURM_JOB_NODELIST_HET_GROUP_{k}");
+    let Some(list) = het_var(source, &het, &format!("SLURM_JOB_NODELIST_PACK_GROUP_{k}"))? else {
+        bail!("heterogeneous step without {het}");
+    };
+    let hosts = HostList::parse(&list, *budget).map_err(|e| Error::new(format!("{het}: {e}")))?;
+    *budget -= hosts.len();
+    Ok(hosts)
+}
+
+fn het_var(source: &mut impl Source, het: &str, pack: &str) -> Result<Option<String>> {
+    match source.var(het)? {
+        Some(v) => Ok(Some(v)),
+        None => source.var(pack),
+    }
+}
+
+/// The node list of each component of a heterogeneous step, in component
+/// order; empty otherwise.
+pub(crate) fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
+    let Some(size) = het_size(source)? else {
+        return Ok(Vec::new());
+    };
+    let mut budget = MAX_NODES as usize;
+    (0..size)
+        .map(|k| het_nodelist(source, k, &mut budget))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::Given;
+
+    fn task(list: &[(&str, &str)]) -> Given {
+        Given::vars(list.iter().copied())
+    }
+
+    /// Every component's task finds the same heterogeneous job id (the first
+    /// component's), and only when its own job is one of the components.
+    #[test]
+    fn het_job_id_is_the_first_components() {
+        let vars = [
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_ID_HET_GROUP_0", "15"),
+            ("SLURM_JOB_ID_HET_GROUP_1", "16"),
+        ];
+        for own in [15, 16] {
+            assert_eq!(
+                het_job_id_of(&mut task(&vars), Some((own, 0))),
+                Ok(Some(15))
+            );
+        }
+        assert_eq!(het_job_id_of(&mut task(&vars), Some((17, 0))), Ok(None));
+        assert_eq!(het_job_id_of(&mut task(&vars), None), Ok(None));
+        assert_eq!(het_job_id_of(&mut task(&[]), Some((15, 0))), Ok(None));
+        let forged = [("SLURM_HET_SIZE", "x"), ("SLURM_JOB_ID_HET_GROUP_0", "15")];
+        assert_eq!(het_job_id_of(&mut task(&forged), Some((15, 0))), Ok(None));
+    }
+
+    /// srun and slurmstepd read the het variables with the same readers:
+    /// srun once took `+2` (str::parse) where the tasks refused it.
+    #[test]
+    fn het_variables_have_one_reader() {
+        for bad in ["+2", " 2", "0", "129", "two"] {
+            let e = het_size(&mut task(&[("SLURM_HET_SIZE", bad)])).unwrap_err();
+            assert!(
+                e.to_string().contains("not a component count"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(
+            het_size(&mut task(&[("SLURM_PACK_SIZE", "2")])),
+            Ok(Some(2))
+        );
+        assert_eq!(het_size(&mut task(&[])), Ok(None));
+        let e = het_job_id(&mut task(&[("SLURM_JOB_ID_HET_GROUP_1", "+7")]), 1).unwrap_err();
+        assert!(e.to_string().contains("not a job id"), "{e}");
+        let vars = [
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "n[1-3]"),
+            ("SLURM_JOB_NODELIST_PACK_GROUP_1", "n[4-5]"),
+        ];
+        let mut budget = 4;
+        assert_eq!(
+            het_nodelist(&mut task(&vars), 0, &mut budget)
+                .unwrap()
+                .len(),
+            3
+        );
+        assert_eq!(budget, 1);
+        // The components share one budget of names.
+        let e = het_nodelist(&mut task(&vars), 1, &mut budget).unwrap_err();
+        assert!(e.to_string().contains("more than 1 hosts"), "{e}");
+    }
+}

@@ -1,0 +1,295 @@
+//! The record of a step: what every rank was given and how each task ended,
+//! so that after a failure `tf-cluster postmortem` can say which rank on
+//! which node failed first and where its files are.
+//!
+//! One directory per step's run (`DIR/<run id>`: `JOB.STEP`, then
+//! `JOB.STEP.rN` after the job's N-th requeue, as step ids start again from
+//! 0), one file per node (`<host>.jsonl`), JSON Lines of format
+//! [`VERSION`]: the node's line, one line per rank it runs, written before
+//! its tasks start, then one line per task as it ends. A node writes only
+//! its own file, so no two hosts ever append to one file (appends from
+//! several NFS clients may interleave). Its size is bounded: a line per
+//! rank and per task exit, each far under [`MAX_LINE`].
+
+use std::fmt::Write;
+
+use super::node::Node;
+
+/// The record's format; a reader refuses lines of a later one.
+pub const VERSION: u32 = 1;
+
+/// Longest line written (a rank's GPU list of [`crate::MAX_GPUS`] ids fits).
+pub const MAX_LINE: usize = 16 << 10;
+
+/// One value as a JSON string.
+pub fn quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn opt(text: Option<&str>) -> String {
+    text.map_or_else(|| "null".into(), quoted)
+}
+
+/// The node's line and its ranks' lines, before its tasks start.
+pub fn node_lines(node: &Node, run_id: &str) -> String {
+    let step = node.step();
+    let host = step.nodename.as_deref().unwrap_or("?");
+    let (job, id) = step.job_step.unwrap_or((0, 0));
+    let interface = step.network.as_ref().map(|n| n.interface.as_str());
+    let address = node.this_address();
+    let mut out = format!(
+        "{{\"record\":{VERSION},\"kind\":\"node\",\"job\":{job},\"step\":{id},\"restart_count\":{},\"run_id\":{},\"host\":{},\"address\":{},\"interface\":{},\"tasks\":{}}}\n",
+        node.step().restart_count,
+        quoted(run_id),
+        quoted(host),
+        opt(address.as_deref()),
+        opt(interface),
+        node.num_tasks(),
+    );
+    for (rank, local) in node.here() {
+        let ports: Vec<String> = node
+            .ports_of(local, rank == 0)
+            .iter()
+            .map(u16::to_string)
+            .collect();
+        let line = format!(
+            "{{\"record\":{VERSION},\"kind\":\"rank\",\"rank\":{rank},\"local\":{local},\"host\":{},\"address\":{},\"ports\":[{}],\"gpus\":{},\"interface\":{},\"role\":{},\"run_id\":{}}}\n",
+            quoted(host),
+            opt(address.as_deref()),
+            ports.join(","),
+            opt(node.gpus_of(local).as_deref()),
+            opt(interface),
+            opt(node.role_of(rank).as_deref()),
+            quoted(run_id),
+        );
+        if line.len() <= MAX_LINE {
+            out.push_str(&line);
+        }
+    }
+    out
+}
+
+/// How a task ended: its wait status as slurmstepd reaped it.
+pub fn exit_line(rank: u32, local: u32, host: &str, status: i32, unix_ns: u128) -> String {
+    let (code, signal) = if libc_exited(status) {
+        (Some((status >> 8) & 0xff), None)
+    } else {
+        (None, Some(status & 0x7f))
+    };
+    let num = |v: Option<i32>| v.map_or_else(|| "null".into(), |v| v.to_string());
+    format!(
+        "{{\"record\":{VERSION},\"kind\":\"exit\",\"rank\":{rank},\"local\":{local},\"host\":{},\"code\":{},\"signal\":{},\"unix_ns\":{unix_ns}}}\n",
+        quoted(host),
+        num(code),
+        num(signal),
+    )
+}
+
+/// WIFEXITED.
+fn libc_exited(status: i32) -> bool {
+    status & 0x7f == 0
+}
+
+/// The run's directory name: only the run id's own characters, so that no
+/// id can name another place.
+pub fn run_dir_name(run_id: &str) -> Option<&str> {
+    let ok = !run_id.is_empty()
+        && run_id.len() <= 64
+        && !run_id.starts_with('.')
+        && run_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.');
+    ok.then_some(run_id)
+}
+
+/// A host's file name in the run's directory.
+pub fn node_file_name(host: &str) -> Option<String> {
+    let ok = !host.is_empty()
+        && host.len() <= 255 - 6
+        && !host.starts_with('.')
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'));
+    ok.then(|| format!("{host}.jsonl"))
+}
+
+/// Where each task's debugging output goes with a record: under the run's
+/// directory, named by rank (the directory is named by the run id), so that
+/// it outlives the allocation and `tf-cluster postmortem` finds it. Each is
+/// a default: a variable the step's environment already holds (the user's,
+/// as srun sent it) is left to the user, never replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebugFiles {
+    run_dir: String,
+    /// PyTorch's flight recorder's dump file prefix (torch appends its rank).
+    torch_fr: bool,
+    /// NCCL's debug file: only where NCCL_DEBUG asks for output.
+    nccl: bool,
+    /// torchrun's `--log-dir` (its workers' error files, and logs with
+    /// `--redirects`/`--tee`).
+    torchrun: bool,
+}
+
+/// The flight recorder's dump prefix: the current name first, then the one
+/// torch read before it (torch reads the first set, so both are given).
+pub const TORCH_FR_VARS: [&str; 2] = ["TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"];
+
+impl DebugFiles {
+    /// The defaults for a run whose directory is `run_dir`, given the
+    /// step's environment as srun sent it (`step_env`): None when the user
+    /// set every one of them.
+    pub fn new<'a>(run_dir: &str, step_env: impl Fn(&str) -> Option<&'a str>) -> Option<Self> {
+        let set = |name: &str| step_env(name).is_some();
+        let files = DebugFiles {
+            run_dir: run_dir.trim_end_matches('/').to_string(),
+            torch_fr: !TORCH_FR_VARS.iter().any(|name| set(name)),
+            nccl: step_env("NCCL_DEBUG").is_some_and(|v| !v.trim().is_empty())
+                && !set("NCCL_DEBUG_FILE"),
+            torchrun: !set("PET_LOG_DIR"),
+        };
+        (files.torch_fr || files.nccl || files.torchrun).then_some(files)
+    }
+
+    /// One rank's variables.
+    pub fn vars(&self, rank: u32) -> Vec<(&'static str, String)> {
+        let dir = &self.run_dir;
+        let mut out = Vec::with_capacity(4);
+        if self.torch_fr {
+            for name in TORCH_FR_VARS {
+                out.push((name, format!("{dir}/rank{rank}.torch-fr.")));
+            }
+        }
+        if self.nccl {
+            // NCCL expands %h (host) and %p (pid): one file per process,
+            // as torchrun's workers share their task's environment.
+            out.push((
+                "NCCL_DEBUG_FILE",
+                format!("{dir}/rank{rank}.nccl.%h.%p.log"),
+            ));
+        }
+        if self.torchrun {
+            out.push(("PET_LOG_DIR", format!("{dir}/rank{rank}.torchrun")));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<&'a str> {
+        move |name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    #[test]
+    fn debug_files_go_under_the_run_by_rank() {
+        let files = DebugFiles::new("/rec/42.0/", env(&[("NCCL_DEBUG", "INFO")])).unwrap();
+        assert_eq!(
+            files.vars(5),
+            vec![
+                (
+                    "TORCH_FR_DUMP_TEMP_FILE",
+                    "/rec/42.0/rank5.torch-fr.".to_string()
+                ),
+                (
+                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                    "/rec/42.0/rank5.torch-fr.".to_string()
+                ),
+                (
+                    "NCCL_DEBUG_FILE",
+                    "/rec/42.0/rank5.nccl.%h.%p.log".to_string()
+                ),
+                ("PET_LOG_DIR", "/rec/42.0/rank5.torchrun".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn nccl_debug_file_only_where_nccl_debug_is_set() {
+        for nccl_debug in [None, Some(""), Some("  ")] {
+            let vars: Vec<(&str, &str)> =
+                nccl_debug.map(|v| ("NCCL_DEBUG", v)).into_iter().collect();
+            let files = DebugFiles::new("/rec/1.0", env(&vars)).unwrap();
+            let names: Vec<&str> = files.vars(0).into_iter().map(|(n, _)| n).collect();
+            assert!(
+                !names.contains(&"NCCL_DEBUG_FILE"),
+                "{nccl_debug:?}: {names:?}"
+            );
+            assert!(names.contains(&"PET_LOG_DIR"));
+        }
+    }
+
+    #[test]
+    fn a_variable_the_user_set_is_left_to_the_user() {
+        // Either flight-recorder name keeps both: torch reads the first set.
+        for name in TORCH_FR_VARS {
+            let files = DebugFiles::new("/rec/1.0", env(&[(name, "/mine/fr")])).unwrap();
+            let names: Vec<&str> = files.vars(0).into_iter().map(|(n, _)| n).collect();
+            assert_eq!(names, ["PET_LOG_DIR"], "{name}");
+        }
+        let user = [
+            ("NCCL_DEBUG", "WARN"),
+            ("NCCL_DEBUG_FILE", "/mine/nccl.%h.%p"),
+            ("PET_LOG_DIR", "/mine/torchrun"),
+        ];
+        let files = DebugFiles::new("/rec/1.0", env(&user)).unwrap();
+        let names: Vec<&str> = files.vars(0).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, TORCH_FR_VARS);
+        // An empty value is still the user's choice (torchrun: no log dir).
+        let files = DebugFiles::new("/rec/1.0", env(&[("PET_LOG_DIR", "")])).unwrap();
+        assert!(files.vars(0).iter().all(|(n, _)| *n != "PET_LOG_DIR"));
+        // Everything set by the user: nothing to give.
+        let all = [
+            ("TORCH_FR_DUMP_TEMP_FILE", "/m"),
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_FILE", "/m"),
+            ("PET_LOG_DIR", "/m"),
+        ];
+        assert_eq!(DebugFiles::new("/rec/1.0", env(&all)), None);
+    }
+
+    #[test]
+    fn exit_lines_tell_a_code_from_a_signal() {
+        let killed = exit_line(3, 1, "node2", 9, 1_700_000_000_123_456_789);
+        assert_eq!(
+            killed,
+            "{\"record\":1,\"kind\":\"exit\",\"rank\":3,\"local\":1,\"host\":\"node2\",\"code\":null,\"signal\":9,\"unix_ns\":1700000000123456789}\n"
+        );
+        let failed = exit_line(0, 0, "n", 42 << 8, 5);
+        assert!(failed.contains("\"code\":42,\"signal\":null"), "{failed}");
+        let core = exit_line(0, 0, "n", 11 | 0x80, 5);
+        assert!(core.contains("\"code\":null,\"signal\":11"), "{core}");
+    }
+
+    #[test]
+    fn strings_are_json() {
+        assert_eq!(quoted("a\"b\\c\nd"), "\"a\\\"b\\\\c\\u000ad\"");
+    }
+
+    #[test]
+    fn names_never_leave_the_directory() {
+        assert_eq!(run_dir_name("42.0"), Some("42.0"));
+        assert_eq!(run_dir_name("42.0.r1"), Some("42.0.r1"));
+        for bad in ["", "..", ".x", "a/b", "42 0"] {
+            assert_eq!(run_dir_name(bad), None, "{bad}");
+        }
+        assert_eq!(node_file_name("node2").as_deref(), Some("node2.jsonl"));
+        for bad in ["", "..", "a/b", ".hidden"] {
+            assert_eq!(node_file_name(bad), None, "{bad}");
+        }
+    }
+}

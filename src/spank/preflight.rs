@@ -1,0 +1,197 @@
+//! slurmstepd's side of the preflight (crate::core::preflight decides what
+//! to check): in `user_init`, once per node, as the job's user, on the host
+//! before any container plugin runs. Each answer is a few system calls: the
+//! interface's flags and carrier from sysfs, one socket bound and closed per
+//! port, one stat per GPU device node; nothing waits on the network, so the
+//! whole check takes well under a millisecond per node. A failure becomes
+//! the step's refusal, carried to each task (never a failure of
+//! `user_init`, which would drain the node of a batch job).
+
+use std::io::ErrorKind;
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+
+use super::handle::Spank;
+use crate::core::preflight::{Checks, Device, Host, Link, check};
+use crate::core::{Node, Result};
+
+/// Runs the node's preflight unless the step or the site turned it off.
+pub fn run(spank: &Spank, node: &Node) -> Result<()> {
+    if !node.settings().preflight {
+        return Ok(());
+    }
+    let gpus = spank.getenv("SLURM_STEP_GPUS")?;
+    check(&Checks::of(node, gpus.as_deref()), &mut OnHost)
+}
+
+struct OnHost;
+
+/// IFF_UP in sysfs's `flags`.
+const IFF_UP: u32 = 0x1;
+
+impl Host for OnHost {
+    fn link(&mut self, interface: &str) -> Link {
+        // A name from getifaddrs; one with a '/' or a dot name is no
+        // interface sysfs lists.
+        if interface.contains('/') || interface.starts_with('.') {
+            return Link::Up;
+        }
+        let dir = Path::new("/sys/class/net").join(interface);
+        let flags = match std::fs::read_to_string(dir.join("flags")) {
+            Ok(text) => u32::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok(),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Link::Absent,
+            // sysfs not mounted or not this namespace's: the kernel does not say.
+            Err(_) => return Link::Up,
+        };
+        if flags.is_some_and(|f| f & IFF_UP == 0) {
+            return Link::Down;
+        }
+        match std::fs::read_to_string(dir.join("carrier")) {
+            Ok(text) if text.trim() == "0" => Link::NoCarrier,
+            // EINVAL: the interface is down.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Link::Down,
+            _ => Link::Up,
+        }
+    }
+
+    fn bind(&mut self, port: u16) -> std::result::Result<(), String> {
+        bind_any(port)
+    }
+
+    fn gpu_device(&mut self, index: u32) -> Option<Device> {
+        nvidia_device(Path::new("/dev"), Path::new(NVIDIA_DRIVER), index)
+    }
+}
+
+/// Binds TCP `port` on every IPv4 address, as a listening rank does
+/// (SO_REUSEADDR, as PyTorch's store and gRPC set it: a previous step's
+/// connections in TIME_WAIT do not count, a process listening there does),
+/// then closes it.
+fn bind_any(port: u16) -> std::result::Result<(), String> {
+    // SAFETY: plain socket calls on a descriptor this function owns and closes.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            // No socket at all says nothing about the port.
+            return Ok(());
+        }
+        let one: libc::c_int = 1;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: libc::INADDR_ANY,
+            },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        match rc {
+            0 => Ok(()),
+            _ if err.raw_os_error() == Some(libc::EADDRINUSE) => {
+                Err("another process holds it".into())
+            }
+            _ => Err(err.to_string()),
+        }
+    }
+}
+
+/// The NVIDIA driver's directory: on a node with it, every GPU Slurm gives
+/// has its /dev/nvidiaN.
+const NVIDIA_DRIVER: &str = "/proc/driver/nvidia";
+
+/// Slurm's GPU `index` as NVIDIA names its device node (`/dev/nvidia<index>`,
+/// gres.conf's `File=/dev/nvidia[0-N]`), checked on a node that has the
+/// NVIDIA driver or any such node; None on a node that names its devices
+/// otherwise.
+fn nvidia_device(dev: &Path, driver: &Path, index: u32) -> Option<Device> {
+    let path = dev.join(format!("nvidia{index}"));
+    match std::fs::metadata(&path) {
+        Ok(m) if m.file_type().is_char_device() => Some(Device::Char),
+        Ok(_) => Some(Device::NotChar(path.display().to_string())),
+        Err(_) if driver.exists() || any_nvidia_device(dev) => {
+            Some(Device::Missing(path.display().to_string()))
+        }
+        Err(_) => None,
+    }
+}
+
+/// Most /dev entries looked at for an NVIDIA device node.
+const MAX_DEV_ENTRIES: usize = 4096;
+
+fn any_nvidia_device(dev: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(dev) else {
+        return false;
+    };
+    entries.take(MAX_DEV_ENTRIES).flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.strip_prefix("nvidia")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port another socket listens on cannot be bound; a free one can,
+    /// and is free again afterwards.
+    #[test]
+    fn a_held_port_is_told_from_a_free_one() {
+        let held = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = held.local_addr().unwrap().port();
+        assert_eq!(bind_any(port), Err("another process holds it".into()));
+        drop(held);
+        bind_any(port).unwrap();
+        bind_any(port).unwrap();
+    }
+
+    /// A missing device node counts only where the node names its devices
+    /// NVIDIA's way; a regular file in its place is no device.
+    #[test]
+    fn gpu_device_nodes_are_checked_where_nvidia_names_them() {
+        let dir = std::env::temp_dir().join(format!("tfc-preflight-{}", std::process::id()));
+        let dev = dir.join("dev");
+        std::fs::create_dir_all(&dev).unwrap();
+        let no_driver = dir.join("no-driver");
+        assert_eq!(nvidia_device(&dev, &no_driver, 1), None, "no NVIDIA naming");
+        std::fs::write(dev.join("nvidia0"), "").unwrap();
+        assert_eq!(
+            nvidia_device(&dev, &no_driver, 0),
+            Some(Device::NotChar(dev.join("nvidia0").display().to_string()))
+        );
+        assert_eq!(
+            nvidia_device(&dev, &no_driver, 1),
+            Some(Device::Missing(dev.join("nvidia1").display().to_string()))
+        );
+        assert_eq!(
+            nvidia_device(Path::new("/dev"), &no_driver, 0).is_none(),
+            !Path::new("/dev/nvidia0").exists()
+        );
+        // /dev/null is a character device.
+        let null_dir = dir.join("null");
+        std::fs::create_dir_all(&null_dir).unwrap();
+        std::os::unix::fs::symlink("/dev/null", null_dir.join("nvidia2")).unwrap();
+        assert_eq!(nvidia_device(&null_dir, &no_driver, 2), Some(Device::Char));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_loopback_is_up() {
+        assert_eq!(OnHost.link("lo"), Link::Up);
+        assert_eq!(OnHost.link("tfc-no-such-if"), Link::Absent);
+    }
+}

@@ -1,0 +1,224 @@
+//! The step's record on the testbed: 3 nodes × 2 tasks, rank 3 killed with
+//! SIGKILL, 20 steps in one allocation: each record lists all 6 ranks and
+//! `tf-cluster postmortem` names rank 3 on node2 as the first failure, in
+//! 20 of 20 runs; the record outlives the job and every file of it is the
+//! user's (root wrote nothing there).
+//!
+//! With a record, each task's debugging output defaults to the run's
+//! directory: a torchrun worker that fails leaves its error file there, and
+//! `postmortem` lists it; a variable the user exported is left alone.
+//!
+//! Cost: one allocation of 20 short steps, then one postmortem per step;
+//! one torchrun step over 2 nodes.
+
+mod common;
+
+use common::{exec, exec_for, install, messages, srun_tasks_for, testbed};
+
+const RUNS: u32 = 20;
+
+#[test]
+fn the_record_names_the_first_rank_to_die_in_every_run() {
+    let _t = testbed();
+    let dir = format!("/home/alice/tfc-record-{}", std::process::id());
+    // Rank 3 kills itself at once; the others would sleep a minute: srun's
+    // --kill-on-bad-exit ends them after rank 3.
+    let task = r#"if [ "$SLURM_PROCID" = 3 ]; then kill -9 $$; fi; exec sleep 60"#;
+    let script = format!(
+        "echo TFC_JOB $SLURM_JOB_ID; for i in $(seq {RUNS}); do srun -N3 -n6 --ntasks-per-node=2 --gres=gpu:2 --kill-on-bad-exit=1 --tf-cluster --tf-record={dir} sh -c '{task}'; done; true"
+    );
+    let out = exec_for(
+        600,
+        &[
+            "salloc",
+            "-N3",
+            "--ntasks-per-node=2",
+            "--gres=gpu:2",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let job = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("TFC_JOB "))
+        .unwrap_or_else(|| panic!("no job id:\n{stdout}{stderr}"))
+        .trim()
+        .to_string();
+    assert!(
+        messages(&stderr).is_empty(),
+        "the plugin said something:\n{stderr}"
+    );
+    // The job is over: what follows reads what outlived it.
+    let owners = exec(&[
+        "bash",
+        "-c",
+        &format!("find {dir} -printf '%u\\n' | sort -u"),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&owners.stdout).trim(),
+        "alice",
+        "every file of the record is the user's"
+    );
+    let mut first_is_rank3 = 0;
+    for step in 0..RUNS {
+        let run = format!("{job}.{step}");
+        let pm = exec(&["tf-cluster", "postmortem", &run, "--tf-record", &dir]);
+        let text = String::from_utf8_lossy(&pm.stdout).into_owned();
+        let ctx = format!("{run}:\n{text}{}", String::from_utf8_lossy(&pm.stderr));
+        assert!(pm.status.success(), "{ctx}");
+        assert!(
+            text.starts_with(&format!("run {run}: 6 rank(s) recorded of 6 on 3 node(s)")),
+            "{ctx}"
+        );
+        for (rank, host) in [
+            (0, "node1"),
+            (1, "node1"),
+            (2, "node2"),
+            (3, "node2"),
+            (4, "node3"),
+            (5, "node3"),
+        ] {
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{rank} ")))
+                .unwrap_or_else(|| panic!("no rank {rank}\n{ctx}"));
+            assert!(
+                row.contains(host) && row.contains(&format!("worker {rank}")),
+                "{row}\n{ctx}"
+            );
+            assert!(
+                !row.contains("running or lost"),
+                "rank {rank} has no end\n{ctx}"
+            );
+        }
+        let rank3 = text.lines().find(|l| l.starts_with("3 ")).unwrap();
+        assert!(rank3.contains("signal 9"), "{ctx}");
+        if text.contains("first failure: rank 3, node2, GPU ") {
+            first_is_rank3 += 1;
+        } else {
+            eprintln!("not rank 3 first:\n{ctx}");
+        }
+    }
+    exec(&["rm", "-rf", &dir]);
+    assert_eq!(first_is_rank3, RUNS, "rank 3 first in every run");
+}
+
+/// A worker under torchrun's `@record` that writes down where its debugging
+/// output goes, then fails on the Slurm task of rank 1.
+const WORKER: &str = r#"
+import json, os
+from torch.distributed.elastic.multiprocessing.errors import record
+
+NAMES = ["TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+         "NCCL_DEBUG_FILE", "PET_LOG_DIR", "TORCHELASTIC_ERROR_FILE"]
+
+@record
+def main():
+    seen = {n: os.environ.get(n) for n in NAMES}
+    seen["procid"] = int(os.environ["SLURM_PROCID"])
+    # Beside this file: the step's output of a task killed after another's
+    # failure may be cut short.
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "seen.%d.json" % seen["procid"]), "w") as f:
+        json.dump(seen, f)
+    if seen["procid"] == 1:
+        raise RuntimeError("tfc worker failed on purpose")
+
+main()
+"#;
+
+#[test]
+fn a_failed_torchrun_worker_leaves_its_error_file_in_the_record() {
+    let _t = testbed();
+    let pid = std::process::id();
+    let home = format!("/home/alice/tfc-debug-{pid}");
+    let dir = format!("{home}/record");
+    install(&home, &[("worker.py", WORKER)], "true");
+    let mine = format!("{home}/mine-fr.");
+    let fr = format!("TORCH_FR_DUMP_TEMP_FILE={mine}");
+    // --redirects/--tee: torch 1.13 on Python 3.11 needs its streams
+    // redirected, and takes only 1 (stdout) there; the workers' stdout
+    // lands under the log dir too.
+    let out = srun_tasks_for(
+        240,
+        &["NCCL_DEBUG=INFO", &fr],
+        &[
+            "-N2",
+            "-n2",
+            "--kill-on-bad-exit=1",
+            "--torch-cluster",
+            &format!("--tf-record={dir}"),
+            "torchrun",
+            "--nproc_per_node=1",
+            "--redirects=1",
+            "--tee=1",
+            &format!("{home}/worker.py"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let ctx = format!("{stdout}\n{stderr}");
+    assert!(!out.status.success(), "rank 1 failed: {ctx}");
+    let runs = exec(&["ls", &dir]);
+    let runs = String::from_utf8_lossy(&runs.stdout).into_owned();
+    let run_ids: Vec<&str> = runs.split_whitespace().collect();
+    assert_eq!(run_ids.len(), 1, "one run: {runs}\n{ctx}");
+    let run_id = run_ids[0];
+    let run = format!("{dir}/{run_id}");
+    let mut seen = std::collections::BTreeMap::new();
+    for rank in 0..2u64 {
+        let json = exec(&["cat", &format!("{home}/seen.{rank}.json")]);
+        let json = String::from_utf8_lossy(&json.stdout).into_owned();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&json) {
+            assert_eq!(v["procid"].as_u64(), Some(rank), "{json}");
+            seen.insert(rank, v);
+        }
+    }
+    assert_eq!(seen.len(), 2, "both workers: {ctx}");
+    for (rank, v) in &seen {
+        let c = format!("rank {rank}: {v}\n{ctx}");
+        // The user's own value wins, and its older name is not added.
+        assert_eq!(v["TORCH_FR_DUMP_TEMP_FILE"], mine.as_str(), "{c}");
+        assert!(v["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].is_null(), "{c}");
+        assert_eq!(
+            v["NCCL_DEBUG_FILE"],
+            format!("{run}/rank{rank}.nccl.%h.%p.log").as_str(),
+            "{c}"
+        );
+        let log_dir = format!("{run}/rank{rank}.torchrun");
+        assert_eq!(v["PET_LOG_DIR"], log_dir.as_str(), "{c}");
+        let error_file = v["TORCHELASTIC_ERROR_FILE"].as_str().unwrap_or("");
+        assert!(error_file.starts_with(&format!("{log_dir}/")), "{c}");
+    }
+    // After the job: the failed worker's error file outlived it, says why,
+    // and postmortem points at it.
+    let failed = seen[&1]["TORCHELASTIC_ERROR_FILE"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let error = exec(&["cat", &failed]);
+    assert!(
+        String::from_utf8_lossy(&error.stdout).contains("tfc worker failed on purpose"),
+        "{failed}: {}\n{ctx}",
+        String::from_utf8_lossy(&error.stderr)
+    );
+    let pm = exec(&["tf-cluster", "postmortem", run_id, "--tf-record", &dir]);
+    let text = String::from_utf8_lossy(&pm.stdout).into_owned();
+    let pm_ctx = format!("{text}{}", String::from_utf8_lossy(&pm.stderr));
+    assert!(text.contains("first failure: rank 1, "), "{pm_ctx}");
+    let logs: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "its logs:")
+        .skip(1)
+        .map(str::trim)
+        .collect();
+    assert!(logs.contains(&failed.as_str()), "{pm_ctx}");
+    assert!(
+        logs.iter().all(|l| l.starts_with(&format!("{run}/rank1."))),
+        "{pm_ctx}"
+    );
+    exec(&["rm", "-rf", &home]);
+}
