@@ -176,6 +176,32 @@ build_plugin() {
     fi
 }
 
+# The trainings whose client is one PyPI release on every suite (TensorFlow,
+# JAX and Ray, pinned in docker/node/Dockerfile) run on one suite: what
+# differs between the suites is Slurm (and Debian's PyTorch, whose trainings
+# run on all three), and the Slurm side of these steps (the values, het steps,
+# refusals, requeues) is checked on every suite by the other tests. Each line:
+# the suite, the binary, and its tests that run there only (none: the whole
+# binary). Elsewhere cargo test reports them as filtered out, never as passed.
+one_suite="
+bookworm testbed_tensorflow
+bookworm testbed_requeue a_preempted_tensorflow_job_resumes_from_its_checkpoint
+bookworm testbed_network tensorflow_mwms_follows_the_host_template
+bookworm testbed_ray a_ray_cluster_per_step_on_the_fast_network two_users_ray_clusters_on_the_same_nodes
+trixie testbed_frameworks jax_allreduce_three_nodes
+trixie testbed_network jax_cpu_collectives_stay_on_the_hosts_own_name
+"
+# A name there that no test has (a renamed test) would quietly run everywhere.
+while read -r there binary tests; do
+    [ -n "$there" ] || continue
+    [[ " bookworm trixie forky " == *" $there "* ]] && [ -f "tests/$binary.rs" ] ||
+        { echo "matrix: one_suite names no such suite or binary: $there $binary" >&2; exit 1; }
+    for t in $tests; do
+        grep -q "^fn $t()" "tests/$binary.rs" ||
+            { echo "matrix: one_suite names no test $t in tests/$binary.rs" >&2; exit 1; }
+    done
+done <<<"$one_suite"
+
 # Runs test binary $2 of suite $1 on testbed $3, output to its log; a failure
 # is recorded in $logs/failed.
 run_binary() {
@@ -185,6 +211,17 @@ run_binary() {
     # are #[ignore]d: reported as ignored elsewhere, run here.
     local -a only_here=()
     [ "$suite" != forky ] || only_here=(--include-ignored)
+    # The trainings $one_suite gives another suite: --skip, with --exact names.
+    local there binary tests
+    while read -r there binary tests; do
+        [ "$binary" = "$name" ] && [ "$there" != "$suite" ] || continue
+        if [ -z "$tests" ]; then
+            echo "$name: runs on $there only" >"$out"
+            return 0
+        fi
+        only_here+=(--exact)
+        for t in $tests; do only_here+=(--skip "$t"); done
+    done <<<"$one_suite"
     # shellcheck disable=SC2086 # TFC_CARGO_TEST_ARGS: words
     if ! TFC_SUITE=$suite TFC_PREFIX=$bed TFC_PLUGIN_DIR=$dir/release TFC_DEB_DIR=$dir/deb \
         stage "$suite $name" "${exe[$name]}" "${only_here[@]}" ${TFC_CARGO_TEST_ARGS-} >"$out" 2>&1; then

@@ -92,8 +92,13 @@ fn make_temp(dir: &str) -> Result<(), String> {
 }
 
 /// `ray start` in a process group of its own, with VLLM_HOST_IP (vLLM's
-/// address of the node) for the workers Ray starts from it.
+/// address of the node) for the workers Ray starts from it. Ray looks for the
+/// head's node in the GCS 20 times, 2 s apart, unless told otherwise: it is
+/// told to look as long as tf-cluster waits for the head (a user's own
+/// RAY_NUM_REDIS_GET_RETRIES is kept).
 fn ray_start(ip: IpAddr, flags: &[String]) -> Result<Child, String> {
+    const RETRIES: &str = "RAY_NUM_REDIS_GET_RETRIES";
+    let retries = std::env::var(RETRIES).unwrap_or((START_TIMEOUT.as_secs() / 2).to_string());
     // Ray's banner to stderr: the task's stdout is the driver's.
     let stderr = std::io::stderr()
         .as_fd()
@@ -108,6 +113,7 @@ fn ray_start(ip: IpAddr, flags: &[String]) -> Result<Child, String> {
         .arg("--block")
         .env("VLLM_HOST_IP", ip.to_string())
         .env("RAY_USAGE_STATS_ENABLED", "0")
+        .env(RETRIES, retries)
         .process_group(0)
         .spawn()
         .map_err(|e| format!("cannot run ray start (is Ray's venv on PATH?): {e}"))
@@ -316,18 +322,56 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     };
     flags.extend(g.args.iter().cloned());
     flags.extend(for_node(extra, g.head_args.is_some()));
-    let mut ray = ray_start(ip, &flags)?;
-    let result = if g.head_args.is_some() {
-        drive(&mut ray, &head, cmd)
-    } else {
-        follow(&mut ray, &head)
-    };
-    stop(&mut ray, &g.temp);
-    result
+    let first = Instant::now();
+    loop {
+        let mut ray = ray_start(ip, &flags)?;
+        let result = if g.head_args.is_some() {
+            drive(&mut ray, &head, cmd)
+        } else {
+            follow(&mut ray, &head)
+        };
+        stop(&mut ray, &g.temp);
+        // A worker node's Ray that ended while the head runs, within the
+        // time the step gives its nodes to join, is started again: Ray's own
+        // start gives a raylet 30 s to register, fixed, which a loaded node
+        // can miss.
+        match result {
+            Err(Ended::WhileTheHeadRuns(status))
+                if first.elapsed() < START_TIMEOUT && SIGNALLED.load(Ordering::SeqCst) == 0 =>
+            {
+                eprintln!(
+                    "tf-cluster ray: this node's Ray ended ({}) before it joined: starting it again",
+                    show(status)
+                );
+                make_temp(&g.temp)?;
+            }
+            Err(Ended::WhileTheHeadRuns(status)) => {
+                return Err(format!(
+                    "this node's Ray ended ({}) while the head runs",
+                    show(status)
+                ));
+            }
+            Err(Ended::Error(e)) => return Err(e),
+            Ok(code) => return Ok(code),
+        }
+    }
+}
+
+/// Why a node's part of the step ended without an exit code of its own.
+enum Ended {
+    /// A worker node's `ray start` ended while the head's GCS answers.
+    WhileTheHeadRuns(ExitStatus),
+    Error(String),
+}
+
+impl From<String> for Ended {
+    fn from(e: String) -> Self {
+        Ended::Error(e)
+    }
 }
 
 /// The head: once the step's nodes joined, CMD as the driver; its exit code.
-fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, String> {
+fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, Ended> {
     wait_for(head, ray)?;
     let nodes = std::env::var("SLURM_STEP_NUM_NODES")
         .ok()
@@ -355,10 +399,7 @@ fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, Strin
         if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
             unsafe { libc::kill(driver.id() as i32, libc::SIGTERM) };
             let _ = driver.wait();
-            return Err(format!(
-                "the Ray head ended ({}) before the driver",
-                show(status)
-            ));
+            return Err(format!("the Ray head ended ({}) before the driver", show(status)).into());
         }
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -366,7 +407,7 @@ fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, Strin
 
 /// A worker node: runs until the head's GCS stops answering (the driver
 /// ended and the head with it): exit 0; or until its own Ray ends.
-fn follow(ray: &mut Child, head: &SocketAddr) -> Result<u8, String> {
+fn follow(ray: &mut Child, head: &SocketAddr) -> Result<u8, Ended> {
     let mut misses = 0;
     loop {
         if SIGNALLED.load(Ordering::SeqCst) != 0 {
@@ -376,10 +417,7 @@ fn follow(ray: &mut Child, head: &SocketAddr) -> Result<u8, String> {
             if !reachable(head) {
                 return Ok(0);
             }
-            return Err(format!(
-                "this node's Ray ended ({}) while the head runs",
-                show(status)
-            ));
+            return Err(Ended::WhileTheHeadRuns(status));
         }
         misses = if reachable(head) { 0 } else { misses + 1 };
         if misses >= 2 {

@@ -427,3 +427,72 @@ fn env_leaves_out_the_frameworks_srun_left_out() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A worker node whose `ray start` fails before it joined starts it again
+/// while the head runs: Ray gives a raylet 30 s to register and waits 40 s
+/// for the head's node to appear, both fixed in Ray, and a loaded node misses
+/// them. Ray is also asked to wait for the head's node as long as tf-cluster
+/// waits for the head (RAY_NUM_REDIS_GET_RETRIES, 2 s apart).
+#[test]
+fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tfc-ray-retry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let starts = dir.join("starts");
+    // The first `ray start` fails at once; the second runs until it is stopped.
+    let ray = dir.join("bin/ray");
+    let mut f = std::fs::File::create(&ray).unwrap();
+    write!(
+        f,
+        "#!/bin/sh\necho \"$1 retries=$RAY_NUM_REDIS_GET_RETRIES\" >>{s}\n\
+         [ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
+        s = starts.display()
+    )
+    .unwrap();
+    drop(f);
+    std::fs::set_permissions(&ray, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The head's GCS: a port that accepts connections until it is dropped.
+    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = gcs.local_addr().unwrap().port();
+    let mut worker = hermetic::tf_cluster()
+        .arg("ray")
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
+        .env("RAY_ADDRESS", format!("127.0.0.1:{port}"))
+        .env("TF_CLUSTER_RAY_ARGS", "--num-cpus=1")
+        .env("TF_CLUSTER_RAY_NODE", "127.0.0.1")
+        .env("TF_CLUSTER_RAY_TEMP_DIR", dir.join("ray"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = || {
+        std::fs::read_to_string(&starts)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while lines().len() < 2 && worker.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < end, "no second ray start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The head ends: the worker node ends with it, successfully.
+    drop(gcs);
+    let out = worker.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(), ["start retries=90", "start retries=90"]);
+    assert!(
+        !dir.join("ray").exists(),
+        "the step's temp directory is left"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
