@@ -180,7 +180,9 @@ build_plugin() {
 # JAX and Ray, pinned in docker/node/Dockerfile) run on one suite: what
 # differs between the suites is Slurm (and Debian's PyTorch, whose trainings
 # run on all three), and the Slurm side of these steps (the values, het steps,
-# refusals, requeues) is checked on every suite by the other tests. Each line:
+# refusals, requeues) is checked on every suite by the other tests. Lightning
+# and Accelerate (PyPI, on Debian's torch ≥ 2.1: trixie and forky) train on
+# trixie here and on forky through tests/testbed_templates.rs. Each line:
 # the suite, the binary, and its tests that run there only (none: the whole
 # binary). Elsewhere cargo test reports them as filtered out, never as passed.
 one_suite="
@@ -190,6 +192,7 @@ bookworm testbed_network tensorflow_mwms_follows_the_host_template
 bookworm testbed_ray a_ray_cluster_per_step_on_the_fast_network two_users_ray_clusters_on_the_same_nodes
 trixie testbed_frameworks jax_allreduce_three_nodes
 trixie testbed_network jax_cpu_collectives_stay_on_the_hosts_own_name
+trixie testbed_launchers lightning_slurm_environment accelerate_launch_per_node
 "
 # A name there that no test has (a renamed test) would quietly run everywhere.
 while read -r there binary tests; do
