@@ -302,7 +302,7 @@ fn assert_trained(job: &Job, found: &[Value], n: usize) {
     }
 }
 
-/// Item 3: `dist.ddp -j 2x1`, as TorchX writes it (on torch 1.13 with the
+/// `dist.ddp -j 2x1`, as TorchX writes it (on torch 1.13 with the
 /// two output arguments it can parse). torchrun's command line carries
 /// TorchX's `--rdzv_*`, which beat the plugin's `PET_*`: the workers meet
 /// through the c10d store on the first component's node, port 29500, not on
@@ -347,7 +347,7 @@ fn dist_ddp_trains_with_torchxs_own_rendezvous() {
     );
 }
 
-/// Items 3 and 4: the form that uses the plugin, `utils.sh` + plain
+/// The form that uses the plugin, `utils.sh` + plain
 /// `torchrun` (no `--rdzv_*`), twice at once on the same nodes. Each job's
 /// workers meet at rank 0's host on a port Slurm reserved for its own step,
 /// under its own rendezvous id; both train while the other's store is up
@@ -410,7 +410,7 @@ fn two_plain_torchrun_jobs_at_once_train_on_their_own_ports() {
     );
 }
 
-/// Item 4: two dist.ddp jobs whose first components share a node both want
+/// Two dist.ddp jobs whose first components share a node both want
 /// TorchX's fixed port 29500 there. The second's agent cannot bind it and
 /// becomes a client of the first job's store: it trains, but when the
 /// first job ends its store goes, and the second job fails.
