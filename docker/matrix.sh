@@ -12,15 +12,17 @@
 #        base image debian:S (debootstrap when absent), node image tfc-node:S, and
 #        the /usr/include/slurm of the image's libslurm-dev copied out; the
 #        suites' images build side by side
-#   2. SLURM_INCLUDE_DIR=target/slurm-S/include CARGO_TARGET_DIR=target/slurm-S \
+#   2. SLURM_INCLUDE_DIR=target/slurm-S/include \
 #        cargo build --release --lib --features fault-injection, then
 #        packaging/deb.sh target/slurm-S/deb
 #        the fault-injection build tests/testbed_hardening.rs loads (kept as
 #        target/slurm-S/release/libtf_cluster_fault.so), and the Debian package
 #        of the plugin and CLI for that Slurm, which every container of the
 #        testbed installs (built with this host's Rust: its glibc is older than
-#        any suite's, so the .so loads in each). CPU-bound: one suite's build
-#        at a time, the others' tests meanwhile.
+#        any suite's, so the .so loads in each). In the host's own target dir,
+#        one suite's build at a time: only the plugin crate depends on the
+#        headers, so the dependencies and the CLI are built once (by the host
+#        stage), and each suite compiles the plugin twice.
 #   3. the test binaries, each run directly (built once, before the suites, by
 #      `cargo test --profile tests --no-run`; they only drive srun through
 #      docker/testbed.sh) with TFC_SUITE=S TFC_PREFIX=tfc-ID-S
@@ -161,11 +163,11 @@ build_plugin() {
     local suite=$1 dir=target/slurm-$1 v
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
     log "$suite" "plugin for Slurm $((v >> 16)).$(printf %02d $(((v >> 8) & 255))).$((v & 255))"
-    SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" \
-        cargo build --release --lib --features fault-injection || return 1
-    install -m 755 "$dir/release/libtf_cluster.so" "$dir/release/.fault.so.tmp"
-    SLURM_INCLUDE_DIR="$dir/include" CARGO_TARGET_DIR="$dir" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
-    mv "$dir/release/.fault.so.tmp" "$dir/release/libtf_cluster_fault.so"
+    mkdir -p "$dir/release"
+    SLURM_INCLUDE_DIR="$dir/include" cargo build --release --lib --features fault-injection || return 1
+    install -m 755 target/release/libtf_cluster.so "$dir/release/libtf_cluster_fault.so"
+    SLURM_INCLUDE_DIR="$dir/include" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
+    install -m 755 target/release/libtf_cluster.so "$dir/release/libtf_cluster.so"
     # The container tests' stand-in of a container plugin (tests/container_standin/),
     # against the same headers; beside the plugin, mounted at /opt/tf-cluster.
     cc -shared -fPIC -O2 -Wall -Wextra -Werror -I"$dir/include" \
