@@ -178,15 +178,16 @@ build_plugin() {
     fi
 }
 
-# The trainings whose client is one PyPI release on every suite (TensorFlow,
-# JAX and Ray, pinned in docker/node/Dockerfile) run on one suite: what
-# differs between the suites is Slurm (and Debian's PyTorch, whose trainings
-# run on all three), and the Slurm side of these steps (the values, het steps,
-# refusals, requeues) is checked on every suite by the other tests. Lightning
-# and Accelerate (PyPI, on Debian's torch ≥ 2.1: trixie and forky) train on
-# trixie here and on forky through tests/testbed_templates.rs. Each line:
-# the suite, the binary, and its tests that run there only (none: the whole
-# binary). Elsewhere cargo test reports them as filtered out, never as passed.
+# The trainings whose client is one PyPI release on every suite (TensorFlow, JAX and
+# Ray, pinned in docker/node/Dockerfile; TorchX and submitit, pinned in their tests)
+# run on one suite: what differs between the suites is Slurm, and Debian's PyTorch
+# (1.13, 2.6, 2.14), which the plain PyTorch and torchrun trainings run on all three;
+# the Slurm side of these steps (the values, het steps, refusals, requeues) is checked
+# on every suite by the other tests. Lightning and Accelerate (PyPI, on Debian's torch
+# >= 2.1: trixie and forky) train on trixie here and on forky through
+# tests/testbed_templates.rs. Each line: the suite, the binary, and its tests that run
+# there only (none: the whole binary). Elsewhere cargo test reports them as filtered
+# out, never as passed.
 one_suite="
 bookworm testbed_tensorflow
 bookworm testbed_requeue a_preempted_tensorflow_job_resumes_from_its_checkpoint
@@ -196,6 +197,8 @@ bookworm testbed_ray a_ray_cluster_per_step_on_the_fast_network two_users_ray_cl
 trixie testbed_frameworks jax_allreduce_three_nodes
 trixie testbed_network jax_cpu_collectives_stay_on_the_hosts_own_name
 trixie testbed_launchers lightning_slurm_environment accelerate_launch_per_node
+trixie testbed_launchers_torchx
+forky testbed_launchers_sbatch submitit_additional_parameters_train submitit_from_the_environment_trains
 "
 # A name there that no test has (a renamed test) would quietly run everywhere.
 while read -r there binary tests; do

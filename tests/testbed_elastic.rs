@@ -646,7 +646,11 @@ fn two_elastic_steps_at_once_on_the_same_nodes() {
             "step {name}'s worker 0 saw the other step train:\n{context}"
         );
     }
-    assert_ne!(endpoints[0], endpoints[1], "one endpoint for both steps");
+    // Both steps' rank 0 on one node: each rendezvous on a port of its own step.
+    let (ha, pa) = endpoints[0].rsplit_once(':').unwrap();
+    let (hb, pb) = endpoints[1].rsplit_once(':').unwrap();
+    assert_eq!(ha, hb, "both rendezvous on one host:\n{context}");
+    assert_ne!(pa, pb, "both steps' rendezvous on {ha}:{pa}:\n{context}");
     assert_ne!(
         a.launchers[&0].get("PET_RDZV_ID"),
         b.launchers[&0].get("PET_RDZV_ID"),

@@ -12,8 +12,9 @@
 //! run as task prolog), never from the plugin's output.
 //!
 //! Lightning and Accelerate exist on the suites whose Debian torch is recent
-//! enough (trixie, forky: the image's /opt/pt); on bookworm (torch 1.13) those
-//! tests check that the image has no /opt/pt and end.
+//! enough (trixie, forky: the image's /opt/pt); docker/matrix.sh runs their
+//! tests on trixie. Two torchrun steps at once on the same nodes are
+//! tests/testbed_elastic.rs's (each on its own port, under its own id).
 
 mod common;
 
@@ -26,7 +27,7 @@ use serde_json::Value;
 
 const DIR: &str = "/home/alice/launcher-tests";
 
-const FILES: [(&str, &str); 8] = [
+const FILES: [(&str, &str); 7] = [
     ("ddp.py", include_str!("fixtures/pytorch/ddp.py")),
     ("tfc_report.py", include_str!("fixtures/tfc_report.py")),
     (
@@ -49,10 +50,6 @@ const FILES: [(&str, &str); 8] = [
         "accelerate_train.py",
         include_str!("fixtures/pytorch/accelerate_train.py"),
     ),
-    (
-        "two-steps.sh",
-        include_str!("fixtures/pytorch/two-steps.sh"),
-    ),
 ];
 
 /// What each launcher saw of torchrun's arguments and its own step.
@@ -71,7 +68,7 @@ fn install() {
         common::install(
             DIR,
             &files,
-            "chmod 755 probe-prolog.sh two-steps.sh\n\
+            "chmod 755 probe-prolog.sh\n\
              printf 'node3\\nnode1\\nnode2\\n' > hostfile-3\n\
              printf 'node3\\nnode1\\nnode2\\nnode3\\nnode1\\nnode2\\n' > hostfile-6\n\
              for n in 3 6; do\n\
@@ -226,70 +223,6 @@ fn torchrun_one_training_over_all_nodes() {
         assert_eq!(r["master_port"], port.to_string(), "{ctx}");
     }
     eprintln!("torchrun 3 x 2 on {host}:{port}: weights {weights}");
-}
-
-/// Two torchrun steps at once on the same nodes (tests/fixtures/pytorch/two-steps.sh
-/// torchrun): B trains while A holds its rendezvous port. Each step's
-/// launchers meet on their own reserved port, under their own id.
-#[test]
-fn two_torchrun_steps_at_once() {
-    let _t = testbed();
-    install();
-    let probe = format!(
-        "PROBE={}; {}",
-        PROBE,
-        PET.replacen("printf 'print PET", "printf 'PET", 1)
-    );
-    let script = format!("{DIR}/two-steps.sh");
-    let (outputs_a, outputs_b) = (Outputs::new("two-steps-a"), Outputs::new("two-steps-b"));
-    let folder_a = format!("OUTPUTS_A={}", outputs_a.path());
-    let folder_b = format!("OUTPUTS_B={}", outputs_b.path());
-    let out = common::exec_for(
-        480,
-        &[
-            "env",
-            &probe,
-            &folder_a,
-            &folder_b,
-            "salloc",
-            "-N3",
-            "--ntasks-per-node=1",
-            "--time=8",
-            &script,
-            "torchrun",
-        ],
-    );
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "salloc: {stderr}\n{text}");
-    let field = |key: &str| -> String {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in:\n{text}\n{stderr}"))
-            .to_string()
-    };
-    let rc = |k: &str| field(k).parse::<i32>().ok();
-    let a = parse(&outputs_a, rc("STEP A rc="), "step A");
-    let b = parse(&outputs_b, rc("STEP B rc="), "step B");
-    assert_eq!(
-        field("A_ALIVE_WHEN_B_ENDED="),
-        "1",
-        "step A must still hold its port when B ends:\n{}\n---- B (rc {:?}) ----\n{}",
-        a.output,
-        b.run.code,
-        b.output
-    );
-    let wa = a.assert_trained(3, 3);
-    let wb = b.assert_trained(3, 3);
-    let (ha, pa) = a.assert_pet();
-    let (hb, pb) = b.assert_pet();
-    assert_eq!(ha, hb, "both rendezvous on one host");
-    assert_ne!(pa, pb, "both steps' rendezvous on {ha}:{pa}");
-    assert_ne!(
-        a.pet[&0][4], b.pet[&0][4],
-        "one rendezvous id for both steps"
-    );
-    eprintln!("torchrun steps at once: A {ha}:{pa} {wa}, B {hb}:{pb} {wb}");
 }
 
 /// Lightning and Accelerate are in the image's /opt/pt on trixie and forky
