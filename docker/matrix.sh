@@ -228,7 +228,7 @@ run_binary() {
             echo "$name: runs on $there only" >"$out"
             return 0
         fi
-        only_here+=(--exact)
+        [[ " ${only_here[*]} " == *" --exact "* ]] || only_here+=(--exact)
         for t in $tests; do only_here+=(--skip "$t"); done
     done <<<"$one_suite"
     # shellcheck disable=SC2086 # TFC_CARGO_TEST_ARGS: words
