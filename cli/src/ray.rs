@@ -132,17 +132,14 @@ fn reachable(addr: &SocketAddr) -> bool {
 }
 
 /// Waits until `addr` accepts connections, while `ray` runs.
-fn wait_for(addr: &SocketAddr, ray: &mut Child) -> Result<(), String> {
+fn wait_for(addr: &SocketAddr, ray: &mut Child) -> Result<(), Ended> {
     let end = Instant::now() + START_TIMEOUT;
     while !reachable(addr) {
         if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
-            return Err(format!(
-                "ray start ended ({}) before the head was up",
-                show(status)
-            ));
+            return Err(Ended::Start(status));
         }
         if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
-            return Err(format!("the Ray head at {addr} did not come up"));
+            return Err(format!("the Ray head at {addr} did not come up").into());
         }
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -217,8 +214,8 @@ fn stop(ray: &mut Child, temp: &str) {
 /// Waits until the step's Ray nodes (one per node of the step) are alive,
 /// with the Python that runs `ray` (its script's `#!` line): one driver
 /// connection, on the head only.
-fn wait_for_nodes(nodes: u32) -> Result<(), String> {
-    let script = which("ray").ok_or("ray is not on PATH")?;
+fn wait_for_nodes(nodes: u32, ray: &mut Child) -> Result<(), Ended> {
+    let script = which("ray").ok_or_else(|| "ray is not on PATH".to_string())?;
     let text = std::fs::read_to_string(&script).map_err(|e| format!("{script}: {e}"))?;
     let python = text
         .lines()
@@ -234,22 +231,43 @@ while sum(1 for x in ray.nodes() if x['Alive']) < n:
         sys.exit('tf-cluster: not every node of the step joined the Ray cluster')
     time.sleep(0.5)
 ";
-    let status = Command::new(python)
+    let mut waiter = Command::new(python)
         .args([
             "-c",
             code,
             &nodes.to_string(),
             &START_TIMEOUT.as_secs().to_string(),
         ])
-        .status()
+        .spawn()
         .map_err(|e| format!("{python}: {e}"))?;
+    // The head's own `ray start` may end meanwhile (its raylet missed
+    // Ray's registration limit): then the wait is over too.
+    let status = loop {
+        if let Some(status) = waiter.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
+            let _ = waiter.kill();
+            let _ = waiter.wait();
+            return Err(Ended::Start(status));
+        }
+        if SIGNALLED.load(Ordering::SeqCst) != 0 {
+            let _ = waiter.kill();
+            let _ = waiter.wait();
+            return Err("signalled while waiting for the step's Ray nodes"
+                .to_string()
+                .into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     if status.success() {
         Ok(())
     } else {
         Err(format!(
             "waiting for the step's {nodes} Ray nodes failed ({})",
             show(status)
-        ))
+        )
+        .into())
     }
 }
 
@@ -322,7 +340,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     };
     flags.extend(g.args.iter().cloned());
     flags.extend(for_node(extra, g.head_args.is_some()));
-    let first = Instant::now();
+    let mut attempt = 1;
     loop {
         let mut ray = ray_start(ip, &flags)?;
         let result = if g.head_args.is_some() {
@@ -331,23 +349,25 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
             follow(&mut ray, &head)
         };
         stop(&mut ray, &g.temp);
-        // A worker node's Ray that ended while the head runs, within the
-        // time the step gives its nodes to join, is started again: Ray's own
-        // start gives a raylet 30 s to register, fixed, which a loaded node
-        // can miss.
+        // A node's `ray start` that ended before the step's Ray was up (on
+        // the head, before the driver started; elsewhere, while the head
+        // answers) is started again, up to START_ATTEMPTS times: Ray gives a
+        // raylet 30 s to register, fixed, which a loaded node can miss.
         match result {
-            Err(Ended::WhileTheHeadRuns(status))
-                if first.elapsed() < START_TIMEOUT && SIGNALLED.load(Ordering::SeqCst) == 0 =>
+            Err(Ended::Start(status))
+                if attempt < START_ATTEMPTS && SIGNALLED.load(Ordering::SeqCst) == 0 =>
             {
                 eprintln!(
-                    "tf-cluster ray: this node's Ray ended ({}) before it joined: starting it again",
+                    "tf-cluster ray: this node's Ray ended ({}) before the step's Ray was up: \
+                     starting it again",
                     show(status)
                 );
+                attempt += 1;
                 make_temp(&g.temp)?;
             }
-            Err(Ended::WhileTheHeadRuns(status)) => {
+            Err(Ended::Start(status)) => {
                 return Err(format!(
-                    "this node's Ray ended ({}) while the head runs",
+                    "this node's Ray ended ({}) before the step's Ray was up, {attempt} times",
                     show(status)
                 ));
             }
@@ -357,10 +377,14 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     }
 }
 
+/// How many times a node's `ray start` is started before the step fails.
+const START_ATTEMPTS: u32 = 3;
+
 /// Why a node's part of the step ended without an exit code of its own.
 enum Ended {
-    /// A worker node's `ray start` ended while the head's GCS answers.
-    WhileTheHeadRuns(ExitStatus),
+    /// This node's `ray start` ended before the step's Ray was up: on the
+    /// head before the driver started, elsewhere while the head answers.
+    Start(ExitStatus),
     Error(String),
 }
 
@@ -377,7 +401,7 @@ fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, Ended
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
-    wait_for_nodes(nodes)?;
+    wait_for_nodes(nodes, ray)?;
     let mut driver = Command::new(&cmd[0])
         .args(&cmd[1..])
         .spawn()
@@ -417,7 +441,7 @@ fn follow(ray: &mut Child, head: &SocketAddr) -> Result<u8, Ended> {
             if !reachable(head) {
                 return Ok(0);
             }
-            return Err(Ended::WhileTheHeadRuns(status));
+            return Err(Ended::Start(status));
         }
         misses = if reachable(head) { 0 } else { misses + 1 };
         if misses >= 2 {

@@ -428,8 +428,8 @@ fn env_leaves_out_the_frameworks_srun_left_out() {
     );
 }
 
-/// A worker node whose `ray start` fails before it joined starts it again
-/// while the head runs: Ray gives a raylet 30 s to register and waits 40 s
+/// A worker node whose `ray start` fails while the head runs starts it again
+/// (up to 3 starts): Ray gives a raylet 30 s to register and waits 40 s
 /// for the head's node to appear, both fixed in Ray, and a loaded node misses
 /// them. Ray is also asked to wait for the head's node as long as tf-cluster
 /// waits for the head (RAY_NUM_REDIS_GET_RETRIES, 2 s apart).
@@ -494,5 +494,65 @@ fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
         !dir.join("ray").exists(),
         "the step's temp directory is left"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The head's `ray start` that ends before the step's Ray was up (here while
+/// it waits for the step's nodes) is started again; the driver then runs and
+/// its exit code is the step's.
+#[test]
+fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("tfc-ray-head-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let starts = dir.join("starts");
+    // `ray` is run by this interpreter, as Ray's script by its venv's Python;
+    // the wait for the nodes (`PYTHON -c CODE`) succeeds after a second. The
+    // first `ray start` fails at once; the second runs until it is stopped.
+    let python = dir.join("bin/python");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = -c ]; then sleep 1; exit 0; fi\nshift\n\
+             echo \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
+            s = starts.display()
+        ),
+    )
+    .unwrap();
+    let ray = dir.join("bin/ray");
+    std::fs::write(&ray, format!("#!{}\n", python.display())).unwrap();
+    for f in [&python, &ray] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The GCS port answers from the start (the first start's GCS came up).
+    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = gcs.local_addr().unwrap().port();
+    let out = hermetic::tf_cluster()
+        .args(["ray", "--", "sh", "-c", "exit 7"])
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+        )
+        .env("RAY_ADDRESS", format!("127.0.0.1:{port}"))
+        .env("TF_CLUSTER_RAY_ARGS", "--num-cpus=1")
+        .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
+        .env("TF_CLUSTER_RAY_NODE", "127.0.0.1")
+        .env("TF_CLUSTER_RAY_TEMP_DIR", dir.join("ray"))
+        .env("SLURM_STEP_NUM_NODES", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&starts).unwrap(),
+        "start --head\nstart --head\n"
+    );
+    assert!(stderr.contains("starting it again"), "{stderr}");
+    assert!(
+        !dir.join("ray").exists(),
+        "the step's temp directory is left"
+    );
+    drop(gcs);
     let _ = std::fs::remove_dir_all(&dir);
 }
