@@ -428,6 +428,23 @@ fn env_leaves_out_the_frameworks_srun_left_out() {
     );
 }
 
+/// A folder for a `tf-cluster ray` test, with `bin/` for its stand-in of
+/// Ray's commands: the folder and the file each `ray start` appends to.
+fn ray_folder(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tfc-ray-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    let starts = dir.join("starts");
+    (dir, starts)
+}
+
+/// Writes an executable script.
+fn script(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// A worker node whose `ray start` fails while the head runs starts it again
 /// (up to 3 starts): Ray gives a raylet 30 s to register and waits 40 s
 /// for the head's node to appear, both fixed in Ray, and a loaded node misses
@@ -435,24 +452,16 @@ fn env_leaves_out_the_frameworks_srun_left_out() {
 /// waits for the head (RAY_NUM_REDIS_GET_RETRIES, 2 s apart).
 #[test]
 fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("tfc-ray-retry-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("bin")).unwrap();
-    let starts = dir.join("starts");
+    let (dir, starts) = ray_folder("worker");
     // The first `ray start` fails at once; the second runs until it is stopped.
-    let ray = dir.join("bin/ray");
-    let mut f = std::fs::File::create(&ray).unwrap();
-    write!(
-        f,
-        "#!/bin/sh\necho \"$1 retries=$RAY_NUM_REDIS_GET_RETRIES\" >>{s}\n\
-         [ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
-        s = starts.display()
-    )
-    .unwrap();
-    drop(f);
-    std::fs::set_permissions(&ray, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script(
+        &dir.join("bin/ray"),
+        &format!(
+            "#!/bin/sh\necho \"$1 retries=$RAY_NUM_REDIS_GET_RETRIES\" >>{s}\n\
+             [ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
+            s = starts.display()
+        ),
+    );
     // The head's GCS: a port that accepts connections until it is dropped.
     let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = gcs.local_addr().unwrap().port();
@@ -502,29 +511,20 @@ fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
 /// its exit code is the step's.
 #[test]
 fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("tfc-ray-head-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("bin")).unwrap();
-    let starts = dir.join("starts");
+    let (dir, starts) = ray_folder("head");
     // `ray` is run by this interpreter, as Ray's script by its venv's Python;
     // the wait for the nodes (`PYTHON -c CODE`) succeeds after a second. The
     // first `ray start` fails at once; the second runs until it is stopped.
     let python = dir.join("bin/python");
-    std::fs::write(
+    script(
         &python,
-        format!(
+        &format!(
             "#!/bin/sh\nif [ \"$1\" = -c ]; then sleep 1; exit 0; fi\nshift\n\
              echo \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
             s = starts.display()
         ),
-    )
-    .unwrap();
-    let ray = dir.join("bin/ray");
-    std::fs::write(&ray, format!("#!{}\n", python.display())).unwrap();
-    for f in [&python, &ray] {
-        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    );
+    script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
     // The GCS port answers from the start (the first start's GCS came up).
     let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = gcs.local_addr().unwrap().port();
