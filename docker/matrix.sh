@@ -157,8 +157,9 @@ for name in "${shared[@]}" "${alone[@]}"; do
 done
 
 # The plugin for suite $1: the fault-injection build first, then the package
-# (plugin and CLI): both in one target dir (the dependencies are built once),
-# each .so copied out of cargo's way.
+# (plugin and CLI): both in the host's target dir (the dependencies are built
+# once), each .so and the CLI copied out of cargo's way into $dir/release, laid
+# out as a target dir's release/ (tests/testbed_prefix.rs installs from it).
 build_plugin() {
     local suite=$1 dir=target/slurm-$1 v
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
@@ -167,7 +168,7 @@ build_plugin() {
     SLURM_INCLUDE_DIR="$dir/include" cargo build --release --lib --features fault-injection || return 1
     install -m 755 target/release/libtf_cluster.so "$dir/release/libtf_cluster_fault.so"
     SLURM_INCLUDE_DIR="$dir/include" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
-    install -m 755 target/release/libtf_cluster.so "$dir/release/libtf_cluster.so"
+    install -m 755 target/release/libtf_cluster.so target/release/tf-cluster "$dir/release/"
     # The container tests' stand-in of a container plugin (tests/container_standin/),
     # against the same headers; beside the plugin, mounted at /opt/tf-cluster.
     cc -shared -fPIC -O2 -Wall -Wextra -Werror -I"$dir/include" \
