@@ -223,9 +223,19 @@ fn wait_for_nodes(nodes: u32, ray: &mut Child) -> Result<(), Ended> {
         .and_then(|l| l.strip_prefix("#!"))
         .map(str::trim)
         .ok_or_else(|| format!("{script} names no Python"))?;
+    // ray.init gives up while the head's raylet is still registering (a
+    // loaded node): it tries again until the deadline.
     let code = "import sys, time, ray
-ray.init(log_to_driver=False, logging_level='error')
 n, end = int(sys.argv[1]), time.time() + float(sys.argv[2])
+while True:
+    try:
+        ray.init(log_to_driver=False, logging_level='error')
+        break
+    except ConnectionError:
+        ray.shutdown()
+        if time.time() > end:
+            raise
+        time.sleep(2)
 while sum(1 for x in ray.nodes() if x['Alive']) < n:
     if time.time() > end:
         sys.exit('tf-cluster: not every node of the step joined the Ray cluster')
