@@ -439,13 +439,7 @@ fn fifty_concurrent_steps() {
 /// callers hold the testbed alone), and the next good step on `node` runs.
 fn assert_healthy(case: &str, node: &str) {
     assert_no_node_drained();
-    let steps = exec(&["squeue", "-h", "-s", "-o", "%i %j"]);
-    let left: Vec<String> = String::from_utf8_lossy(&steps.stdout)
-        .lines()
-        .filter(|l| !l.contains(".extern") && !l.contains(".interactive") && !l.contains(".batch"))
-        .map(str::to_string)
-        .collect();
-    assert!(left.is_empty(), "{case}: steps left behind: {left:?}");
+    common::assert_no_step_left(case);
     assert_next_step_runs(case, node);
 }
 

@@ -182,10 +182,8 @@ pub fn assert_no_node_drained() {
     );
 }
 
-/// No node left service, no step of ours still listed (the extern, batch
-/// and interactive steps aside), and a good step runs at once.
-pub fn assert_healthy(case: &str) {
-    assert_no_node_drained();
+/// No step still listed (the extern, batch and interactive steps aside).
+pub fn assert_no_step_left(case: &str) {
     let steps = exec(&["squeue", "-h", "-s", "-o", "%i %j"]);
     let left: Vec<String> = String::from_utf8_lossy(&steps.stdout)
         .lines()
@@ -193,6 +191,13 @@ pub fn assert_healthy(case: &str) {
         .map(str::to_string)
         .collect();
     assert!(left.is_empty(), "{case}: steps left behind: {left:?}");
+}
+
+/// No node left service, no step of ours still listed (the extern, batch
+/// and interactive steps aside), and a good step runs at once.
+pub fn assert_healthy(case: &str) {
+    assert_no_node_drained();
+    assert_no_step_left(case);
     let next = srun(&["-N1", "-n1", "--tf-cluster"]);
     next.assert_ran(1);
     assert!(next.tasks[0].tf_config.is_some(), "{case}: the next step");
