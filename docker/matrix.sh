@@ -179,27 +179,36 @@ build_plugin() {
     fi
 }
 
-# The trainings whose client is one PyPI release on every suite (TensorFlow, JAX and
-# Ray, pinned in docker/node/Dockerfile; TorchX and submitit, pinned in their tests)
-# run on one suite: what differs between the suites is Slurm, and Debian's PyTorch
-# (1.13, 2.6, 2.14), which the plain PyTorch and torchrun trainings run on all three;
-# the Slurm side of these steps (the values, het steps, refusals, requeues) is checked
-# on every suite by the other tests. Lightning and Accelerate (PyPI, on Debian's torch
-# >= 2.1: trixie and forky) train on trixie here and on forky through
-# tests/testbed_templates.rs. Each line: the suite, the binary, and its tests that run
-# there only (none: the whole binary). Elsewhere cargo test reports them as filtered
-# out, never as passed.
+# The trainings that run on one suite. Each line: the suite, the binary, and its tests
+# that run there only (none: the whole binary); elsewhere cargo test reports them as
+# filtered out, never as passed. What differs between the suites is Slurm, and Debian's
+# PyTorch (1.13, 2.6, 2.14); the Slurm side of every training below (the values, het
+# steps, ports, refusals, requeues) is checked on every suite by the other tests.
+# - Clients that are one PyPI release on every suite (TensorFlow, JAX and Ray, pinned in
+#   docker/node/Dockerfile; TorchX and submitit, pinned in their tests): one suite each.
+#   Lightning and Accelerate (PyPI, on Debian's torch >= 2.1: trixie and forky) train on
+#   trixie here and on forky through tests/testbed_templates.rs.
+# - Debian's PyTorch: every suite trains plain DDP, torchrun, elastic torchrun with a
+#   worker that fails once, a requeued torchrun job and a torchrun worker's error file;
+#   the other PyTorch trainings take turns (each on one suite, on each suite some), as
+#   their own controls say where it matters: torch 1.13 shares no rendezvous store, so
+#   the control of the store per round runs on trixie, where the training ends without.
 one_suite="
 bookworm testbed_tensorflow
 bookworm testbed_requeue a_preempted_tensorflow_job_resumes_from_its_checkpoint
-bookworm testbed_network tensorflow_mwms_follows_the_host_template
+bookworm testbed_network tensorflow_mwms_follows_the_host_template pytorch_gloo_follows_the_host_template
 bookworm testbed_ports a_pytorch_and_a_tensorflow_job_on_one_node_both_train
 bookworm testbed_ray a_ray_cluster_per_step_on_the_fast_network two_users_ray_clusters_on_the_same_nodes
+bookworm testbed_elastic two_elastic_steps_at_once_on_the_same_nodes
+bookworm testbed_frameworks two_pytorch_steps_at_once_reserved_ports_vs_job_id_port
 trixie testbed_frameworks jax_allreduce_three_nodes
-trixie testbed_network jax_cpu_collectives_stay_on_the_hosts_own_name
+trixie testbed_network jax_cpu_collectives_stay_on_the_hosts_own_name pytorch_gloo_follows_the_subnet
 trixie testbed_launchers lightning_slurm_environment accelerate_launch_per_node
 trixie testbed_launchers_torchx
+trixie testbed_elastic without_a_store_per_round_a_worker_that_fails_once_ends_the_training
 forky testbed_launchers_sbatch submitit_additional_parameters_train submitit_from_the_environment_trains
+forky testbed_elastic the_node_of_rank_0_lost_when_it_is_not_the_stores
+forky testbed_frameworks pytorch_ddp_uneven_layout
 "
 # The binaries that run on their suite after every suite's lanes have ended, one
 # at a time on a quiet machine: Ray's clusters miss Ray's own start-up limits
