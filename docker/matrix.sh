@@ -206,6 +206,7 @@ trixie testbed_network jax_cpu_collectives_stay_on_the_hosts_own_name pytorch_gl
 trixie testbed_launchers lightning_slurm_environment accelerate_launch_per_node
 trixie testbed_launchers_torchx
 trixie testbed_elastic without_a_store_per_round_a_worker_that_fails_once_ends_the_training
+forky testbed_templates
 forky testbed_launchers_sbatch submitit_additional_parameters_train submitit_from_the_environment_trains
 forky testbed_elastic the_node_of_rank_0_lost_when_it_is_not_the_stores
 forky testbed_frameworks pytorch_ddp_uneven_layout
@@ -306,6 +307,19 @@ run_suite() {
     while read -r there name; do
         [ "$there" != "$suite" ] || claim "$suite" "$name" || true
     done <<<"$at_the_end"
+    # The binaries that run whole on this suite only (one_suite) first in its queue:
+    # elsewhere they end at once, here they are among the longest.
+    local -a own=() queue_here=()
+    local tests
+    while read -r there name tests; do
+        [ "$there" = "$suite" ] && [ -z "$tests" ] && [[ " ${queue[*]} " == *" $name "* ]] || continue
+        own+=("$name")
+    done <<<"$one_suite"
+    queue_here=("${own[@]}")
+    for name in "${queue[@]}"; do
+        [[ " ${own[*]} " == *" $name "* ]] || queue_here+=("$name")
+    done
+    local -a queue=("${queue_here[@]}")
     run_lane "$suite" "$prefix-$suite" many &
     local p1=$!
     run_lane "$suite" "$prefix-$suite-alt" one "${alone[@]}" &

@@ -6,7 +6,8 @@
 #
 # What waits runs beside what computes: the suites' images (network and disk)
 # build in the background from the start while the host's tests use the CPU;
-# then the suites run side by side. Every stage runs whatever failed before it;
+# then the suites run side by side, and memcheck, fuzzing and the scale smoke
+# beside them (what the matrix does not need). Every stage runs whatever failed before it;
 # the run fails at the end, naming each failed stage (and docker/matrix.sh each
 # failed suite and test binary). The time per stage is printed at the end
 # (tests/stages.sh; docs/testing.md says where the time goes).
@@ -65,20 +66,40 @@ step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --l
 testbed_tests=()
 for f in tests/testbed*.rs; do testbed_tests+=(--test "$(basename "$f" .rs)"); done
 step "host: build the testbed binaries" cargo test --profile tests --no-run "${testbed_tests[@]}"
-step "host: memcheck" bash tests/memcheck.sh
-# A short run of every fuzz target (a crash, leak, timeout or OOM fails).
-# (The property tests ran above with overflow checks: Cargo.toml's `tests` profile.)
-step "host: fuzz" bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
-# A real launch at scale: 24 real slurmd nodes (one per network, UTS and
-# PID namespace) on this machine, every task of tf and torch steps, block
-# and cyclic, checked against Slurm's placement (docker/scale-bench.sh has
-# the benchmark).
-step "host: scale smoke" bash tests/scale-smoke.sh
+# Memcheck, a short run of every fuzz target and the scale smoke: the matrix
+# needs none of them, so they run beside the wait for the images and beside
+# the matrix, one after another, each output in target/host/NAME.log (its end
+# printed when it fails): their CPU fills what the suites' testbeds leave
+# while they wait (a rendezvous's timeout, a requeued job's restart), and
+# fuzzing keeps one core. Each fuzz target runs for its seconds whatever the
+# load (fewer inputs on a busy machine); a crash, leak, timeout or OOM fails.
+# (The property tests ran above with overflow checks: Cargo.toml's `tests`
+# profile.) The scale smoke: a real launch on 24 real slurmd nodes (one per
+# network, UTS and PID namespace) on this machine, every task of tf and torch
+# steps, block and cyclic, checked against Slurm's placement
+# (docker/scale-bench.sh has the benchmark).
+mkdir -p target/host
+rm -f target/host/failed
+(
+    beside() { # NAME LOG CMD..
+        local name=$1 log=target/host/$2.log
+        shift 2
+        stage "host: $name" "$@" >"$log" 2>&1 && return 0
+        echo "host: $name" >>target/host/failed
+        { echo "run: host: $name FAILED; the end of $log:"; tail -n 40 "$log"; } >&2
+    }
+    beside memcheck memcheck bash tests/memcheck.sh
+    beside fuzz fuzz bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
+    beside "scale smoke" scale-smoke bash tests/scale-smoke.sh
+) &
+host_beside=$!
 
 t1=$SECONDS
 wait $images || failed+=("images (target/matrix/images.log)")
-echo "run: waited $((SECONDS - t1)) s for the images after the host stage" >&2
+echo "run: waited $((SECONDS - t1)) s for the images after the host stage's builds" >&2
 # The testbed binaries, against each Slurm with the plugin built for it, the
 # suites side by side.
 step "matrix" bash docker/matrix.sh "${suites[@]}"
+wait $host_beside || true
+[ ! -s target/host/failed ] || mapfile -t -O ${#failed[@]} failed <target/host/failed
 finish

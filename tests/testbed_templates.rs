@@ -14,7 +14,7 @@
 //! (which has no keras): keras from PyPI, as other tests install their launchers.
 //!
 //! Lightning and Accelerate need the image's /opt/pt (trixie, forky); the whole file runs on
-//! forky only (docker/matrix.sh runs the ignored tests there).
+//! forky only (docker/matrix.sh's `one_suite`; its tests are ignored elsewhere).
 
 mod common;
 
