@@ -77,14 +77,23 @@ fi
 # shellcheck source=tests/stages.sh
 source tests/stages.sh
 
-# Builds the image of suite $1 and copies its Slurm headers out.
+# Builds the image of suite $1 and copies its Slurm headers out, holding the
+# suite's image lock: a suite of the matrix started while `--images` still
+# builds its image (tests/run.sh starts both) waits for that build, then finds
+# the image built. `--images` starts the suite's image.log anew; the matrix
+# appends to it.
 image() {
-    local suite=$1
+    local suite=$1 out=$logs/$1/image.log
     mkdir -p "$logs/$suite"
-    if ! TFC_SUITE=$suite TFC_PREFIX=$prefix-$suite \
-        docker/testbed.sh headers "target/slurm-$suite/include" >"$logs/$suite/image.log" 2>&1; then
-        log "$suite" "image build FAILED; the end of $logs/$suite/image.log:"
-        tail -n 30 "$logs/$suite/image.log" >&2
+    if ! (
+        flock 7
+        [ $images_only = 0 ] || : >"$out"
+        echo "== $(date -u +%FT%TZ) docker/testbed.sh headers" >>"$out"
+        TFC_SUITE=$suite TFC_PREFIX=$prefix-$suite \
+            docker/testbed.sh headers "target/slurm-$suite/include" >>"$out" 2>&1
+    ) 7>"$logs/$suite/.image.lock"; then
+        log "$suite" "image build FAILED; the end of $out:"
+        tail -n 30 "$out" >&2
         return 1
     fi
 }
@@ -187,7 +196,8 @@ build_plugin() {
 # - Clients that are one PyPI release on every suite (TensorFlow, JAX and Ray, pinned in
 #   docker/node/Dockerfile; TorchX and submitit, pinned in their tests): one suite each.
 #   Lightning and Accelerate (PyPI, on Debian's torch >= 2.1: trixie and forky) train on
-#   trixie here and on forky through tests/testbed_templates.rs.
+#   trixie here and on forky through tests/testbed_templates.rs. Ray is in bookworm's
+#   image only (docker/node/test-tools.sh).
 # - Debian's PyTorch: every suite trains plain DDP, torchrun, elastic torchrun with a
 #   worker that fails once, a requeued torchrun job and a torchrun worker's error file;
 #   the other PyTorch trainings take turns (each on one suite, on each suite some), as

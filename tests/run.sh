@@ -72,17 +72,19 @@ step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --l
 testbed_tests=()
 for f in tests/testbed*.rs; do testbed_tests+=(--test "$(basename "$f" .rs)"); done
 step "host: build the testbed binaries" cargo test --profile tests --no-run "${testbed_tests[@]}"
-# Memcheck, a short run of every fuzz target and the scale smoke: the matrix
-# needs none of them, so they run beside the wait for the images and beside
-# the matrix, one after another, each output in target/host/NAME.log (its end
-# printed when it fails): their CPU fills what the suites' testbeds leave
-# while they wait (a rendezvous's timeout, a requeued job's restart), and
-# fuzzing keeps one core. Each fuzz target runs for its seconds whatever the
-# load (fewer inputs on a busy machine); a crash, leak, timeout or OOM fails.
-# (The property tests ran above with overflow checks: Cargo.toml's `tests`
-# profile.) The scale smoke: a real launch on 24 real slurmd nodes (one per
-# network, UTS and PID namespace) on this machine, every task of tf and torch
-# steps, block and cyclic, checked against Slurm's placement
+# The scale smoke, memcheck and a short run of every fuzz target: the matrix
+# needs none of them, so they run one after another beside the wait for the
+# images and beside the matrix, each output in target/host/NAME.log (its end
+# printed when it fails). Memcheck and fuzzing at a lower priority (nice 10):
+# they take the CPU the suites' testbeds leave while they wait (a rendezvous's
+# timeout, a requeued job's restart) and never slow the suites' plugin builds,
+# which every suite's tests wait for. Each fuzz target runs its seconds
+# whatever the load (fewer inputs on a busy machine); a crash, leak, timeout or
+# OOM fails. (The property tests ran above with overflow checks: Cargo.toml's
+# `tests` profile.) The scale smoke, first and at the usual priority (its
+# slurmd must come up within their time): a real launch on 24 real slurmd
+# nodes (one per network, UTS and PID namespace) on this machine, every task of
+# tf and torch steps, block and cyclic, checked against Slurm's placement
 # (docker/scale-bench.sh has the benchmark).
 mkdir -p target/host
 rm -f target/host/failed
@@ -94,18 +96,17 @@ rm -f target/host/failed
         echo "host: $name" >>target/host/failed
         { echo "run: host: $name FAILED; the end of $log:"; tail -n 40 "$log"; } >&2
     }
-    beside memcheck memcheck bash tests/memcheck.sh
-    beside fuzz fuzz bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
     beside "scale smoke" scale-smoke bash tests/scale-smoke.sh
+    beside memcheck memcheck nice -n 10 bash tests/memcheck.sh
+    beside fuzz fuzz nice -n 10 bash fuzz/run.sh "${TFC_FUZZ_SECONDS:-10}"
 ) &
 host_beside=$!
 
-t1=$SECONDS
-wait $images || failed+=("images (target/matrix/images.log)")
-echo "run: waited $((SECONDS - t1)) s for the images after the host stage's builds" >&2
 # The testbed binaries, against each Slurm with the plugin built for it, the
-# suites side by side.
+# suites side by side; each suite starts once its own image is built (the
+# matrix waits for the build above, suite by suite).
 step "matrix" bash docker/matrix.sh "${suites[@]}"
+wait $images || failed+=("images (target/matrix/images.log)")
 wait $host_beside || true
 [ ! -s target/host/failed ] || mapfile -t -O ${#failed[@]} failed <target/host/failed
 finish

@@ -177,6 +177,15 @@ fn what_cannot_work_is_refused_in_srun() {
     assert!(two.took < REFUSED_WITHIN, "{:?}\n{}", two.took, two.text);
 }
 
+/// Ray is in bookworm's image only (docker/node/test-tools.sh), the one suite its clusters'
+/// tests run on (docker/matrix.sh's `one_suite`).
+fn assert_ray_installed() {
+    assert!(
+        exec(&["test", "-x", "/opt/ray/bin/ray"]).status.success(),
+        "no /opt/ray in this suite's image: Ray is installed on bookworm only"
+    );
+}
+
 /// One user's step: 3 alive Ray nodes, each at its address on the fast
 /// network (Ray's node address and VLLM_HOST_IP on the node alike), a task
 /// on every node, the head at rank 0's fast name and a reserved port; the
@@ -184,6 +193,7 @@ fn what_cannot_work_is_refused_in_srun() {
 #[test]
 fn a_ray_cluster_per_step_on_the_fast_network() {
     let _t = testbed();
+    assert_ray_installed();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let want = fast_addresses();
     let start = Instant::now();
@@ -227,6 +237,7 @@ fn a_ray_cluster_per_step_on_the_fast_network() {
 #[test]
 fn two_users_ray_clusters_on_the_same_nodes() {
     let _t = testbed();
+    assert_ray_installed();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let want = fast_addresses();
     let mut bind_errors = 0;

@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 
 use std::collections::BTreeMap;
 
-use common::{exclusive, exec, reserved_ports, sbatch, srun, testbed};
+use common::outputs::Outputs;
+use common::{exclusive, exec, exec_for, reserved_ports, sbatch, srun, testbed};
 
 /// `#SBATCH --tf-cluster=…` reaches the job's srun steps.
 #[test]
@@ -73,25 +74,69 @@ fn concurrent_steps_with_reserved_ports_do_not_clash() {
     assert!(addresses[0].is_disjoint(&addresses[1]), "{addresses:?}");
 }
 
-/// `--gres=gpu:2` with two tasks per node: one GPU each, Slurm's ids.
+/// `--gres=gpu:2` with two tasks per node: one GPU each, the ids Slurm gave the step on that
+/// node (SLURM_STEP_GPUS), in order. Another step of the job holds two GPUs of each node
+/// meanwhile (both `--exact`: each step only the CPUs it asks for, so they run side by side),
+/// so the step's ids are not the 0 and 1 of an idle node: which two Slurm gives is its own
+/// choice (and another test's job on the node changes it too), never the test's.
 #[test]
 fn gres_gpus_are_sliced() {
     let _t = testbed();
-    let run = srun(&[
-        "-N2",
-        "-n4",
-        "--ntasks-per-node=2",
-        "--gres=gpu:2",
-        "--tf-cluster",
-    ]);
-    run.assert_ran(4);
-    let by_local: Vec<(u32, Option<&str>)> = run
-        .tasks
-        .iter()
-        .map(|t| (t.local, t.cuda_visible_devices.as_deref()))
+    let outputs = Outputs::new("gres-sliced");
+    let [out, err] = outputs.srun_args();
+    let held = format!("/home/alice/.gres-held-{}", std::process::id());
+    let probe = r#"printf 'GPUS\t%s\t%s\t%s\t%s\n' "$SLURM_LOCALID" "$(hostname)" "${SLURM_STEP_GPUS-unset}" "${CUDA_VISIBLE_DEVICES-unset}""#;
+    let probe = probe.replace('\'', r"'\''");
+    // The holding step writes its GPUs per node; the script prints them (HELD lines).
+    let script = format!(
+        "srun -N2 -n2 --exact --gres=gpu:2 bash -c 'echo $SLURM_STEP_GPUS > {held}.tmp.$(hostname); \
+         mv {held}.tmp.$(hostname) {held}.$(hostname); exec sleep 300' &\n\
+         holder=$!\n\
+         for _ in $(seq 600); do [ -e {held}.node1 ] && [ -e {held}.node2 ] && break; sleep 0.2; done\n\
+         for h in node1 node2; do printf 'HELD\\t%s\\t%s\\n' $h \"$(cat {held}.$h)\"; done\n\
+         srun {out} {err} -N2 -n4 --ntasks-per-node=2 --exact --gres=gpu:2 --tf-cluster bash -c '{probe}'\n\
+         rc=$?; rm -f {held}.*; kill $holder; wait; exit $rc"
+    );
+    let ran = exec_for(
+        300,
+        &[
+            "salloc",
+            "-N2",
+            "-w",
+            "node[1-2]",
+            "--ntasks-per-node=3",
+            "--gres=gpu:4",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    let context = format!("{ran:?}\n{}", outputs.dump());
+    assert!(ran.status.success(), "{context}");
+    let said = String::from_utf8_lossy(&ran.stdout);
+    let held: BTreeMap<&str, BTreeSet<&str>> = said
+        .lines()
+        .filter_map(|l| l.strip_prefix("HELD\t")?.split_once('\t'))
+        .map(|(host, gpus)| (host, gpus.split(',').collect()))
         .collect();
-    for (local, gpus) in by_local {
-        assert_eq!(gpus, Some(if local == 0 { "0" } else { "1" }));
+    assert_eq!(held.len(), 2, "{context}");
+    let stdout = outputs.stdout();
+    let tasks: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("GPUS\t"))
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert_eq!(tasks.len(), 4, "{context}");
+    for t in &tasks {
+        let (local, host, step_gpus, cuda) = (t[0], t[1], t[2], t[3]);
+        let slurms: Vec<&str> = step_gpus.split(',').collect();
+        assert_eq!(slurms.len(), 2, "{context}");
+        assert!(
+            slurms.iter().all(|g| !held[host].contains(g)),
+            "the step got a held GPU on {host}: {context}"
+        );
+        let local: usize = local.parse().unwrap();
+        assert_eq!(cuda, slurms[local], "{context}");
     }
 }
 

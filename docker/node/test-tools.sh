@@ -115,11 +115,15 @@ fi
 
 # Ray for the real clients of tests/testbed_ray.rs: ray[default] from PyPI (the
 # dashboard agent and its ports too, as sites install it) in the venv /opt/ray on the
-# python of /opt/tf (ray 2.60.0 has wheels for CPython 3.10-3.13).
-say "Ray $RAY_VERSION"
-"$(readlink -f /opt/tf/bin/python)" -m venv /opt/ray
-pip_install /opt/ray "ray[default]==$RAY_VERSION"
-/opt/ray/bin/python -c 'import ray; print("ray", ray.__version__)'
+# python of /opt/tf (ray 2.60.0 has wheels for CPython 3.10-3.13). Bookworm's image
+# only: Ray's clusters train on that suite alone (docker/matrix.sh's one_suite, the
+# same PyPI release on every suite), so the other images build without it.
+if [ "$SUITE" = bookworm ]; then
+    say "Ray $RAY_VERSION"
+    "$(readlink -f /opt/tf/bin/python)" -m venv /opt/ray
+    pip_install /opt/ray "ray[default]==$RAY_VERSION"
+    /opt/ray/bin/python -c 'import ray; print("ray", ray.__version__)'
+fi
 
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /tmp/pip-ca.pem
