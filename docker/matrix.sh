@@ -300,7 +300,6 @@ run_lane() {
 run_suite() {
     local suite=$1 rc=0
     mkdir -p "$logs/$suite"
-    log "$suite" "testbeds $prefix-$suite and $prefix-$suite-alt (first ${alone[*]}), the queue: ${queue[*]}"
     stage "$suite image" image "$suite" || { echo "$suite image" >>"$logs/failed"; return 1; }
     # One plugin build at a time: CPU-bound, while the other suites' tests wait.
     if ! (flock 8 && stage "$suite plugin build" build_plugin "$suite") 8>target/.matrix-build.lock \
@@ -330,6 +329,7 @@ run_suite() {
         [[ " ${own[*]} " == *" $name "* ]] || queue_here+=("$name")
     done
     local -a queue=("${queue_here[@]}")
+    log "$suite" "testbeds $prefix-$suite and $prefix-$suite-alt (first ${alone[*]}), the queue: ${queue[*]}"
     run_lane "$suite" "$prefix-$suite" many &
     local p1=$!
     run_lane "$suite" "$prefix-$suite-alt" one "${alone[@]}" &

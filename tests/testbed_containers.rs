@@ -967,10 +967,13 @@ impl Drop for OciConf {
 /// --rootless`, with the host's /proc bound (the nodes' /proc cannot be
 /// mounted afresh in a user namespace), the node's host name (no UTS
 /// namespace), and an environment of its own that sets RANK and
-/// MASTER_ADDR.
+/// MASTER_ADDR. The mount points Slurm adds (its spool at /var/run/slurm) made in the rootfs
+/// beforehand: every task of a step runs its own runc on this one rootfs, and two of them
+/// creating a missing mount point at once fail ("mkdirat …/rootfs/var: file exists").
 const BUNDLE: &str = "/home/alice/oci-bundle";
 const MAKE_BUNDLE: &str = r#"set -e; rm -rf /home/alice/oci-bundle; mkdir -p /home/alice/oci-bundle; cd /home/alice/oci-bundle
 unsquashfs -q -d rootfs /opt/tfc-images/busybox.sqsh >/dev/null; runc spec --rootless
+mkdir -p rootfs/var/run/slurm rootfs/proc rootfs/sys rootfs/dev
 python3 - <<'PY'
 import json
 c = json.load(open("config.json"))
