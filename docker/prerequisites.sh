@@ -32,7 +32,7 @@ docker info >/dev/null 2>&1 || { echo "prerequisites: the Docker daemon is not r
 # file a container opens goes through a FUSE daemon and each image layer's commit walks
 # the whole tree: the testbeds' Python frameworks open thousands of files each, and that
 # driver was about a tenth of the suite's CPU (docs/testing.md). Where the kernel's own
-# overlay mounts on Docker's data root, the daemon is restarted with overlay2, once, and
+# overlay mounts on Docker's data root, the daemon is restarted with overlay2, and
 # only while it holds no image and no container (a fresh machine: nothing to hide, since
 # a driver sees only the images built under it). TFC_DOCKER_DRIVER=keep leaves the
 # daemon as it is; TFC_DOCKER_DRIVER=overlay2 switches with images there too (they stay
