@@ -26,7 +26,40 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 command -v cargo >/dev/null || { echo "prerequisites: cargo (Rust ≥ 1.85) is not installed" >&2; exit 1; }
 command -v docker >/dev/null || { echo "prerequisites: docker is not installed" >&2; exit 1; }
-docker info >/dev/null 2>&1 || { echo "prerequisites: the Docker daemon is not reachable" >&2; exit 1; }
+
+# The daemon. A machine may start dockerd just before this runs (a CI machine's
+# init, under load) or not at all: wait for it up to TFC_DOCKER_WAIT seconds
+# (120), and where no dockerd runs and this is root, start one (systemd's unit,
+# else dockerd detached, logging to /var/log/dockerd.log).
+start_dockerd() {
+    if [ -d /run/systemd/system ]; then
+        systemctl start docker || true
+    else
+        setsid nohup dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+    fi
+}
+wait_for_dockerd() {
+    local limit=${TFC_DOCKER_WAIT:-120} t0=$SECONDS started= said=
+    until docker info >/dev/null 2>&1; do
+        if [ $((SECONDS - t0)) -ge "$limit" ]; then
+            local why
+            why=$(docker info 2>&1 >/dev/null | grep -v '^ *$' | tail -n 1 || true)
+            echo "prerequisites: the Docker daemon is not reachable after $limit s${started:+ (dockerd started)}: ${why:-docker info failed}" >&2
+            exit 1
+        fi
+        if [ -z "$started" ] && [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null &&
+            ! pgrep -x dockerd >/dev/null; then
+            echo "prerequisites: no dockerd runs: starting it" >&2
+            start_dockerd
+            started=1
+        elif [ -z "$said" ]; then
+            echo "prerequisites: waiting for the Docker daemon (up to $limit s)" >&2
+            said=1
+        fi
+        sleep 1
+    done
+}
+wait_for_dockerd
 
 # Docker's storage driver. Some machines' Docker is set to fuse-overlayfs, where every
 # file a container opens goes through a FUSE daemon and each image layer's commit walks
