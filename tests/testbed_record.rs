@@ -8,8 +8,11 @@
 //! directory: a torchrun worker that fails leaves its error file there, and
 //! `postmortem` lists it; a variable the user exported is left alone.
 //!
+//! A FIFO the user put where the node's file goes neither holds the step's
+//! launch nor is written: the step runs, without a record, and says why.
+//!
 //! Cost: one allocation of 20 short steps, then one postmortem per step;
-//! one torchrun step over 2 nodes.
+//! one torchrun step over 2 nodes; one one-task step.
 
 mod common;
 
@@ -104,6 +107,51 @@ fn the_record_names_the_first_rank_to_die_in_every_run() {
     }
     exec(&["rm", "-rf", &dir]);
     assert_eq!(first_is_rank3, RUNS, "rank 3 first in every run");
+}
+
+#[test]
+fn a_fifo_where_the_nodes_file_goes_neither_holds_the_step_nor_is_written() {
+    let _t = testbed();
+    let dir = format!("/home/alice/tfc-record-fifo-{}", std::process::id());
+    // The run's directory of the allocation's first step (JOB.0), with a
+    // FIFO named as the node's file. Nothing reads it: an open for writing
+    // that blocks would hold slurmstepd's user_init, and the step, for ever.
+    // The FIFO is read at the end, so that a slurmstepd stuck on it ends.
+    let fifo = format!("{dir}/$SLURM_JOB_ID.0/$SLURM_JOB_NODELIST.jsonl");
+    let script = format!(
+        "mkdir -p {dir}/$SLURM_JOB_ID.0 && mkfifo {fifo} || exit 1
+         t0=$(date +%s)
+         timeout 60 srun -N1 -n1 --tf-cluster --tf-record={dir} sh -c 'echo TFC_RAN $SLURM_PROCID'
+         echo TFC_RC $? $(( $(date +%s) - t0 ))
+         [ -p {fifo} ] && echo TFC_STILL_FIFO
+         timeout 5 cat {fifo} >/dev/null; true"
+    );
+    let out = exec_for(180, &["salloc", "-N1", "bash", "-c", &script]);
+    exec(&["rm", "-rf", &dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let ctx = format!("{stdout}{stderr}");
+    let rc = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("TFC_RC "))
+        .unwrap_or_else(|| panic!("no step:\n{ctx}"));
+    let (code, secs) = rc.split_once(' ').unwrap();
+    assert_eq!(
+        code, "0",
+        "the step did not end well (124: held past 60 s):\n{ctx}"
+    );
+    assert!(
+        secs.parse::<u32>().unwrap() < 30,
+        "the step took {secs} s:\n{ctx}"
+    );
+    assert!(stdout.contains("TFC_RAN 0"), "{ctx}");
+    assert!(stdout.contains("TFC_STILL_FIFO"), "{ctx}");
+    assert!(
+        messages(&stderr)
+            .iter()
+            .any(|m| m.contains("no record of step") && m.contains("not a regular file")),
+        "the user is not told why there is no record:\n{ctx}"
+    );
 }
 
 /// A worker under torchrun's `@record` that writes down where its debugging
