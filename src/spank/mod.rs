@@ -6,6 +6,7 @@
 //! `interrupt`) and slurmstepd's side (`stepd`).
 
 mod bindings;
+mod bounded_write;
 mod fault;
 mod guard;
 mod handle;

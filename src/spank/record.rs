@@ -1,21 +1,24 @@
 //! slurmstepd's side of the step's record (crate::core::record says what it
-//! holds). Root never acts on a path the user controls:
+//! holds). Root never acts on a path the user controls, and no write holds
+//! slurmstepd longer than its limit (super::bounded_write: a forked child,
+//! killed at its deadline; a FIFO or a symlink where the file goes fails):
 //!
 //! - `user_init` (once per node, as the job's user: slurmstepd dropped its
 //!   privileges) makes the run's directory under the user's `--tf-record`
-//!   directory and writes the node's file, with the user's own rights;
+//!   directory and writes the node's file, with the user's own rights,
+//!   within [`NODE_LIMIT`];
 //! - `task_exit` (slurmstepd as root, once per task) appends the task's end
-//!   from a forked child that first takes the job's user's ids and groups,
-//!   then opens the node's file with `O_NOFOLLOW` and without `O_CREAT`:
-//!   what it may write is what the user may. The child does a few system
-//!   calls and is killed if it has not ended within [`CHILD_LIMIT`] (a hung
-//!   file system), so slurmstepd waits a bounded time per task.
+//!   from a child that first takes the job's user's ids and groups, then
+//!   opens the node's file without `O_CREAT`: what it may write is what the
+//!   user may, within [`TASK_LIMIT`] per task; once one task's end was
+//!   late, the node's later ends are not written (each would wait as long).
 
 use std::ffi::CString;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::bounded_write::{self, Failed, Ids};
 use super::handle::Spank;
 use crate::core::Node;
 use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name};
@@ -26,15 +29,18 @@ pub struct Record {
     /// The run's directory, made by `user_init`.
     run_dir: String,
     host: String,
-    uid: libc::uid_t,
-    gid: libc::gid_t,
-    groups: Vec<libc::gid_t>,
+    /// The job's user's, taken by the child that appends.
+    ids: Ids,
     /// Each local task's rank.
     ranks: Vec<u32>,
+    /// A task's end took over [`TASK_LIMIT`]: the others are not written.
+    hung: AtomicBool,
 }
 
+/// Longest the node's file may take to be written, once per node.
+const NODE_LIMIT: Duration = Duration::from_secs(5);
 /// Longest a task's end may take to be written.
-const CHILD_LIMIT: Duration = Duration::from_secs(2);
+const TASK_LIMIT: Duration = Duration::from_secs(2);
 
 /// In `user_init`: logs the node's line when the admin asked, and writes
 /// the node's file when the step asked for a record. A record that cannot
@@ -64,10 +70,13 @@ pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
             file,
             run_dir,
             host,
-            uid: spank.job_uid().ok()?,
-            gid: spank.job_gid().ok()?,
-            groups: groups(),
+            ids: Ids {
+                uid: spank.job_uid().ok()?,
+                gid: spank.job_gid().ok()?,
+                groups: groups(),
+            },
             ranks: here.iter().map(|&(rank, _)| rank).collect(),
+            hung: AtomicBool::new(false),
         }),
         Err(why) => {
             log::error!("no record of step {run_id} in {dir}: {why}");
@@ -92,26 +101,28 @@ fn write_node(
     }
     let run = run_dir_name(run_id).ok_or("no run id")?;
     let name = node_file_name(host).ok_or_else(|| format!("{host:?} is no file name"))?;
-    let run_dir = std::path::Path::new(dir).join(run);
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(&run_dir)
-        .map_err(|e| format!("cannot make {}: {e}", run_dir.display()))?;
+    let run_dir = Path::new(dir).join(run);
     let path = run_dir.join(name);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    file.write_all(node_lines(node, run_id).as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let c =
+        |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in the path");
+    // Every directory from the root down, as `mkdir -p` makes them: those
+    // that exist are passed over.
+    let mut dirs = run_dir
+        .ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(c)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    dirs.reverse();
+    let file = c(&path)?;
+    let lines = node_lines(node, run_id);
+    let write = bounded_write::Write {
+        dirs: &dirs,
+        file: &file,
+        create: true,
+        bytes: lines.as_bytes(),
+    };
+    bounded_write::write(None, &write, NODE_LIMIT).map_err(|e| e.to_string())?;
     let run_dir = run_dir.to_str().ok_or("not UTF-8")?.to_string();
-    let file =
-        CString::new(path.into_os_string().into_encoded_bytes()).map_err(|_| "NUL in the path")?;
     Ok((file, run_dir))
 }
 
@@ -143,72 +154,30 @@ pub fn task_exit(spank: &Spank, record: &Record) {
     let Some(&rank) = record.ranks.get(local as usize) else {
         return;
     };
+    if record.hung.load(Ordering::Relaxed) {
+        return;
+    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let line = exit_line(rank, local, &record.host, status, now);
-    if let Err(why) = append_as_user(record, line.as_bytes()) {
-        log::warn!("record: rank {rank}'s end not written: {why}");
-    }
-}
-
-/// Forks a child that becomes the job's user and appends `line`; waits for
-/// it at most [`CHILD_LIMIT`].
-fn append_as_user(record: &Record, line: &[u8]) -> std::result::Result<(), String> {
-    // Everything the child uses is made before the fork: the child of a
-    // multi-threaded process only makes system calls.
-    let groups = &record.groups;
-    // SAFETY: fork; the child below makes only async-signal-safe calls and
-    // always ends in _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error().to_string());
-    }
-    if pid == 0 {
-        // SAFETY: system calls on values made before the fork; _exit ends
-        // the child without running anything of the parent's.
-        unsafe {
-            let ok = libc::setgroups(groups.len(), groups.as_ptr()) == 0
-                && libc::setgid(record.gid) == 0
-                && libc::setuid(record.uid) == 0
-                && libc::getuid() == record.uid
-                && libc::geteuid() == record.uid;
-            if !ok {
-                libc::_exit(2);
-            }
-            let fd = libc::open(
-                record.file.as_ptr(),
-                libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+    let write = bounded_write::Write {
+        dirs: &[],
+        file: &record.file,
+        create: false,
+        bytes: line.as_bytes(),
+    };
+    match bounded_write::write(Some(&record.ids), &write, TASK_LIMIT) {
+        Ok(()) => {}
+        // A hung file system: the node's other tasks would each wait as
+        // long, so their ends are not written either.
+        Err(why @ Failed::Late(_)) => {
+            record.hung.store(true, Ordering::Relaxed);
+            log::warn!(
+                "record: rank {rank}'s end not written ({why}): no more ends on {}",
+                record.host
             );
-            if fd < 0 {
-                libc::_exit(3);
-            }
-            let n = libc::write(fd, line.as_ptr().cast(), line.len());
-            libc::close(fd);
-            libc::_exit(if n == line.len() as isize { 0 } else { 4 });
         }
-    }
-    let start = Instant::now();
-    loop {
-        let mut status = 0;
-        // SAFETY: waits for this function's own child.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid {
-            return match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
-                Some(0) => Ok(()),
-                Some(2) => Err("cannot take the job's user's ids".into()),
-                Some(3) => Err("cannot open the node's file as the job's user".into()),
-                _ => Err("cannot write the node's file".into()),
-            };
-        }
-        if done < 0 || start.elapsed() > CHILD_LIMIT {
-            // SAFETY: this function's own child, then reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return Err(format!("took over {CHILD_LIMIT:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(2));
+        Err(why) => log::warn!("record: rank {rank}'s end not written: {why}"),
     }
 }
