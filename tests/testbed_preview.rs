@@ -422,13 +422,26 @@ const ALLOCATION_REFUSALS: &[(&str, &str, &str)] = &[
     ("n2refused", "-N2 --tf-cluster", "true"),
 ];
 
+/// Outside an allocation, before each step: every node idle (up to 30 s).
+/// The preview says that Slurm picks the nodes at launch, idle ones first,
+/// and a node still completing the previous shape's job is passed over.
+const WAIT_IDLE: &str = "for i in $(seq 300); do \
+    [ \"$(sinfo -h -N -o %t | sort -u)\" = idle ] && break; sleep 0.1; done\n";
+
 /// The script of a comparison: per shape the preview, then the step (each
-/// task's probe line in a file of its own, printed after it).
-fn shapes_script(shapes: &[(&str, &str)], refusals: &[(&str, &str, &str)], dir: &str) -> String {
+/// task's probe line in a file of its own, printed after it); `wait_idle`
+/// outside an allocation.
+fn shapes_script(
+    shapes: &[(&str, &str)],
+    refusals: &[(&str, &str, &str)],
+    dir: &str,
+    wait_idle: bool,
+) -> String {
     let mut s = String::new();
+    let wait = if wait_idle { WAIT_IDLE } else { "" };
     for (name, args) in shapes {
         s.push_str(&format!(
-            "echo '=== preview {name}'\n{CLI} explain --tf-cluster {args} 2>&1\n\
+            "{wait}echo '=== preview {name}'\n{CLI} explain --tf-cluster {args} 2>&1\n\
              echo '=== step {name}'\nsrun --output={dir}/{name}.%t {args} --tf-cluster bash {DIR}/probe.sh\n\
              cat {dir}/{name}.*\n"
         ));
@@ -528,7 +541,7 @@ fn previews_from_a_login_node_are_the_steps() {
     let _t = testbed();
     install_probe();
     let outputs = Outputs::new("preview-login");
-    let script = shapes_script(LOGIN_SHAPES, LOGIN_REFUSALS, outputs.path());
+    let script = shapes_script(LOGIN_SHAPES, LOGIN_REFUSALS, outputs.path(), true);
     let start = std::time::Instant::now();
     let out = exec_for(300, &["bash", "-c", &script]);
     eprintln!("login shapes: {:.1} s", start.elapsed().as_secs_f64());
@@ -556,6 +569,7 @@ fn previews_in_an_uneven_allocation_are_the_steps() {
         ALLOCATION_SHAPES,
         ALLOCATION_REFUSALS,
         outputs.path(),
+        false,
     ));
     let start = std::time::Instant::now();
     let out = exec_for(
