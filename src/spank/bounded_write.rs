@@ -7,6 +7,7 @@
 //! regular file.
 
 use std::ffi::CString;
+use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 /// Whose ids the child takes before it touches the file (slurmstepd's
@@ -133,8 +134,9 @@ fn child(ids: Option<&Ids>, w: &Write) -> u32 {
 fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<Option<(u8, i32)>, Failed> {
     let os = || Failed::Refused(std::io::Error::last_os_error().to_string());
     let mut fds = [0; 2];
-    // SAFETY: a pipe into a two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    // SAFETY: a pipe into a two-element array. Non-blocking: the parent's
+    // read never waits (the child's 4 bytes fit an empty pipe).
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
         return Err(os());
     }
     let [rd, wr] = fds;
@@ -161,7 +163,9 @@ fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<Option<(u8, i
         let mut status = 0;
         // SAFETY: waits for this function's own child.
         let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid || done < 0 {
+        let interrupted =
+            done < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted;
+        if done == pid || (done < 0 && !interrupted) {
             break true;
         }
         if start.elapsed() > limit {
@@ -171,8 +175,7 @@ fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<Option<(u8, i
     };
     let result = if ended {
         let mut code = [0u8; 4];
-        // SAFETY: reads at most 4 bytes into `code`; the child has ended, so
-        // this does not block.
+        // SAFETY: reads at most 4 bytes into `code`, without blocking.
         let n = unsafe { libc::read(rd, code.as_mut_ptr().cast(), 4) };
         match (n, u32::from_ne_bytes(code)) {
             (4, 0) => Ok(None),
