@@ -4,7 +4,7 @@
 //! Everything else in the core is computation on values.
 
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use std::net::IpAddr;
 
@@ -206,35 +206,50 @@ fn interfaces_from(
 /// FIFO or a device would otherwise hold the task, unkillable, before exec),
 /// and never read beyond the cap.
 pub fn read_user_file(path: &str) -> Result<String> {
-    let fail = |why: String| Error::new(format!("cannot read {path}: {why}"));
+    let fail = |why: String| user_file_refused(path, &why);
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
         .map_err(|e| fail(e.to_string()))?;
     let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
-    let kind = meta.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_dir() {
-            "a directory"
-        } else {
-            "a device or socket"
-        };
-        return Err(fail(format!("it is {what}, not a regular file")));
+    if !meta.file_type().is_file() {
+        return Err(not_a_regular_file(path, meta.mode()));
     }
     if meta.len() > MAX_USER_FILE {
         return Err(fail(format!("larger than {MAX_USER_FILE} bytes")));
     }
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     file.take(MAX_USER_FILE + 1)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(|e| fail(e.to_string()))?;
-    if text.len() as u64 > MAX_USER_FILE {
-        return Err(fail(format!("larger than {MAX_USER_FILE} bytes")));
+    user_file_text(path, bytes)
+}
+
+/// Why a user's file was not read, in one line.
+pub fn user_file_refused(path: &str, why: &str) -> Error {
+    Error::new(format!("cannot read {path}: {why}"))
+}
+
+/// The refusal of a file that is not a regular one (`mode`: st_mode).
+pub fn not_a_regular_file(path: &str, mode: u32) -> Error {
+    let what = match mode & libc::S_IFMT {
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFDIR => "a directory",
+        _ => "a device or socket",
+    };
+    user_file_refused(path, &format!("it is {what}, not a regular file"))
+}
+
+/// The text of a user's file read to at most one byte past the cap.
+pub fn user_file_text(path: &str, bytes: Vec<u8>) -> Result<String> {
+    if bytes.len() as u64 > MAX_USER_FILE {
+        return Err(user_file_refused(
+            path,
+            &format!("larger than {MAX_USER_FILE} bytes"),
+        ));
     }
-    Ok(text)
+    String::from_utf8(bytes).map_err(|_| user_file_refused(path, "not UTF-8 text"))
 }
 
 #[cfg(test)]

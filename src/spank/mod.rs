@@ -6,7 +6,7 @@
 //! `interrupt`) and slurmstepd's side (`stepd`).
 
 mod bindings;
-mod bounded_write;
+mod bounded_io;
 mod fault;
 mod guard;
 mod handle;

@@ -1,6 +1,6 @@
 //! slurmstepd's side of the step's record (crate::core::record says what it
 //! holds). Root never acts on a path the user controls, and no write holds
-//! slurmstepd longer than its limit (super::bounded_write: a forked child,
+//! slurmstepd longer than its limit (super::bounded_io: a forked child,
 //! killed at its deadline; a FIFO or a symlink where the file goes fails):
 //!
 //! - `user_init` (once per node, as the job's user: slurmstepd dropped its
@@ -18,7 +18,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::bounded_write::{self, Failed, Ids};
+use super::bounded_io::{self, Failed, Ids};
 use super::handle::Spank;
 use crate::core::Node;
 use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name};
@@ -115,13 +115,13 @@ fn write_node(
     dirs.reverse();
     let file = c(&path)?;
     let lines = node_lines(node, run_id);
-    let write = bounded_write::Write {
+    let write = bounded_io::Write {
         dirs: &dirs,
         file: &file,
         create: true,
         bytes: lines.as_bytes(),
     };
-    bounded_write::write(None, &write, NODE_LIMIT).map_err(|e| e.to_string())?;
+    bounded_io::write(None, &write, NODE_LIMIT).map_err(|e| e.to_string())?;
     let run_dir = run_dir.to_str().ok_or("not UTF-8")?.to_string();
     Ok((file, run_dir))
 }
@@ -161,13 +161,13 @@ pub fn task_exit(spank: &Spank, record: &Record) {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let line = exit_line(rank, local, &record.host, status, now);
-    let write = bounded_write::Write {
+    let write = bounded_io::Write {
         dirs: &[],
         file: &record.file,
         create: false,
         bytes: line.as_bytes(),
     };
-    match bounded_write::write(Some(&record.ids), &write, TASK_LIMIT) {
+    match bounded_io::write(Some(&record.ids), &write, TASK_LIMIT) {
         Ok(()) => {}
         // A hung file system: the node's other tasks would each wait as
         // long, so their ends are not written either.

@@ -76,7 +76,7 @@ use crate::core::handoff::{self, StepBind, Word};
 use crate::core::het::MAX_HET_COMPONENTS;
 use crate::core::network::addresses::Interface;
 use crate::core::node_plan::TaskBinding;
-use crate::core::os::{node_gpu_count, node_interfaces, read_user_file};
+use crate::core::os::{node_gpu_count, node_interfaces};
 use crate::core::record::DebugFiles;
 use crate::core::step::number;
 use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step};
@@ -622,6 +622,9 @@ impl Source for OnHost<'_, '_> {
     }
 }
 
+/// Longest a file the user named (`SLURM_HOSTFILE`) may take to be read.
+const READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The host's GPUs, files (as the user) and interfaces; names from
 /// /etc/hosts only (the default: DNS could hang slurmstepd).
 impl Probe for OnHost<'_, '_> {
@@ -632,7 +635,8 @@ impl Probe for OnHost<'_, '_> {
     /// As the user: slurmstepd runs `user_init` with the user's effective
     /// ids and groups (mgr.c drops privileges before it), so the file system
     /// checks the user's rights. Refused should it ever run as root for
-    /// another user.
+    /// another user. Read by a child within [`READ_LIMIT`]: a file on a
+    /// hung file system fails the step instead of holding it.
     fn read_file(&mut self, path: &str) -> Result<String> {
         // SAFETY: geteuid cannot fail.
         let euid = unsafe { libc::geteuid() };
@@ -641,7 +645,7 @@ impl Probe for OnHost<'_, '_> {
                 "not reading {path}: slurmstepd runs as root here, not as the job's user"
             )));
         }
-        read_user_file(path)
+        super::bounded_io::read_user_file(path, READ_LIMIT)
     }
 
     fn interfaces(&mut self) -> Result<Vec<Interface>> {

@@ -1,14 +1,17 @@
-//! A file of the user's written from slurmstepd in a bounded time: a forked
-//! child does the system calls (with the job's user's ids where slurmstepd
-//! runs as root) and is killed at its deadline, so a hung file system, or a
-//! FIFO the user put where the file goes, never holds the step's launch or
-//! its end. The child opens without following a last symlink and without
-//! blocking (a FIFO with no reader fails at once), and writes only to a
-//! regular file.
+//! Files of the user's read and written from slurmstepd in a bounded time:
+//! a forked child does the system calls (with the job's user's ids where
+//! slurmstepd runs as root) and is killed at its deadline, so a hung file
+//! system, or a FIFO the user put where a file goes, never holds the step's
+//! launch or its end. The child opens without blocking (a FIFO fails at
+//! once) and reads or writes only a regular file; a write never follows a
+//! last symlink. A read comes back through a shared mapping, never larger
+//! than the core's cap on a user's file.
 
 use std::ffi::CString;
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
+
+use crate::core::os::{MAX_USER_FILE, not_a_regular_file, user_file_refused, user_file_text};
 
 /// Whose ids the child takes before it touches the file (slurmstepd's
 /// `task_exit` runs as root); `None` where slurmstepd already is the user.
@@ -27,7 +30,7 @@ pub struct Write<'a> {
     pub bytes: &'a [u8],
 }
 
-/// Why a write did not happen.
+/// Why a read or a write did not happen.
 #[derive(Debug)]
 pub enum Failed {
     /// The child was still at it at its deadline (a hung file system).
@@ -45,43 +48,135 @@ impl std::fmt::Display for Failed {
     }
 }
 
-/// The child's stages, sent back with errno through a pipe.
+/// The child's stages, sent back through a pipe as `stage << 24 | value`:
+/// `DONE` with the bytes read, any other with errno (`NOT_REGULAR`: the
+/// file's type bits).
+const DONE: u8 = 0;
 const IDS: u8 = 1;
 const MKDIR: u8 = 2;
 const OPEN: u8 = 3;
 const NOT_REGULAR: u8 = 4;
 const WRITE: u8 = 5;
+const READ: u8 = 6;
 
 /// Writes in a child, as `ids` when given; waits at most `limit`.
 pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<(), Failed> {
-    let run = || child(ids, w);
-    match in_child(limit, run)? {
-        None => Ok(()),
-        Some((stage, errno)) => {
-            let os = std::io::Error::from_raw_os_error(errno);
-            let file = w.file.to_string_lossy();
-            Err(Failed::Refused(match stage {
-                IDS => "cannot take the job's user's ids".to_string(),
-                MKDIR => format!("cannot make the directories of {file}: {os}"),
-                // ENXIO: a FIFO that no one reads (or a device), opened
-                // without blocking.
-                OPEN if errno == libc::ENXIO => format!("{file} is not a regular file"),
-                OPEN => format!("cannot open {file}: {os}"),
-                NOT_REGULAR => format!("{file} is not a regular file"),
-                _ => format!("cannot write {file}: {os}"),
-            }))
-        }
+    let (stage, value) = in_child(limit, || write_child(ids, w))?;
+    let os = std::io::Error::from_raw_os_error(value as i32);
+    let file = w.file.to_string_lossy();
+    Err(Failed::Refused(match stage {
+        DONE => return Ok(()),
+        IDS => "cannot take the job's user's ids".to_string(),
+        MKDIR => format!("cannot make the directories of {file}: {os}"),
+        // ENXIO: a FIFO that no one reads (or a device), opened without
+        // blocking.
+        OPEN if value as i32 == libc::ENXIO => format!("{file} is not a regular file"),
+        OPEN => format!("cannot open {file}: {os}"),
+        NOT_REGULAR => format!("{file} is not a regular file"),
+        _ => format!("cannot write {file}: {os}"),
+    }))
+}
+
+/// Reads a file the user named, with slurmstepd's ids (`user_init`: the
+/// user's), in a child: as the core's `read_user_file` does (a regular
+/// file of at most [`MAX_USER_FILE`] bytes, opened without blocking, the
+/// same refusals), within `limit`.
+pub fn read_user_file(path: &str, limit: Duration) -> crate::core::Result<String> {
+    let refused = |why: &str| user_file_refused(path, why);
+    let file = CString::new(path).map_err(|_| refused("NUL in the path"))?;
+    let cap = MAX_USER_FILE as usize + 1;
+    let map = SharedMap::new(cap).map_err(|e| refused(&e.to_string()))?;
+    let (stage, value) =
+        in_child(limit, || read_child(&file, &map)).map_err(|e| refused(&e.to_string()))?;
+    match stage {
+        DONE => user_file_text(path, map.bytes(value as usize).to_vec()),
+        NOT_REGULAR => Err(not_a_regular_file(path, value)),
+        _ => Err(refused(
+            &std::io::Error::from_raw_os_error(value as i32).to_string(),
+        )),
     }
 }
 
-/// The child's work: only system calls on values made before the fork.
-/// Returns 0, or the failed stage and errno packed as `stage << 24 | errno`.
-fn child(ids: Option<&Ids>, w: &Write) -> u32 {
-    // SAFETY: async-signal-safe system calls on buffers made before the
-    // fork; errno read through libc's own accessor.
+/// Anonymous memory shared with the child, which reads the file into it.
+struct SharedMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl SharedMap {
+    fn new(len: usize) -> std::io::Result<SharedMap> {
+        // SAFETY: a fresh anonymous mapping, unmapped on drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SharedMap {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+
+    /// The first `n` bytes (at most the mapping's length).
+    fn bytes(&self, n: usize) -> &[u8] {
+        // SAFETY: within the mapping, which the child no longer writes (it
+        // has ended).
+        unsafe { std::slice::from_raw_parts(self.ptr, n.min(self.len)) }
+    }
+}
+
+impl Drop for SharedMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `new`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// errno, in the 24 bits the child's word has for it.
+fn errno() -> u32 {
+    // SAFETY: libc's own accessor of the thread's errno.
+    (unsafe { *libc::__errno_location() }) as u32 & 0x00ff_ffff
+}
+
+fn fail(stage: u8) -> u32 {
+    (u32::from(stage) << 24) | errno()
+}
+
+/// Opens `file` with `flags` and checks it is a regular file: the fd, or
+/// the child's word.
+fn open_regular(file: &CString, flags: libc::c_int) -> Result<libc::c_int, u32> {
+    // SAFETY: system calls on a path and a struct made before the fork.
     unsafe {
-        let errno = || *libc::__errno_location() as u32 & 0x00ff_ffff;
-        let fail = |stage: u8| (u32::from(stage) << 24) | errno();
+        let fd = libc::open(file.as_ptr(), flags, 0o644 as libc::c_uint);
+        if fd < 0 {
+            return Err(fail(OPEN));
+        }
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            let code = fail(OPEN);
+            libc::close(fd);
+            return Err(code);
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            libc::close(fd);
+            return Err((u32::from(NOT_REGULAR) << 24) | (st.st_mode & libc::S_IFMT));
+        }
+        Ok(fd)
+    }
+}
+
+/// The child's write: only system calls on values made before the fork.
+fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
+    // SAFETY: async-signal-safe system calls on buffers made before the fork.
+    unsafe {
         if let Some(ids) = ids {
             let ok = libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) == 0
                 && libc::setgid(ids.gid) == 0
@@ -103,15 +198,10 @@ fn child(ids: Option<&Ids>, w: &Write) -> u32 {
         } else {
             libc::O_APPEND
         };
-        let fd = libc::open(w.file.as_ptr(), flags, 0o644 as libc::c_uint);
-        if fd < 0 {
-            return fail(OPEN);
-        }
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            libc::close(fd);
-            return (u32::from(NOT_REGULAR)) << 24;
-        }
+        let fd = match open_regular(w.file, flags) {
+            Ok(fd) => fd,
+            Err(code) => return code,
+        };
         let mut done = 0;
         while done < w.bytes.len() {
             let n = libc::write(fd, w.bytes[done..].as_ptr().cast(), w.bytes.len() - done);
@@ -127,11 +217,42 @@ fn child(ids: Option<&Ids>, w: &Write) -> u32 {
     }
 }
 
-/// Runs `work` in a forked child and waits for it at most `limit`; the
-/// child's nonzero result comes back as (stage, errno). At the deadline the
-/// child is killed; one stuck in the kernel (a hard-mounted file system) is
-/// left to be reaped later rather than waited for.
-fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<Option<(u8, i32)>, Failed> {
+/// The child's read into the shared mapping, up to its length: only system
+/// calls. `DONE` with the bytes read.
+fn read_child(file: &CString, map: &SharedMap) -> u32 {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let fd = match open_regular(file, flags) {
+        Ok(fd) => fd,
+        Err(code) => return code,
+    };
+    let mut got = 0;
+    // SAFETY: reads within the mapping; the fd is the child's own.
+    unsafe {
+        while got < map.len {
+            let n = libc::read(fd, map.ptr.add(got).cast(), map.len - got);
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            if n < 0 {
+                let code = fail(READ);
+                libc::close(fd);
+                return code;
+            }
+            if n == 0 {
+                break;
+            }
+            got += n as usize;
+        }
+        libc::close(fd);
+    }
+    got as u32
+}
+
+/// Runs `work` in a forked child and waits for it at most `limit`: the
+/// child's word, as (stage, value). At the deadline the child is killed;
+/// one stuck in the kernel (a hard-mounted file system) is left to be
+/// reaped later rather than waited for.
+fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Failed> {
     let os = || Failed::Refused(std::io::Error::last_os_error().to_string());
     let mut fds = [0; 2];
     // SAFETY: a pipe into a two-element array. Non-blocking: the parent's
@@ -178,11 +299,8 @@ fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<Option<(u8, i
         // SAFETY: reads at most 4 bytes into `code`, without blocking.
         let n = unsafe { libc::read(rd, code.as_mut_ptr().cast(), 4) };
         match (n, u32::from_ne_bytes(code)) {
-            (4, 0) => Ok(None),
-            (4, c) => Ok(Some(((c >> 24) as u8, (c & 0x00ff_ffff) as i32))),
-            _ => Err(Failed::Refused(
-                "the writing process ended without a word".into(),
-            )),
+            (4, c) => Ok(((c >> 24) as u8, c & 0x00ff_ffff)),
+            _ => Err(Failed::Refused("the child ended without a word".into())),
         }
     } else {
         // SAFETY: this function's own child: killed, then reaped if it goes
@@ -319,6 +437,58 @@ mod tests {
             .to_string();
         assert!(err.starts_with("cannot open"), "{err}");
         assert_eq!(std::fs::read_to_string(d.join("target")).unwrap(), "kept\n");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// The child's read and the core's agree on every kind of path: the
+    /// same text, or the same refusal.
+    #[test]
+    fn reads_as_the_cores_reader_does() {
+        let d = scratch("read");
+        std::fs::write(d.join("hosts"), "node1\nnode2\n").unwrap();
+        assert_eq!(
+            unsafe { libc::mkfifo(c(&d.join("fifo")).as_ptr(), 0o644) },
+            0
+        );
+        std::fs::File::create(d.join("big"))
+            .unwrap()
+            .set_len(MAX_USER_FILE + 1)
+            .unwrap();
+        std::fs::write(d.join("binary"), [0xff, 0xfe]).unwrap();
+        std::fs::write(d.join("full"), vec![b'x'; MAX_USER_FILE as usize]).unwrap();
+        let path = |name: &str| d.join(name).to_str().unwrap().to_string();
+        let cases = [
+            (path("hosts"), "node1\nnode2\n"),
+            (path("fifo"), "it is a FIFO, not a regular file"),
+            (path("."), "it is a directory, not a regular file"),
+            (
+                "/dev/zero".to_string(),
+                "it is a device or socket, not a regular file",
+            ),
+            (path("big"), "larger than 1048576 bytes"),
+            (path("missing"), "No such file or directory (os error 2)"),
+            (path("binary"), "not UTF-8 text"),
+        ];
+        for (file, expected) in &cases {
+            let t0 = Instant::now();
+            let got = read_user_file(file, Duration::from_secs(5)).map_err(|e| e.to_string());
+            assert!(
+                t0.elapsed() < Duration::from_secs(4),
+                "{file}: {:?}",
+                t0.elapsed()
+            );
+            let core = crate::core::os::read_user_file(file).map_err(|e| e.to_string());
+            assert_eq!(got, core, "{file}: the child's read and the core's differ");
+            match &got {
+                Ok(text) => assert_eq!(text, expected),
+                Err(e) => assert!(
+                    e.starts_with(&format!("cannot read {file}: ")) && e.ends_with(expected),
+                    "{file}: {e}"
+                ),
+            }
+        }
+        let full = read_user_file(&path("full"), Duration::from_secs(5)).unwrap();
+        assert_eq!(full.len(), MAX_USER_FILE as usize);
         std::fs::remove_dir_all(&d).unwrap();
     }
 
