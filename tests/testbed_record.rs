@@ -113,20 +113,30 @@ fn the_record_names_the_first_rank_to_die_in_every_run() {
 fn a_fifo_where_the_nodes_file_goes_neither_holds_the_step_nor_is_written() {
     let _t = testbed();
     let dir = format!("/home/alice/tfc-record-fifo-{}", std::process::id());
-    // The run's directory of the allocation's first step (JOB.0), with a
-    // FIFO named as the node's file. Nothing reads it: an open for writing
-    // that blocks would hold slurmstepd's user_init, and the step, for ever.
-    // The FIFO is read at the end, so that a slurmstepd stuck on it ends.
-    let fifo = format!("{dir}/$SLURM_JOB_ID.0/$SLURM_JOB_NODELIST.jsonl");
+    // The run's directories of the allocation's first two steps (JOB.0 and
+    // JOB.1), each with a FIFO named as the node's file. Step 0: nothing
+    // reads it, and an open for writing that blocks would hold slurmstepd's
+    // user_init, and the step, for ever (the FIFO is read afterwards, so
+    // that a slurmstepd stuck on it ends). Step 1: a reader waits on it, and
+    // must get nothing.
+    let fifo = |step: u32| format!("{dir}/$SLURM_JOB_ID.{step}/$SLURM_JOB_NODELIST.jsonl");
+    let (fifo0, fifo1) = (fifo(0), fifo(1));
+    let step = "srun -N1 -n1 --tf-cluster --tf-record={dir} sh -c 'echo TFC_RAN $SLURM_PROCID'";
+    let step = step.replace("{dir}", &dir);
     let script = format!(
-        "mkdir -p {dir}/$SLURM_JOB_ID.0 && mkfifo {fifo} || exit 1
+        "mkdir -p {dir}/$SLURM_JOB_ID.0 {dir}/$SLURM_JOB_ID.1 && mkfifo {fifo0} {fifo1} || exit 1
          t0=$(date +%s)
-         timeout 60 srun -N1 -n1 --tf-cluster --tf-record={dir} sh -c 'echo TFC_RAN $SLURM_PROCID'
+         timeout 60 {step}
          echo TFC_RC $? $(( $(date +%s) - t0 ))
-         [ -p {fifo} ] && echo TFC_STILL_FIFO
-         timeout 5 cat {fifo} >/dev/null; true"
+         [ -p {fifo0} ] && echo TFC_STILL_FIFO
+         timeout 5 cat {fifo0} >/dev/null
+         timeout 60 cat {fifo1} >{dir}/read & reader=$!
+         timeout 60 {step}
+         echo TFC_RC1 $?
+         sleep 1; kill $reader 2>/dev/null; wait $reader
+         echo TFC_READ $(wc -c <{dir}/read)"
     );
-    let out = exec_for(180, &["salloc", "-N1", "bash", "-c", &script]);
+    let out = exec_for(240, &["salloc", "-N1", "bash", "-c", &script]);
     exec(&["rm", "-rf", &dir]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -144,12 +154,19 @@ fn a_fifo_where_the_nodes_file_goes_neither_holds_the_step_nor_is_written() {
         secs.parse::<u32>().unwrap() < 30,
         "the step took {secs} s:\n{ctx}"
     );
-    assert!(stdout.contains("TFC_RAN 0"), "{ctx}");
     assert!(stdout.contains("TFC_STILL_FIFO"), "{ctx}");
+    assert!(stdout.contains("TFC_RC1 0"), "{ctx}");
+    assert_eq!(stdout.matches("TFC_RAN 0").count(), 2, "{ctx}");
     assert!(
-        messages(&stderr)
-            .iter()
-            .any(|m| m.contains("no record of step") && m.contains("not a regular file")),
+        stdout.contains("TFC_READ 0\n"),
+        "the record was written into the FIFO:\n{ctx}"
+    );
+    let told = messages(&stderr)
+        .iter()
+        .filter(|m| m.contains("no record of step") && m.contains("not a regular file"))
+        .count();
+    assert_eq!(
+        told, 2,
         "the user is not told why there is no record:\n{ctx}"
     );
 }

@@ -52,6 +52,10 @@ impl std::fmt::Display for Failed {
 /// `DONE` with the bytes read, any other with errno (`NOT_REGULAR`: the
 /// file's type bits).
 const DONE: u8 = 0;
+// A read's length fits the word's 24 bits.
+const _: () = assert!(MAX_USER_FILE < (1 << 24) - 1);
+/// The child's descriptor of the word's pipe.
+const WORD_FD: libc::c_int = 3;
 const IDS: u8 = 1;
 const MKDIR: u8 = 2;
 const OPEN: u8 = 3;
@@ -66,7 +70,7 @@ pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<(), Failed
     let file = w.file.to_string_lossy();
     Err(Failed::Refused(match stage {
         DONE => return Ok(()),
-        IDS => "cannot take the job's user's ids".to_string(),
+        IDS => format!("cannot take the job's user's ids: {os}"),
         MKDIR => format!("cannot make the directories of {file}: {os}"),
         // ENXIO: a FIFO that no one reads (or a device), opened without
         // blocking.
@@ -187,7 +191,23 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
                 return fail(IDS);
             }
         }
-        for dir in w.dirs {
+        // Deepest first, as `mkdir -p` and std's create_dir_all do: up only
+        // while a parent is missing, then down. (Walking down from the root
+        // would fail on an automounter's root, which refuses a mkdir of a key
+        // it has not mounted yet instead of saying it exists.)
+        let mut made = w.dirs.len();
+        while made > 0 {
+            if libc::mkdir(w.dirs[made - 1].as_ptr(), 0o755) == 0
+                || *libc::__errno_location() == libc::EEXIST
+            {
+                break;
+            }
+            if *libc::__errno_location() != libc::ENOENT {
+                return fail(MKDIR);
+            }
+            made -= 1;
+        }
+        for dir in w.dirs.iter().skip(made) {
             if libc::mkdir(dir.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST {
                 return fail(MKDIR);
             }
@@ -206,7 +226,11 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
         while done < w.bytes.len() {
             let n = libc::write(fd, w.bytes[done..].as_ptr().cast(), w.bytes.len() - done);
             if n <= 0 {
-                let code = fail(WRITE);
+                let code = if n == 0 {
+                    (u32::from(WRITE) << 24) | libc::EIO as u32
+                } else {
+                    fail(WRITE)
+                };
                 libc::close(fd);
                 return code;
             }
@@ -265,10 +289,29 @@ fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Fa
     // ends in _exit, running nothing of the parent's.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
+        // Should `work` ever unwind, the child must not return into
+        // slurmstepd's C code (it would go on as a second slurmstepd).
+        struct ExitOnUnwind;
+        impl Drop for ExitOnUnwind {
+            fn drop(&mut self) {
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(127) };
+            }
+        }
+        let _guard = ExitOnUnwind;
+        // SAFETY: system calls only. The word's pipe on fd 3 and every other
+        // descriptor of slurmstepd's closed (its sockets to srun and the
+        // tasks must not outlive it in a child stuck in the kernel), and no
+        // debugger may attach to this copy of slurmstepd's memory.
+        unsafe {
+            libc::dup2(wr, WORD_FD);
+            libc::syscall(libc::SYS_close_range, WORD_FD + 1, libc::c_uint::MAX, 0);
+            libc::prctl(libc::PR_SET_DUMPABLE, 0);
+        }
         let code = work().to_ne_bytes();
         // SAFETY: a write of 4 bytes to the pipe, then _exit.
         unsafe {
-            libc::write(wr, code.as_ptr().cast(), 4);
+            libc::write(WORD_FD, code.as_ptr().cast(), 4);
             libc::_exit(0);
         }
     }
@@ -280,8 +323,8 @@ fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Fa
         return Err(os());
     }
     let start = Instant::now();
+    let mut status = 0;
     let ended = loop {
-        let mut status = 0;
         // SAFETY: waits for this function's own child.
         let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
         let interrupted =
@@ -294,28 +337,31 @@ fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Fa
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let result = if ended {
-        let mut code = [0u8; 4];
-        // SAFETY: reads at most 4 bytes into `code`, without blocking.
-        let n = unsafe { libc::read(rd, code.as_mut_ptr().cast(), 4) };
-        match (n, u32::from_ne_bytes(code)) {
-            (4, c) => Ok(((c >> 24) as u8, c & 0x00ff_ffff)),
-            _ => Err(Failed::Refused("the child ended without a word".into())),
-        }
-    } else {
+    if !ended {
         // SAFETY: this function's own child: killed, then reaped if it goes
         // within a moment (a process in uninterruptible sleep does not).
         unsafe {
             libc::kill(pid, libc::SIGKILL);
             for _ in 0..50 {
-                let mut status = 0;
                 if libc::waitpid(pid, &mut status, libc::WNOHANG) != 0 {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
-        Err(Failed::Late(limit))
+    }
+    let mut code = [0u8; 4];
+    // SAFETY: reads at most 4 bytes into `code`, without blocking. A child
+    // that ended right at its deadline has said its word all the same.
+    let n = unsafe { libc::read(rd, code.as_mut_ptr().cast(), 4) };
+    let result = match (n, u32::from_ne_bytes(code)) {
+        (4, c) => Ok(((c >> 24) as u8, c & 0x00ff_ffff)),
+        _ if !ended => Err(Failed::Late(limit)),
+        _ if libc::WIFSIGNALED(status) => Err(Failed::Refused(format!(
+            "the child ended by signal {} without a word",
+            libc::WTERMSIG(status)
+        ))),
+        _ => Err(Failed::Refused("the child ended without a word".into())),
     };
     // SAFETY: the read end, ours.
     unsafe { libc::close(rd) };
@@ -494,14 +540,77 @@ mod tests {
 
     #[test]
     fn a_child_that_hangs_is_killed_at_its_deadline() {
+        let map = SharedMap::new(4).unwrap();
         let t0 = Instant::now();
         let err = in_child(Duration::from_millis(300), || {
-            // SAFETY: sleep is async-signal-safe.
-            unsafe { libc::sleep(30) };
+            // SAFETY: the child's pid into the shared mapping, then a sleep.
+            unsafe {
+                *map.ptr.cast::<libc::pid_t>() = libc::getpid();
+                libc::sleep(30);
+            }
             0
         })
         .unwrap_err();
         assert!(matches!(err, Failed::Late(_)), "{err}");
         assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        let pid = i32::from_ne_bytes(map.bytes(4).try_into().unwrap());
+        assert!(pid > 0);
+        // Killed and reaped: no such process any more.
+        assert_eq!(unsafe { libc::kill(pid, 0) }, -1, "child {pid} still there");
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::ESRCH)
+        );
+    }
+
+    /// The child holds none of the parent's descriptors but its word's.
+    #[test]
+    fn the_child_keeps_no_descriptor_of_the_parents() {
+        let d = scratch("fds");
+        let held = std::fs::File::create(d.join("held")).unwrap();
+        // Above the word's descriptor, whatever the other tests hold.
+        let fd = unsafe {
+            libc::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&held),
+                libc::F_DUPFD_CLOEXEC,
+                100,
+            )
+        };
+        assert!(fd >= 100);
+        // SAFETY: fcntl on a descriptor number, in the child.
+        let (stage, value) = in_child(Duration::from_secs(5), || unsafe {
+            (libc::fcntl(fd, libc::F_GETFD) == -1) as u32
+        })
+        .unwrap();
+        assert_eq!((stage, value), (DONE, 1), "fd {fd} open in the child");
+        unsafe { libc::close(fd) };
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_missing_parent_is_made_and_an_existing_one_left() {
+        let d = scratch("deep");
+        std::fs::create_dir_all(d.join("a")).unwrap();
+        std::fs::write(d.join("a/kept"), "k").unwrap();
+        let dirs = [
+            c(&d),
+            c(&d.join("a")),
+            c(&d.join("a/b")),
+            c(&d.join("a/b/c")),
+        ];
+        let file = c(&d.join("a/b/c/node1.jsonl"));
+        let w = Write {
+            dirs: &dirs,
+            file: &file,
+            create: true,
+            bytes: b"one\n",
+        };
+        write(None, &w, Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("a/b/c/node1.jsonl")).unwrap(),
+            "one\n"
+        );
+        assert_eq!(std::fs::read_to_string(d.join("a/kept")).unwrap(), "k");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -10,13 +10,14 @@
 //! - `task_exit` (slurmstepd as root, once per task) appends the task's end
 //!   from a child that first takes the job's user's ids and groups, then
 //!   opens the node's file without `O_CREAT`: what it may write is what the
-//!   user may, within [`TASK_LIMIT`] per task; once one task's end was
-//!   late, the node's later ends are not written (each would wait as long).
+//!   user may, within [`TASK_LIMIT`] per task and [`ENDS_BUDGET`] for all
+//!   the node's tasks: once it is spent (a slow or hung file system), the
+//!   node's later ends are not written.
 
 use std::ffi::CString;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::bounded_io::{self, Failed, Ids};
 use super::handle::Spank;
@@ -33,14 +34,41 @@ pub struct Record {
     ids: Ids,
     /// Each local task's rank.
     ranks: Vec<u32>,
-    /// A task's end took over [`TASK_LIMIT`]: the others are not written.
-    hung: AtomicBool,
+    /// What is left of [`ENDS_BUDGET`].
+    budget: Mutex<Budget>,
 }
 
 /// Longest the node's file may take to be written, once per node.
 const NODE_LIMIT: Duration = Duration::from_secs(5);
 /// Longest a task's end may take to be written.
 const TASK_LIMIT: Duration = Duration::from_secs(2);
+/// Longest all the node's task ends may take together: slurmstepd writes
+/// them one after another as it reaps the tasks (a few milliseconds each on
+/// a sound file system).
+const ENDS_BUDGET: Duration = Duration::from_secs(5);
+
+/// The time left for the node's task ends.
+struct Budget {
+    left: Duration,
+}
+
+impl Budget {
+    /// The limit of the next write, or `None` once the budget is spent.
+    fn next(&self) -> Option<Duration> {
+        (!self.left.is_zero()).then(|| self.left.min(TASK_LIMIT))
+    }
+
+    /// A write took `took`; a late one spends the rest. Whether the budget
+    /// is spent now.
+    fn spend(&mut self, took: Duration, late: bool) -> bool {
+        self.left = if late {
+            Duration::ZERO
+        } else {
+            self.left.saturating_sub(took)
+        };
+        self.left.is_zero()
+    }
+}
 
 /// In `user_init`: logs the node's line when the admin asked, and writes
 /// the node's file when the step asked for a record. A record that cannot
@@ -76,7 +104,7 @@ pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
                 groups: groups(),
             },
             ranks: here.iter().map(|&(rank, _)| rank).collect(),
-            hung: AtomicBool::new(false),
+            budget: Mutex::new(Budget { left: ENDS_BUDGET }),
         }),
         Err(why) => {
             log::error!("no record of step {run_id} in {dir}: {why}");
@@ -154,9 +182,10 @@ pub fn task_exit(spank: &Spank, record: &Record) {
     let Some(&rank) = record.ranks.get(local as usize) else {
         return;
     };
-    if record.hung.load(Ordering::Relaxed) {
+    let mut budget = record.budget.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some(limit) = budget.next() else {
         return;
-    }
+    };
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -167,17 +196,38 @@ pub fn task_exit(spank: &Spank, record: &Record) {
         create: false,
         bytes: line.as_bytes(),
     };
-    match bounded_io::write(Some(&record.ids), &write, TASK_LIMIT) {
-        Ok(()) => {}
-        // A hung file system: the node's other tasks would each wait as
-        // long, so their ends are not written either.
-        Err(why @ Failed::Late(_)) => {
-            record.hung.store(true, Ordering::Relaxed);
-            log::warn!(
-                "record: rank {rank}'s end not written ({why}): no more ends on {}",
-                record.host
-            );
-        }
-        Err(why) => log::warn!("record: rank {rank}'s end not written: {why}"),
+    let start = Instant::now();
+    let result = bounded_io::write(Some(&record.ids), &write, limit);
+    let late = matches!(result, Err(Failed::Late(_)));
+    let spent = budget.spend(start.elapsed(), late);
+    if let Err(why) = result {
+        log::warn!("record: rank {rank}'s end not written: {why}");
+    }
+    if spent {
+        log::warn!(
+            "record: the task ends on {} took over {ENDS_BUDGET:?}: the later ones are not written",
+            record.host
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ends_share_one_budget_per_node() {
+        let mut b = Budget { left: ENDS_BUDGET };
+        assert_eq!(b.next(), Some(TASK_LIMIT));
+        // Slow answers, each under the task's limit, add up to the budget.
+        assert!(!b.spend(Duration::from_millis(1900), false));
+        assert!(!b.spend(Duration::from_millis(1900), false));
+        assert_eq!(b.next(), Some(Duration::from_millis(1200)));
+        assert!(b.spend(Duration::from_millis(1200), false));
+        assert_eq!(b.next(), None);
+        // One late write spends the rest.
+        let mut b = Budget { left: ENDS_BUDGET };
+        assert!(b.spend(TASK_LIMIT, true));
+        assert_eq!(b.next(), None);
     }
 }
