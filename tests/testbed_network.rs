@@ -314,7 +314,7 @@ fn the_sites_plugstack_argument_names_the_network() {
 }
 
 /// Disconnects node3 from the fast network while alive; reconnects it with
-/// its name when dropped.
+/// its name when dropped, on eth1 again.
 struct Disconnected(String);
 
 impl Disconnected {
@@ -341,6 +341,25 @@ impl Drop for Disconnected {
             .arg(&self.0)
             .output()
             .unwrap();
+        // Docker numbers a reconnected network's interface on (eth2): give
+        // it back the name the other tests know it by, from the host (the
+        // node may not rename its own links).
+        let pid = Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Pid}}", &self.0])
+            .output()
+            .unwrap();
+        let pid = String::from_utf8_lossy(&pid.stdout).trim().to_string();
+        let rename = r#"set -e
+name=$(ip -o link show | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' | grep -vx -e lo -e eth0 | head -n 1)
+if [ -n "$name" ] && [ "$name" != eth1 ]; then
+    ip link set "$name" down
+    ip link set "$name" name eth1
+    ip link set eth1 up
+fi"#;
+        let renamed = Command::new("nsenter")
+            .args(["-t", &pid, "-n", "sh", "-c", rename])
+            .output()
+            .unwrap();
         // Docker dropped node3's own /etc/hosts line for eth0 with the
         // disconnection and wrote the new network's only: put Slurm's first
         // again, as on the other nodes (else `node3` means the fast network).
@@ -354,11 +373,12 @@ cat /tmp/hosts >/etc/hosts"#;
             .args(["exec", &self.0, "sh", "-c", hosts])
             .output()
             .unwrap();
-        let ok = out.status.success() && fixed.status.success();
+        let ok = out.status.success() && renamed.status.success() && fixed.status.success();
         if !ok && !std::thread::panicking() {
             panic!(
-                "reconnecting node3: {}{}",
+                "reconnecting node3: {}{}{}",
                 String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&renamed.stderr),
                 String::from_utf8_lossy(&fixed.stderr)
             );
         }
@@ -414,6 +434,30 @@ fn a_node_without_the_network_is_refused() {
         lines[0]
     );
     common::assert_no_node_drained();
+    // Reconnected, node3 is as the testbed made it for the tests that come
+    // after: the fast network on eth1, with its address.
+    drop(_off);
+    let eth1 = common::on("node3", &["ip", "-o", "-4", "addr", "show", "dev", "eth1"]);
+    let eth1 = String::from_utf8_lossy(&eth1.stdout).into_owned();
+    let links = common::on("node3", &["ip", "-o", "link"]);
+    let ip = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            &format!(
+                "{{{{(index .NetworkSettings.Networks \"{}-ib\").IPAddress}}}}",
+                prefix()
+            ),
+            &format!("{}-node3", prefix()),
+        ])
+        .output()
+        .unwrap();
+    let ip = String::from_utf8_lossy(&ip.stdout).trim().to_string();
+    assert!(
+        !ip.is_empty() && eth1.contains(&format!(" inet {ip}/")),
+        "node3 has no eth1 with its address {ip:?} on {subnet} after the reconnection: {eth1:?}\n{}",
+        String::from_utf8_lossy(&links.stdout)
+    );
 }
 
 /// Steps that name no network get no interface variable; a bad
