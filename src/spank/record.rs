@@ -133,8 +133,8 @@ fn write_node(
     let path = run_dir.join(name);
     let c =
         |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in the path");
-    // Every directory from the root down, as `mkdir -p` makes them: those
-    // that exist are passed over.
+    // Every directory of the path, the root first: the child makes the
+    // missing ones (super::bounded_io's write says in which order).
     let mut dirs = run_dir
         .ancestors()
         .filter(|p| !p.as_os_str().is_empty())
