@@ -45,6 +45,7 @@ fn exports_only_the_plugin_symbols_and_used_hooks() {
         "plugin_name",
         "plugin_type",
         "plugin_version",
+        "slurm_spank_exit",
         "slurm_spank_init",
         "slurm_spank_init_post_opt",
         "slurm_spank_local_user_init",

@@ -2,13 +2,16 @@
 //! PyPI (/opt/ray, docker/node/Dockerfile): a 3-node Ray cluster per step on
 //! the fast network, two users' clusters on the same nodes at once, each on
 //! its step's own ports, against the control of Ray's documented sbatch
-//! template (fixed port 6379), where the second head fails.
+//! template (fixed port 6379), where the second head fails; another user
+//! who knows a running step's ports cannot run code in its cluster, read
+//! its dashboard's API or enter its directory, and the directory goes when
+//! the step is killed.
 
 mod common;
 
 use std::time::Instant;
 
-use common::{exec, on, srun_timed, testbed};
+use common::{exec, exec_for, on, srun_timed, testbed};
 
 /// How soon srun ends a step it refuses.
 const REFUSED_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
@@ -129,7 +132,7 @@ fn assert_nothing_left(context: &str) {
             &[
                 "sh",
                 "-c",
-                "ls -d /tmp/ray* /dev/shm/* 2>/dev/null; ps -o user=,args= -u alice,bob 2>/dev/null | grep -v ' ps ' || true",
+                "ls -d /tmp/ray* /tmp/tfc-ray* /dev/shm/* 2>/dev/null; ps -o user=,args= -u alice,bob 2>/dev/null | grep -v ' ps ' || true",
             ],
         );
         let text = String::from_utf8_lossy(&out.stdout);
@@ -196,9 +199,22 @@ fn a_ray_cluster_per_step_on_the_fast_network() {
     assert_ray_installed();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let want = fast_addresses();
+    // A token file of the user's (`ray get-auth-token --generate` writes one,
+    // mode 0644, on the shared /home): without the step's own token and
+    // mode on every node, the head alone turned authentication on with it
+    // and the step failed.
+    exec(&[
+        "sh",
+        "-c",
+        "mkdir -p ~/.ray && echo a-token-of-the-users-own > ~/.ray/auth_token",
+    ]);
     let start = Instant::now();
     let out = as_user("alice", &ray_step("-", "alice", "-"));
-    eprintln!("one Ray step: {:?}", start.elapsed());
+    exec(&["rm", "-rf", "/home/alice/.ray"]);
+    eprintln!(
+        "one Ray step, a token file in ~/.ray: {:?}",
+        start.elapsed()
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -340,4 +356,228 @@ fn two_users_ray_clusters_on_the_same_nodes() {
             "/tmp/ray-control-bob",
         ],
     );
+}
+
+/// What a user who knows a running Ray step's ports tries (`scontrol show
+/// steps` lists reserved ports to every user): a driver at the GCS, a Ray
+/// Client at the client server, a job at the dashboard, the dashboard's
+/// API; each a process of its own with a deadline. "RAN uid=U" when code
+/// ran, else why not. Run with the step's token (the owner's own driver:
+/// every attempt must run) and without it (another user's: none may).
+const ATTACK: &str = r#"
+import json, os, subprocess, sys, urllib.request, urllib.error
+t = json.load(open(sys.argv[1]))
+RUN = """import os, sys, ray
+{init}
+@ray.remote(num_cpus=0)
+def who():
+    return os.getuid()
+print("RAN uid=%d" % ray.get(who.remote(), timeout=60), flush=True)
+"""
+SUBMIT = """import sys
+from ray.job_submission import JobSubmissionClient
+print("RAN job=" + JobSubmissionClient(sys.argv[1]).submit_job(entrypoint="id -u"), flush=True)
+"""
+def attempt(code, arg):
+    try:
+        p = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        return "refused: no answer in 90 s"
+    ran = [l for l in p.stdout.splitlines() if l.startswith("RAN ")]
+    if ran:
+        return ran[-1]
+    err = [l for l in p.stderr.splitlines() if l.strip()]
+    return "refused: rc %d: %s" % (p.returncode, err[-1][:300] if err else "")
+def api(path):
+    req = urllib.request.Request(t["dashboard"] + path)
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        req.add_header("Authorization", "Bearer " + os.environ["RAY_AUTH_TOKEN"])
+    try:
+        return urllib.request.urlopen(req, timeout=20).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception as e:
+        return str(e)
+out = {
+    "gcs": attempt(RUN.format(init="ray.init(address=sys.argv[1], log_to_driver=False, logging_level='error')"), t["gcs"]),
+    "client": attempt(RUN.format(init="ray.init('ray://' + sys.argv[1], logging_level='error')"), t["client"]),
+    "submit": attempt(SUBMIT, t["dashboard"]),
+    "api": api("/api/jobs/"),
+}
+for name, cmd in [("list", ["ls", t["private"]]), ("write", ["touch", t["private"] + "/ray/x"])]:
+    out[name] = subprocess.run(cmd, capture_output=True).returncode
+print("ATTACK " + json.dumps(out), flush=True)
+"#;
+
+/// The owner's driver: publishes what another user can learn of the step
+/// (its addresses and ports; the private directory's name too, which no
+/// one else could know), runs the attacks with the step's token as the
+/// control, and waits to be killed.
+const OWNER: &str = r#"
+import json, os, subprocess, sys, time
+mark = sys.argv[1]
+env = os.environ
+ports = dict(a.lstrip("-").split("=", 1) for a in (env["TF_CLUSTER_RAY_ARGS"] + " " + env["TF_CLUSTER_RAY_HEAD_ARGS"]).split() if "=" in a)
+host = env["RAY_ADDRESS"].rsplit(":", 1)[0]
+targets = {"gcs": env["RAY_ADDRESS"], "client": "%s:%s" % (host, ports["ray-client-server-port"]),
+           "dashboard": "http://%s:%s" % (host, ports["dashboard-port"]),
+           "private": os.path.dirname(env["TF_CLUSTER_RAY_TEMP_DIR"])}
+json.dump(targets, open(mark + "/targets.tmp", "w"))
+os.rename(mark + "/targets.tmp", mark + "/targets.json")
+p = subprocess.run([sys.executable, mark + "/attack.py", mark + "/targets.json"], capture_output=True, text=True)
+open(mark + "/owner.tmp", "w").write(p.stdout + p.stderr)
+os.rename(mark + "/owner.tmp", mark + "/owner.out")
+time.sleep(600)
+"#;
+
+/// The `ATTACK {…}` line of `text`.
+fn attack_result(who: &str, text: &str) -> serde_json::Value {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ATTACK "))
+        .unwrap_or_else(|| panic!("{who}: no attack result:\n{text}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// Another user, from the login node and from a job of their own on the
+/// step's node (with a token of their own step), knows every port of a
+/// running Ray step: a driver at its GCS, a Ray Client, a job submitted to
+/// its dashboard and its dashboard's API are all refused, and its private
+/// directory can be neither listed nor written; the owner's driver does
+/// each of these with the step's token. The step is then killed
+/// (`scancel --signal=KILL`, no time for the task to clean up): slurmstepd
+/// removes the step's directory, and nothing of it is left.
+#[test]
+fn another_user_cannot_use_a_running_ray_cluster() {
+    let _t = testbed();
+    assert_ray_installed();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mark = format!("/home/tfc-raymark-{}", std::process::id());
+    on(
+        "ctl",
+        &["sh", "-c", &format!("rm -rf {mark}; mkdir -m 1777 {mark}")],
+    );
+    on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!("cat > {mark}/attack.py <<'EOF'\n{ATTACK}\nEOF\nchmod 644 {mark}/attack.py"),
+        ],
+    );
+    let owner = format!(
+        "cd /tmp && PATH=/opt/ray/bin:$PATH srun -J tfc-ray-owner -N1 -w node1 --resv-ports=64 \
+         --ray-cluster --tf-host-template='{{}}-ib' \
+         tf-cluster ray --num-cpus=1 --object-store-memory=100000000 --include-log-monitor=false \
+         -- python -c '{}' {mark}",
+        OWNER.replace('\'', r"'\''")
+    );
+    let alice = std::thread::spawn(move || exec_for(400, &["bash", "-c", &owner]));
+    let end = Instant::now() + std::time::Duration::from_secs(300);
+    let owner_out = format!("{mark}/owner.out");
+    while !on("ctl", &["test", "-f", &owner_out]).status.success() {
+        if Instant::now() > end || alice.is_finished() {
+            on("ctl", &["scancel", "-u", "alice", "-n", "tfc-ray-owner"]);
+            let out = alice.join().unwrap();
+            panic!(
+                "the owner's step did not get to its attacks:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let targets = format!("{mark}/targets.json");
+    let attack = format!("/opt/ray/bin/python {mark}/attack.py {targets}");
+    let from_login = as_user("bob", &format!("cd /tmp && {attack}"));
+    let from_job = as_user(
+        "bob",
+        &format!(
+            "cd /tmp && srun -N1 -w node1 --resv-ports=64 --ray-cluster --tf-host-template='{{}}-ib' {attack}"
+        ),
+    );
+    let owner_text = String::from_utf8_lossy(&on("ctl", &["cat", &owner_out]).stdout).into_owned();
+    // Killed: no time for tf-cluster ray's own clean-up.
+    on(
+        "ctl",
+        &[
+            "scancel",
+            "--signal=KILL",
+            "-u",
+            "alice",
+            "-n",
+            "tfc-ray-owner",
+        ],
+    );
+    let killed = Instant::now();
+    let _ = alice.join();
+    let targets_text = String::from_utf8_lossy(&on("ctl", &["cat", &targets]).stdout).into_owned();
+    on("ctl", &["rm", "-rf", &mark]);
+
+    let control = attack_result("the owner", &owner_text);
+    eprintln!("the owner, with the step's token: {control}");
+    for what in ["gcs", "client"] {
+        assert_eq!(
+            control[what], "RAN uid=1000",
+            "the owner's {what}: {control}"
+        );
+    }
+    assert!(
+        control["submit"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("RAN job="),
+        "the owner's job: {control}"
+    );
+    assert_eq!(control["api"], 200, "{control}");
+    assert_eq!(control["list"], 0, "{control}");
+    for (who, out) in [
+        ("bob on the login node", &from_login),
+        ("bob's own job", &from_job),
+    ] {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r = attack_result(who, &text);
+        eprintln!("{who}: {r}");
+        for what in ["gcs", "client", "submit"] {
+            let said = r[what].as_str().unwrap_or("");
+            assert!(
+                said.starts_with("refused"),
+                "{who} ran code via {what}: {r}\n{targets_text}"
+            );
+        }
+        let api = r["api"].as_u64();
+        assert!(
+            matches!(api, Some(401 | 403)),
+            "{who} read the dashboard's API: {r}"
+        );
+    }
+    // On the step's node (the login node has no such directory).
+    let r = attack_result("bob's own job", &String::from_utf8_lossy(&from_job.stdout));
+    assert_ne!(r["list"], 0, "bob listed the step's directory: {r}");
+    assert_ne!(r["write"], 0, "bob wrote into the step's directory: {r}");
+    // slurmstepd removed the private directory once the killed step ended.
+    let private: serde_json::Value = serde_json::from_str(&targets_text).unwrap();
+    let private = private["private"].as_str().unwrap().to_string();
+    assert!(private.starts_with("/tmp/tfc-ray-"), "{private}");
+    let gone = (0..60).any(|_| {
+        let left = on("node1", &["test", "-e", &private]).status.success();
+        if left {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        !left
+    });
+    assert!(
+        gone,
+        "{private} is left on node1 {:?} after the kill",
+        killed.elapsed()
+    );
+    eprintln!(
+        "the killed step's directory gone within {:?}",
+        killed.elapsed()
+    );
+    assert_nothing_left("a killed step");
 }

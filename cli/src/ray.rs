@@ -6,7 +6,9 @@
 //! with CMD's exit code. It stops only the Ray processes this step started
 //! (its own process group, and any process of the user naming the step's
 //! temp directory), never a node-wide `ray stop`, and removes the step's
-//! temp directory.
+//! private directory (slurmstepd removes it too, when the step ends however
+//! it ends). Ray runs with the step's token (RAY_AUTH_MODE, RAY_AUTH_TOKEN
+//! from the plugin): a Ray without token authentication is refused.
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -18,7 +20,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use tf_cluster_core::frameworks::ray::{ARGS_VAR, HEAD_ARGS_VAR, NODE_VAR, TEMP_VAR};
+use tf_cluster_core::frameworks::ray::{
+    ARGS_VAR, AUTH_MODE_VAR, FIRST_WITH_TOKENS, HEAD_ARGS_VAR, NODE_VAR, TEMP_VAR, TOKEN_VAR,
+};
 
 /// How long the head's GCS may take to accept connections, and all the
 /// step's nodes to join, before the step fails.
@@ -47,6 +51,12 @@ fn var(name: &str) -> Result<String, String> {
 
 fn given() -> Result<Given, String> {
     let words = |s: String| s.split_whitespace().map(String::from).collect();
+    // The plugin's token, on every node alike: never a cluster without one.
+    if var(AUTH_MODE_VAR)? != "token" || var(TOKEN_VAR)?.is_empty() {
+        return Err(format!(
+            "{AUTH_MODE_VAR} is not token or {TOKEN_VAR} is empty: run tf-cluster ray in a step started with srun --ray-cluster"
+        ));
+    }
     Ok(Given {
         address: var("RAY_ADDRESS")?,
         args: words(var(ARGS_VAR)?),
@@ -72,22 +82,95 @@ fn resolve(name: &str) -> Result<IpAddr, String> {
         .ok_or_else(|| format!("{NODE_VAR}={name} has no address"))
 }
 
-/// The step's temp directory, made as the user with mode 0700; one that
-/// exists must be the user's own directory (not a link another user left).
-fn make_temp(dir: &str) -> Result<(), String> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{dir}: {e}"))?;
-            if meta.is_dir() && meta.uid() == unsafe { libc::getuid() } {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{dir}, this step's Ray temp directory, exists and is not a directory of yours: remove it"
-                ))
+/// The step's private directory (the temp directory's parent, whose name
+/// no other user knows), then Ray's temp directory inside it, both as the
+/// user with mode 0700; Ray sets its own to 0777, which only the user can
+/// reach through the private one. One that exists must be the user's own
+/// directory (not a link), and is made private again.
+fn make_temp(temp: &str) -> Result<(), String> {
+    let private = private_dir(temp);
+    for dir in [private, temp] {
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{dir}: {e}"))?;
+                if !(meta.is_dir() && meta.uid() == unsafe { libc::getuid() }) {
+                    return Err(format!(
+                        "{dir}, this step's Ray directory, exists and is not a directory of yours"
+                    ));
+                }
+                if dir == private {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                        .map_err(|e| format!("{dir}: {e}"))?;
+                }
             }
+            Err(e) => return Err(format!("cannot make {dir}: {e}")),
         }
-        Err(e) => Err(format!("cannot make {dir}: {e}")),
+    }
+    Ok(())
+}
+
+/// The step's private directory: the parent of Ray's temp directory.
+fn private_dir(temp: &str) -> &str {
+    Path::new(temp)
+        .parent()
+        .and_then(Path::to_str)
+        .filter(|p| !p.is_empty() && *p != "/")
+        .unwrap_or(temp)
+}
+
+/// Removes the step's private directory and all inside, never following a
+/// link (std's remove_dir_all opens each directory without following one).
+fn remove_private(temp: &str) {
+    let private = private_dir(temp);
+    if Path::new(private).exists() {
+        // Ray's processes may still be closing files: try a few times.
+        for _ in 0..10 {
+            if std::fs::remove_dir_all(private).is_ok() || !Path::new(private).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The Python that runs Ray's `ray` script (its `#!` line).
+fn ray_python() -> Result<String, String> {
+    let script = which("ray").ok_or_else(|| "ray is not on PATH".to_string())?;
+    let text = std::fs::read(&script).map_err(|e| format!("{script}: {e}"))?;
+    let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
+    std::str::from_utf8(first)
+        .ok()
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| format!("{script} names no Python"))
+}
+
+/// Refuses a Ray without token authentication (before 2.52): its cluster
+/// would run any other user's code as this one.
+fn check_version(python: &str) -> Result<(), String> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import importlib.metadata as m; print(m.version('ray'))",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| format!("{python}: {e}"))?;
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let number = |part: Option<&str>| part.and_then(|p| p.parse::<u32>().ok());
+    let mut parts = version.split('.');
+    match (number(parts.next()), number(parts.next())) {
+        (Some(major), Some(minor)) if (major, minor) >= FIRST_WITH_TOKENS => Ok(()),
+        (Some(_), Some(_)) => Err(format!(
+            "Ray {version} has no token authentication, without which any user of the nodes could run code in the step's cluster: install Ray {}.{} or later",
+            FIRST_WITH_TOKENS.0, FIRST_WITH_TOKENS.1
+        )),
+        _ => Err(format!(
+            "cannot tell the version of Ray that {python} imports: is Ray installed there?"
+        )),
     }
 }
 
@@ -200,29 +283,15 @@ fn stop(ray: &mut Child, temp: &str) {
     }
     signal_all(libc::SIGKILL);
     let _ = ray.wait();
-    if Path::new(temp).exists() {
-        // Ray's processes may still be closing files: try a few times.
-        for _ in 0..10 {
-            if std::fs::remove_dir_all(temp).is_ok() || !Path::new(temp).exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
+    remove_private(temp);
 }
 
 /// Waits until the step's Ray nodes (one per node of the step) are alive,
 /// with the Python that runs `ray` (its script's `#!` line): one driver
 /// connection, on the head only.
 fn wait_for_nodes(nodes: u32, ray: &mut Child) -> Result<(), Ended> {
-    let script = which("ray").ok_or_else(|| "ray is not on PATH".to_string())?;
-    let text = std::fs::read_to_string(&script).map_err(|e| format!("{script}: {e}"))?;
-    let python = text
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("#!"))
-        .map(str::trim)
-        .ok_or_else(|| format!("{script} names no Python"))?;
+    let python = ray_python()?;
+    let python = python.as_str();
     // ray.init gives up while the head's raylet is still registering (a
     // loaded node): it tries again until the deadline.
     let code = "import sys, time, ray
@@ -328,6 +397,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     }
     let ip = resolve(&g.node)?;
     let head = head_addr(&g.address)?;
+    check_version(&ray_python()?)?;
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -340,7 +410,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
             let end = Instant::now() + START_TIMEOUT;
             while !reachable(&head) {
                 if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
-                    let _ = std::fs::remove_dir_all(&g.temp);
+                    remove_private(&g.temp);
                     return Err(format!("the Ray head at {} did not come up", g.address));
                 }
                 std::thread::sleep(Duration::from_millis(500));

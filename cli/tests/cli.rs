@@ -438,6 +438,37 @@ fn ray_folder(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
     (dir, starts)
 }
 
+/// A stand-in of the Python that runs Ray's `ray` script: `-c CODE` asks
+/// Ray's version (printed) or waits for the step's nodes (a second); a
+/// script (`ray`'s) runs as `bin/ray-start` when there is one.
+fn stand_in_python(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
+    let python = dir.join("bin/python");
+    script(
+        &python,
+        &format!(
+            "#!/bin/sh\nif [ \"$1\" = -c ]; then case \"$2\" in *metadata*) echo {version}; exit 0;; esac; sleep 1; exit 0; fi\n\
+             shift\nexec {} \"$@\"\n",
+            dir.join("bin/ray-start").display()
+        ),
+    );
+    python
+}
+
+/// The variables the plugin gives a task of a `--ray-cluster` step, with
+/// the step's private directory in `dir`.
+fn ray_step_env(cmd: &mut std::process::Command, dir: &std::path::Path, port: u16) {
+    cmd.env(
+        "PATH",
+        format!("{}:/usr/bin:/bin", dir.join("bin").display()),
+    )
+    .env("RAY_ADDRESS", format!("127.0.0.1:{port}"))
+    .env("TF_CLUSTER_RAY_ARGS", "--num-cpus=1")
+    .env("TF_CLUSTER_RAY_NODE", "127.0.0.1")
+    .env("TF_CLUSTER_RAY_TEMP_DIR", dir.join("private/ray"))
+    .env("RAY_AUTH_MODE", "token")
+    .env("RAY_AUTH_TOKEN", "0123");
+}
+
 /// Writes an executable script.
 fn script(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -454,30 +485,23 @@ fn script(path: &std::path::Path, text: &str) {
 fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
     let (dir, starts) = ray_folder("worker");
     // The first `ray start` fails at once; the second runs until it is stopped.
+    let python = stand_in_python(&dir, "2.60.0");
     script(
-        &dir.join("bin/ray"),
+        &dir.join("bin/ray-start"),
         &format!(
             "#!/bin/sh\necho \"$1 retries=$RAY_NUM_REDIS_GET_RETRIES\" >>{s}\n\
              [ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
             s = starts.display()
         ),
     );
+    script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
     // The head's GCS: a port that accepts connections until it is dropped.
     let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = gcs.local_addr().unwrap().port();
-    let mut worker = hermetic::tf_cluster()
-        .arg("ray")
-        .env(
-            "PATH",
-            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
-        )
-        .env("RAY_ADDRESS", format!("127.0.0.1:{port}"))
-        .env("TF_CLUSTER_RAY_ARGS", "--num-cpus=1")
-        .env("TF_CLUSTER_RAY_NODE", "127.0.0.1")
-        .env("TF_CLUSTER_RAY_TEMP_DIR", dir.join("ray"))
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = hermetic::tf_cluster();
+    cmd.arg("ray");
+    ray_step_env(&mut cmd, &dir, port);
+    let mut worker = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
     let lines = || {
         std::fs::read_to_string(&starts)
             .unwrap_or_default()
@@ -500,8 +524,8 @@ fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
     );
     assert_eq!(lines(), ["start retries=90", "start retries=90"]);
     assert!(
-        !dir.join("ray").exists(),
-        "the step's temp directory is left"
+        !dir.join("private").exists(),
+        "the step's private directory is left"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -515,12 +539,11 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
     // `ray` is run by this interpreter, as Ray's script by its venv's Python;
     // the wait for the nodes (`PYTHON -c CODE`) succeeds after a second. The
     // first `ray start` fails at once; the second runs until it is stopped.
-    let python = dir.join("bin/python");
+    let python = stand_in_python(&dir, "2.60.0");
     script(
-        &python,
+        &dir.join("bin/ray-start"),
         &format!(
-            "#!/bin/sh\nif [ \"$1\" = -c ]; then sleep 1; exit 0; fi\nshift\n\
-             echo \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
+            "#!/bin/sh\necho \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
             s = starts.display()
         ),
     );
@@ -528,17 +551,11 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
     // The GCS port answers from the start (the first start's GCS came up).
     let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = gcs.local_addr().unwrap().port();
-    let out = hermetic::tf_cluster()
-        .args(["ray", "--", "sh", "-c", "exit 7"])
-        .env(
-            "PATH",
-            format!("{}:/usr/bin:/bin", dir.join("bin").display()),
-        )
-        .env("RAY_ADDRESS", format!("127.0.0.1:{port}"))
-        .env("TF_CLUSTER_RAY_ARGS", "--num-cpus=1")
+    let mut cmd = hermetic::tf_cluster();
+    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
+    ray_step_env(&mut cmd, &dir, port);
+    let out = cmd
         .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
-        .env("TF_CLUSTER_RAY_NODE", "127.0.0.1")
-        .env("TF_CLUSTER_RAY_TEMP_DIR", dir.join("ray"))
         .env("SLURM_STEP_NUM_NODES", "1")
         .output()
         .unwrap();
@@ -550,9 +567,51 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
     );
     assert!(stderr.contains("starting it again"), "{stderr}");
     assert!(
-        !dir.join("ray").exists(),
-        "the step's temp directory is left"
+        !dir.join("private").exists(),
+        "the step's private directory is left"
     );
+    drop(gcs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Ray without token authentication (before 2.52) is refused before any
+/// `ray start`, in one line naming its version; so is a task without the
+/// plugin's token.
+#[test]
+fn a_ray_without_token_authentication_is_refused() {
+    let (dir, starts) = ray_folder("old");
+    let python = stand_in_python(&dir, "2.51.1");
+    script(
+        &dir.join("bin/ray-start"),
+        &format!("#!/bin/sh\necho \"$1\" >>{}\n", starts.display()),
+    );
+    script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
+    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = gcs.local_addr().unwrap().port();
+    let mut cmd = hermetic::tf_cluster();
+    cmd.args(["ray", "--", "true"]);
+    ray_step_env(&mut cmd, &dir, port);
+    let out = cmd
+        .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "tf-cluster ray: Ray 2.51.1 has no token authentication, without which any user of the nodes could run code in the step's cluster: install Ray 2.52 or later"
+    );
+    assert!(!starts.exists(), "ray start ran");
+    // The same Ray 2.60 stand-in without the plugin's token.
+    stand_in_python(&dir, "2.60.0");
+    let mut cmd = hermetic::tf_cluster();
+    cmd.args(["ray", "--", "true"]);
+    ray_step_env(&mut cmd, &dir, port);
+    let out = cmd.env_remove("RAY_AUTH_TOKEN").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("RAY_AUTH_TOKEN is not set"), "{stderr}");
+    assert!(!starts.exists(), "ray start ran");
     drop(gcs);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,6 +15,8 @@
 //! tres-bind=TEXT | no-tres-bind   the step's GPU binding as slurmctld recorded it
 //! off-overridden         an inherited --tf-off, beaten by an srun option
 //! restart=K              the job's restart count (K > 0)
+//! secret=HEX             the step's secret (crate::secret), drawn once by
+//!                        srun for every component of the step
 //! ```
 //!
 //! e.g. `1;4242.0;hosts=node[1-3];runs=0*3,2,1;net=ib0;no-resv-ports`.
@@ -25,7 +27,7 @@
 //! refused the step and said why (every task fails before exec).
 //!
 //! srun's early word, `1;srun` then the fields `inherited=BITS`,
-//! `off-overridden`, `restart=K` (each at most once, in this order): what
+//! `off-overridden`, `restart=K`, `secret=HEX` (each at most once, in this order): what
 //! srun knows once it parsed its options, before slurmctld creates the step
 //! ([`Early`]). srun sets it for every step that asks for the plugin, before
 //! Slurm copies its environment for each component of the step; its word on
@@ -45,6 +47,7 @@ use crate::limits::MAX_NODES;
 use crate::network::addresses::{Network, VARS};
 use crate::number::parse_u32;
 use crate::runs::Runs;
+use crate::secret::Secret;
 use crate::settings::Frameworks;
 use crate::task_map::TaskMap;
 
@@ -117,6 +120,8 @@ pub struct Handoff {
     pub off_overridden: bool,
     /// The job's restart count as srun learnt it (0: the first incarnation).
     pub restart_count: u32,
+    /// The step's secret (None: srun drew none).
+    pub secret: Option<Secret>,
 }
 
 /// srun's early word ([`Early::encode`]): what srun knew of the step after
@@ -136,6 +141,8 @@ pub struct Early {
     /// The job's restart count as srun learnt it (0: the first
     /// incarnation).
     pub restart_count: u32,
+    /// The step's secret, the same in every component's word.
+    pub secret: Option<Secret>,
 }
 
 /// The id field of an early word.
@@ -154,6 +161,7 @@ impl Early {
         if self.restart_count > 0 {
             text.push_str(&format!(";restart={}", self.restart_count));
         }
+        push_secret(&mut text, self.secret.as_ref());
         text
     }
 
@@ -197,6 +205,7 @@ impl Early {
                     .ok_or_else(|| bad("restart is not a count"))?
             }
         }
+        early.secret = secret(field("secret")).map_err(|why| bad(why))?;
         match fields.next() {
             None => Ok(Some(early)),
             Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
@@ -258,6 +267,15 @@ impl Word {
         }
     }
 
+    /// The step's secret as srun drew it (None: srun drew none).
+    pub fn secret(&self) -> Option<&Secret> {
+        match self {
+            Word::Handoff(h) => h.secret.as_ref(),
+            Word::Early(e) => e.secret.as_ref(),
+            Word::Nothing => None,
+        }
+    }
+
     /// `asked` without the frameworks srun left out of the step.
     pub fn kept(&self, asked: Frameworks) -> Frameworks {
         match self {
@@ -291,6 +309,25 @@ fn next_field<'t>(
     got
 }
 
+/// `;secret=HEX` after `text`, when there is one.
+fn push_secret(text: &mut String, secret: Option<&Secret>) {
+    if let Some(secret) = secret {
+        text.push_str(";secret=");
+        text.push_str(&secret.hex());
+    }
+}
+
+/// The secret field as [`next_field`] found it: Err with why it is bad.
+fn secret(got: Option<Option<&str>>) -> std::result::Result<Option<Secret>, &'static str> {
+    match got {
+        None => Ok(None),
+        Some(Some(hex)) => Secret::parse(hex)
+            .map(Some)
+            .ok_or("secret is not 80 hex digits"),
+        Some(None) => Err("a field without its value"),
+    }
+}
+
 /// A set of frameworks written as bits (their indices in
 /// crate::frameworks::FRAMEWORKS): None unless every bit names one.
 fn frameworks(bits: &str) -> Option<Frameworks> {
@@ -314,6 +351,7 @@ impl Handoff {
             tres_bind: None,
             off_overridden: false,
             restart_count: 0,
+            secret: None,
         }
     }
 
@@ -354,6 +392,7 @@ impl Handoff {
         if self.restart_count > 0 {
             text.push_str(&format!(";restart={}", self.restart_count));
         }
+        push_secret(&mut text, self.secret.as_ref());
         text
     }
 
@@ -450,6 +489,7 @@ impl Handoff {
         if let Some(k) = value(field("restart"))? {
             handoff.restart_count = parse_u32(k).ok_or_else(|| bad("restart is not a count"))?;
         }
+        handoff.secret = secret(field("secret")).map_err(|why| bad(why))?;
         match fields.next() {
             None => Ok(Some(handoff)),
             Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
@@ -536,9 +576,13 @@ mod tests {
         full.tres_bind = Some(StepBind::Bound("gres/gpu:per_task:1".into()));
         full.off_overridden = true;
         full.restart_count = 2;
+        full.secret = Some(Secret::from_bytes([0xab; crate::secret::LEN]));
+        let ab = "ab".repeat(crate::secret::LEN);
         assert_eq!(
             round_trip(&full),
-            "1;7.3;hosts=n[1-2];runs=0-1;net=10.98.0.0/29;kept=NCCL_SOCKET_IFNAME,TP_SOCKET_IFNAME;leave-out=5;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden;restart=2"
+            format!(
+                "1;7.3;hosts=n[1-2];runs=0-1;net=10.98.0.0/29;kept=NCCL_SOCKET_IFNAME,TP_SOCKET_IFNAME;leave-out=5;no-resv-ports;tres-bind=gres/gpu:per_task:1;off-overridden;restart=2;secret={ab}"
+            )
         );
         for v in [Verdict::Rebuild, Verdict::Skip, Verdict::Refused] {
             let mut h = Handoff::new(7, 3, v);
@@ -560,9 +604,18 @@ mod tests {
             inherited: Frameworks(0b011),
             off_overridden: true,
             restart_count: 5,
+            secret: Some(Secret::from_bytes([0x0f; crate::secret::LEN])),
         };
         let text = full.encode();
-        assert_eq!(text, "1;srun;inherited=3;off-overridden;restart=5");
+        let hex = "0f".repeat(crate::secret::LEN);
+        assert_eq!(
+            text,
+            format!("1;srun;inherited=3;off-overridden;restart=5;secret={hex}")
+        );
+        assert_eq!(
+            Word::decode(Some(&text), None).unwrap().secret(),
+            full.secret.as_ref()
+        );
         assert_eq!(Early::decode(&text).unwrap(), Some(full));
         assert_eq!(Early::decode("1;srun").unwrap(), Some(Early::default()));
         assert_eq!(Early::default().encode(), "1;srun");
@@ -578,6 +631,8 @@ mod tests {
             ("1;srun;restart", "restart"),
             ("1;srun;restart=1;off-overridden", "misplaced"),
             ("1;srun;verdict=none", "misplaced"),
+            ("1;srun;secret=abc", "80 hex digits"),
+            ("1;srun;secret", "without its value"),
         ] {
             let e = Early::decode(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text}: {e}");
@@ -599,6 +654,7 @@ mod tests {
             ("1;7.3;no-resv-ports;verdict=none", "neither"),
             ("1;7.3;verdict=none;restart=1;no-resv-ports", "misplaced"),
             ("1;7.3;verdict=none;ports", "misplaced"),
+            ("1;7.3;verdict=none;secret=zz", "80 hex digits"),
             ("1;7.3;hosts=n[1-2];runs=0", "node n2 runs no task"),
             ("1;7.3;hosts=n1,n1;runs=0-1", "names node n1 twice"),
             ("1;7.3;hosts=n1;runs=1", "node index 1"),

@@ -40,6 +40,7 @@ pub mod record;
 pub mod rendezvous;
 pub mod roles;
 pub mod runs;
+pub mod secret;
 pub mod settings;
 pub mod source;
 pub mod step;

@@ -12,6 +12,7 @@ use super::hostlist::HostList;
 use super::limits::{MAX_NODES, MAX_TASKS, check_size};
 use super::network;
 use super::number::parse_u32;
+use super::secret::Secret;
 use super::settings::Frameworks;
 use super::settings::Settings;
 use super::source::{Probe, Source};
@@ -125,6 +126,9 @@ pub struct Step {
     pub restart_count: u32,
     /// The task's job and step ids ([`Source::job_step`]).
     pub job_step: Option<(u32, u32)>,
+    /// The step's secret, as srun drew it and handed it on (None: no word
+    /// from srun).
+    pub secret: Option<Secret>,
     /// The heterogeneous job's id (SLURM_JOB_ID_HET_GROUP_0, its first
     /// component's), the same in every component's tasks, where the task's
     /// own job id is one of the components' (each component has its own).
@@ -212,6 +216,7 @@ impl Step {
             Some(k) => k,
             None => restart_count(source)?,
         };
+        let secret = word.secret().cloned();
         let (handoff, inherited) = match word {
             Word::Handoff(h) => (Some(h), Frameworks::default()),
             Word::Early(early) => {
@@ -287,6 +292,7 @@ impl Step {
             het_job_id: het_job_id_of(source, job_step)?,
             job_step,
             restart_count,
+            secret,
             from_srun,
             block_topology: None,
             network: None,

@@ -51,12 +51,12 @@ impl std::fmt::Display for Failed {
 /// The child's stages, sent back through a pipe as `stage << 24 | value`:
 /// `DONE` with the bytes read, any other with errno (`NOT_REGULAR`: the
 /// file's type bits).
-const DONE: u8 = 0;
+pub(super) const DONE: u8 = 0;
 // A read's length fits the word's 24 bits.
 const _: () = assert!(MAX_USER_FILE < (1 << 24) - 1);
 /// The child's descriptor of the word's pipe.
 const WORD_FD: libc::c_int = 3;
-const IDS: u8 = 1;
+pub(super) const IDS: u8 = 1;
 const MKDIR: u8 = 2;
 const OPEN: u8 = 3;
 const NOT_REGULAR: u8 = 4;
@@ -145,12 +145,12 @@ impl Drop for SharedMap {
 }
 
 /// errno, in the 24 bits the child's word has for it.
-fn errno() -> u32 {
+pub(super) fn errno() -> u32 {
     // SAFETY: libc's own accessor of the thread's errno.
     (unsafe { *libc::__errno_location() }) as u32 & 0x00ff_ffff
 }
 
-fn fail(stage: u8) -> u32 {
+pub(super) fn fail(stage: u8) -> u32 {
     (u32::from(stage) << 24) | errno()
 }
 
@@ -177,19 +177,26 @@ fn open_regular(file: &CString, flags: libc::c_int) -> Result<libc::c_int, u32> 
     }
 }
 
+/// In a child: takes the job's user's ids for good (real and effective).
+pub(super) fn take_ids(ids: &Ids) -> bool {
+    // SAFETY: system calls on a list made before the fork.
+    unsafe {
+        libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) == 0
+            && libc::setgid(ids.gid) == 0
+            && libc::setuid(ids.uid) == 0
+            && libc::getuid() == ids.uid
+            && libc::geteuid() == ids.uid
+    }
+}
+
 /// The child's write: only system calls on values made before the fork.
 fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
     // SAFETY: async-signal-safe system calls on buffers made before the fork.
     unsafe {
-        if let Some(ids) = ids {
-            let ok = libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) == 0
-                && libc::setgid(ids.gid) == 0
-                && libc::setuid(ids.uid) == 0
-                && libc::getuid() == ids.uid
-                && libc::geteuid() == ids.uid;
-            if !ok {
-                return fail(IDS);
-            }
+        if let Some(ids) = ids
+            && !take_ids(ids)
+        {
+            return fail(IDS);
         }
         // Deepest first, as `mkdir -p` and std's create_dir_all do: up only
         // while a parent is missing, then down. (Walking down from the root
@@ -276,7 +283,7 @@ fn read_child(file: &CString, map: &SharedMap) -> u32 {
 /// child's word, as (stage, value). At the deadline the child is killed;
 /// one stuck in the kernel (a hard-mounted file system) is left to be
 /// reaped later rather than waited for.
-fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Failed> {
+pub(super) fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Failed> {
     let os = || Failed::Refused(std::io::Error::last_os_error().to_string());
     let mut fds = [0; 2];
     // SAFETY: a pipe into a two-element array. Non-blocking: the parent's

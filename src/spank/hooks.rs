@@ -4,7 +4,7 @@
 //! decided once at `slurm_spank_init`: srun's ([`super::srun`]) or
 //! slurmstepd's ([`super::stepd`]: `user_init` once per node,
 //! `task_init_privileged` and `task_init` per task, `task_exit` in
-//! slurmstepd after each task). sbatch and salloc only
+//! slurmstepd after each task, `exit` once the node's tasks ended). sbatch and salloc only
 //! register and check the options.
 
 use std::ffi::{c_char, c_int, c_uint};
@@ -132,6 +132,18 @@ pub extern "C" fn slurm_spank_task_init(
 ) -> c_int {
     callback(sp, ac, av, |spank| match SIDE.get() {
         Some(Side::Stepd(stepd)) => stepd.task_init(spank),
+        _ => 0,
+    })
+}
+
+/// slurmstepd, as root on the host, once every task of the node ended
+/// (`scancel` included): removes the step's private directory (see
+/// super::stepd). It always succeeds and returns at once for a step that
+/// has none.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    callback(sp, ac, av, |_| match SIDE.get() {
+        Some(Side::Stepd(stepd)) => stepd.exit(),
         _ => 0,
     })
 }

@@ -15,6 +15,7 @@ mod interrupt;
 mod logger;
 mod options;
 mod preflight;
+mod private_dir;
 mod record;
 mod requeue;
 mod slurm_api;

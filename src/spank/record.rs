@@ -163,7 +163,7 @@ impl Record {
 
 /// The calling process's supplementary groups: in `user_init`, the job's
 /// user's, as slurmstepd set them when dropping its privileges.
-fn groups() -> Vec<libc::gid_t> {
+pub(super) fn groups() -> Vec<libc::gid_t> {
     // SAFETY: with 0, getgroups only counts.
     let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
     let mut list = vec![0; usize::try_from(n).unwrap_or(0).min(65_536)];

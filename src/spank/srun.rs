@@ -5,6 +5,8 @@
 //! or a verdict, with the rest of srun's word, in one variable
 //! (core::handoff). srun decides, tasks apply.
 
+use std::sync::OnceLock;
+
 use super::guard::guard;
 use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
@@ -15,6 +17,7 @@ use crate::core::handoff::{self, Early, Handoff, MAX_LEN, StepBind, Verdict};
 use crate::core::het::{het_job_id, het_nodelist, het_size};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
+use crate::core::secret::{self, Secret};
 use crate::core::step::{OUTSIDE_HET, number};
 use crate::core::task_map;
 use crate::core::{self, Error, Kind, MAX_NODES, Probe, Result, Settings};
@@ -25,6 +28,10 @@ pub struct Srun {
     /// so Slurm's mark of an allocation srun made itself (see
     /// [`Srun::own_allocation`]) can be read in `local_user_init`.
     started_outside: bool,
+    /// The step's secret, drawn once for all its components (srun parses
+    /// its options once per component of a heterogeneous step); None when
+    /// the kernel gave no random bytes.
+    secret: OnceLock<Option<Secret>>,
 }
 
 impl Srun {
@@ -33,7 +40,21 @@ impl Srun {
             started_outside: !["SLURM_JOB_ID", "SLURM_JOBID", SUBMIT_DIR]
                 .iter()
                 .any(|v| std::env::var_os(v).is_some()),
+            secret: OnceLock::new(),
         }
+    }
+
+    /// The step's secret (core::secret), from the kernel's random source:
+    /// srun's alone to draw, handed to every task in its word.
+    fn secret(&self) -> Option<Secret> {
+        self.secret
+            .get_or_init(|| {
+                let mut bytes = [0u8; secret::LEN];
+                // SAFETY: fills the array; up to 256 bytes come whole.
+                let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+                (n == bytes.len() as isize).then(|| Secret::from_bytes(bytes))
+            })
+            .clone()
     }
 
     /// An explicit srun option beats an inherited one: a `--tf-off` only
@@ -119,6 +140,7 @@ impl Srun {
             off_overridden: self.off_overridden(),
             // A malformed count is refused in local_user_init.
             restart_count: core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
+            secret: self.secret(),
         }
     }
 
@@ -164,6 +186,7 @@ impl Srun {
             Err(e) => return self.refuse(spank, e, undecided(spank, off_overridden, 0)?),
         };
         let mut handoff = undecided(spank, off_overridden, restart_count)?;
+        handoff.secret = self.secret();
         let e = match decide_for(spank, settings, &mut handoff) {
             Ok(()) => return hand_off(spank, &handoff),
             Err(e) => e,

@@ -65,11 +65,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use super::bounded_io::Ids;
 use super::fault;
 use super::guard::guard;
 use super::handle::{Env, Spank};
 use super::options;
+use super::private_dir::PrivateDir;
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
+use crate::core::frameworks::ray;
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
 use crate::core::handoff::{self, StepBind, Word};
@@ -105,6 +108,9 @@ pub struct Stepd {
     leader: OnceLock<Option<u32>>,
     /// The step's record on this node, begun by `user_init`.
     record: OnceLock<Option<Box<super::record::Record>>>,
+    /// The step's private directory on this node (a `--ray-cluster`
+    /// step's), removed at the step's end.
+    private_dir: OnceLock<PrivateDir>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -155,6 +161,7 @@ impl Stepd {
             host_kill: OnceLock::new(),
             leader: OnceLock::new(),
             record: OnceLock::new(),
+            private_dir: OnceLock::new(),
         }
     }
 
@@ -237,6 +244,9 @@ impl Stepd {
             DebugFiles::new(r.run_dir(), |name| host_env.get(name).map(String::as_str))
         });
         let _ = self.record.set(record);
+        if let Some(dir) = private_dir(spank, &node) {
+            let _ = self.private_dir.set(dir);
+        }
         super::preflight::run(spank, &node)?;
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
@@ -359,6 +369,20 @@ impl Stepd {
         0
     }
 
+    /// slurmstepd, once per node after every task of the step ended, as
+    /// root on the host: removes the step's private directory (a task
+    /// ended by `scancel` may not have). Never fails.
+    pub fn exit(&self) -> i32 {
+        if let Some(dir) = self.private_dir.get() {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                if let Err(why) = dir.remove() {
+                    log::warn!("cannot remove the step's directory {}: {why}", dir.path());
+                }
+            }));
+        }
+        0
+    }
+
     /// Without `user_init`'s share (it did not run): a step that asked for
     /// the plugin fails, any other is left alone. Whether it asked is read
     /// as `user_init` reads it (its options, srun's hand-off, the step id).
@@ -384,6 +408,21 @@ impl Stepd {
 
 /// A task of a step that asked for the plugin, without the node's share.
 const NO_USER_INIT: &str = "slurmstepd did not run user_init for this step, so the node's share was not made: failing rather than guessing";
+
+/// The step's private directory on this node, with the job's user's ids
+/// (`user_init` runs with them): a `--ray-cluster` step's.
+fn private_dir(spank: &Spank, node: &Node) -> Option<PrivateDir> {
+    if !node.settings().frameworks.contains(&ray::FRAMEWORK) {
+        return None;
+    }
+    let secret = node.step().secret.as_ref()?;
+    let ids = Ids {
+        uid: spank.job_uid().ok()?,
+        gid: spank.job_gid().ok()?,
+        groups: super::record::groups(),
+    };
+    PrivateDir::new(&ray::private_dir(secret), ids)
+}
 
 /// The mount namespace of the calling process (`mnt:[4026531841]`): always
 /// readable by the process itself, as the user too; None when /proc cannot

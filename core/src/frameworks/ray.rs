@@ -1,7 +1,10 @@
 //! Ray (`--ray-cluster`): one Ray node per Slurm node, the head on rank 0's
 //! node, every port Ray opens taken from the step's own ports (reserved by
-//! Slurm, or the step's block of the port range), a temp directory of the
-//! step's own. Ray takes its ports only as `ray start` flags and reads no
+//! Slurm, or the step's block of the port range), Ray's token
+//! authentication on with the step's own token, and a temp directory inside
+//! a private directory of the step's own: both from the step's secret
+//! (crate::secret), which only the step's processes hold, so another user
+//! of the nodes can neither run code in the cluster nor reach its files. Ray takes its ports only as `ray start` flags and reads no
 //! variable for them, nor for the node's address (`--node-ip-address`), so
 //! the tasks get `ray start`'s arguments; `tf-cluster ray` (the CLI) runs
 //! them. RAY_ADDRESS is Ray's own: `ray.init()` and `ray start --address`
@@ -15,6 +18,7 @@ use crate::error::{Result, bail};
 use crate::layout::Layout;
 use crate::limits::MAX_TASKS;
 use crate::network::addresses::NCCL;
+use crate::secret::Secret;
 use crate::settings::Settings;
 
 /// The ports every Ray node opens besides its workers', in the order the
@@ -52,8 +56,19 @@ pub const HEAD_ARGS_VAR: &str = "TF_CLUSTER_RAY_HEAD_ARGS";
 /// This node's name on the step's network, which `tf-cluster ray` resolves
 /// to Ray's `--node-ip-address` (slurmstepd resolves no name).
 pub const NODE_VAR: &str = "TF_CLUSTER_RAY_NODE";
-/// The step's temp directory on every node (Ray's `--temp-dir`).
+/// The step's temp directory on every node (Ray's `--temp-dir`), inside
+/// the step's private directory ([`private_dir`]).
 pub const TEMP_VAR: &str = "TF_CLUSTER_RAY_TEMP_DIR";
+/// Ray's switch for its token authentication (Ray 2.52 and later), set on
+/// every node and in the driver alike: with it on only where a token file
+/// happens to exist, the nodes of one cluster disagree and it fails.
+pub const AUTH_MODE_VAR: &str = "RAY_AUTH_MODE";
+/// The token itself: first of Ray's sources, before `RAY_AUTH_TOKEN_PATH`
+/// and `~/.ray/auth_token`, so a token file of the user's changes nothing.
+pub const TOKEN_VAR: &str = "RAY_AUTH_TOKEN";
+/// The first Ray with token authentication; `tf-cluster ray` refuses an
+/// older one.
+pub const FIRST_WITH_TOKENS: (u32, u32) = (2, 52);
 
 pub static FRAMEWORK: Framework = Framework {
     name: "Ray",
@@ -97,12 +112,31 @@ pub fn one_task_per_node(most_local: u32) -> Result<()> {
     Ok(())
 }
 
-/// The step's temp directory: `/tmp/ray-JOB.STEP` (`.rK` after K restarts),
-/// short enough for Ray's unix socket paths (107 bytes) below it.
-pub fn temp_dir(task: &Task) -> String {
-    match task.step.run_id() {
-        Some(id) => format!("/tmp/ray-{id}"),
-        None => "/tmp/ray-local".into(),
+/// The step's private directory on each node, `/tmp/tfc-ray-ID` with the
+/// secret's 16 hex digits: no other user can know its name before
+/// `tf-cluster ray` makes it (mode 0700), so none can make it first or
+/// enter it. Ray's temp directory, which Ray sets to mode 0777, is inside;
+/// slurmstepd removes it when the step ends, however it ends.
+pub fn private_dir(secret: &Secret) -> String {
+    format!("/tmp/tfc-ray-{}", secret.dir_id())
+}
+
+/// Ray's `--temp-dir`: `PRIVATE/ray`, 33 bytes, short enough for Ray's
+/// unix socket paths below it (107 bytes; its session directory and socket
+/// names take about 62).
+pub fn temp_dir(secret: &Secret) -> String {
+    format!("{}/ray", private_dir(secret))
+}
+
+/// The step's secret: none means the srun that started the step did not
+/// load the plugin, and a cluster without its token would let any user of
+/// the nodes in.
+fn secret<'t>(task: &'t Task) -> Result<&'t Secret> {
+    match &task.step.secret {
+        Some(secret) => Ok(secret),
+        None => bail!(
+            "--ray-cluster needs the step's secret from srun (Ray's token), but the srun that started this step does not load tf-cluster: run it with one that does"
+        ),
     }
 }
 
@@ -128,7 +162,8 @@ fn head(task: &Task) -> Result<String> {
 
 fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     let ports = task.ports;
-    let temp = temp_dir(task);
+    let secret = secret(task)?;
+    let temp = temp_dir(secret);
     let fixed = |head_only: bool| -> Vec<String> {
         FIXED
             .iter()
@@ -148,6 +183,8 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
         ),
         (TEMP_VAR, temp),
         (ARGS_VAR, args.join(" ")),
+        (AUTH_MODE_VAR, "token".into()),
+        (TOKEN_VAR, secret.token()),
     ]);
     if task.placement.node == task.layout.placement(0)?.node {
         vars.push((HEAD_ARGS_VAR, fixed(true).join(" ")));

@@ -1231,6 +1231,11 @@ fn torchrun_with_several_tasks_on_a_node_is_refused_before_launch() {
     check(&launch(&direct, 4)).unwrap();
 }
 
+/// The secret srun drew for the Ray steps below: 32 bytes of token
+/// (0x11…), then 8 of the private directory's name (0xa0-0xa7).
+const RAY_SECRET: &str =
+    "1111111111111111111111111111111111111111111111111111111111111111a0a1a2a3a4a5a6a7";
+
 /// A task of `srun -N3 --ntasks-per-node=1 --ray-cluster
 /// --tf-host-template={}-ib`, job 7 step 0, rank `rank` on n{rank+1}, with
 /// the ports `resv` reserved by Slurm (None: no MpiParams=ports).
@@ -1247,7 +1252,7 @@ fn ray_task(rank: u32, resv: Option<&str>, job: &str) -> Injection {
         ("SLURM_STEP_ID", "0"),
         (
             "SLURM_TF_CLUSTER",
-            &format!("1;{job}.0;verdict=none;net=10.98.0.0/29"),
+            &format!("1;{job}.0;verdict=none;net=10.98.0.0/29;secret={RAY_SECRET}"),
         ),
     ]
     .into_iter()
@@ -1281,11 +1286,16 @@ fn ray_takes_every_port_from_the_step() {
         [
             ("RAY_ADDRESS", "n1-ib:12000"),
             ("TF_CLUSTER_RAY_NODE", "n2-ib"),
-            ("TF_CLUSTER_RAY_TEMP_DIR", "/tmp/ray-7.0"),
+            (
+                "TF_CLUSTER_RAY_TEMP_DIR",
+                "/tmp/tfc-ray-a0a1a2a3a4a5a6a7/ray"
+            ),
             (
                 "TF_CLUSTER_RAY_ARGS",
-                "--node-manager-port=12001 --object-manager-port=12002 --runtime-env-agent-port=12003 --dashboard-agent-grpc-port=12004 --dashboard-agent-listen-port=12005 --metrics-export-port=12006 --min-worker-port=12009 --max-worker-port=12063 --temp-dir=/tmp/ray-7.0"
+                "--node-manager-port=12001 --object-manager-port=12002 --runtime-env-agent-port=12003 --dashboard-agent-grpc-port=12004 --dashboard-agent-listen-port=12005 --metrics-export-port=12006 --min-worker-port=12009 --max-worker-port=12063 --temp-dir=/tmp/tfc-ray-a0a1a2a3a4a5a6a7/ray"
             ),
+            ("RAY_AUTH_MODE", "token"),
+            ("RAY_AUTH_TOKEN", &"1".repeat(64)),
             ("NCCL_SOCKET_IFNAME", "=ib0"),
             ("TF_CLUSTER_RUN_ID", "7.0"),
         ]
@@ -1307,6 +1317,48 @@ fn ray_takes_every_port_from_the_step() {
     assert!(
         args.contains(&format!("--worker-port-list={} ", list.join(","))),
         "{args}"
+    );
+}
+
+/// Every node's Ray and the driver run with Ray's token authentication on
+/// and the step's own token, whatever the user exported (a token file of
+/// theirs, RAY_AUTH_MODE=disabled); a step whose srun drew no secret (an
+/// srun without the plugin) is refused rather than run without one.
+#[test]
+fn ray_runs_with_the_steps_token_or_not_at_all() {
+    for rank in 0..3 {
+        let task = ray_task(rank, Some("12000-12063"), "7");
+        assert_eq!(task.get("RAY_AUTH_MODE"), Some("token"));
+        assert_eq!(task.get("RAY_AUTH_TOKEN"), Some("1".repeat(64).as_str()));
+    }
+    let vars: HashMap<&'static str, String> = [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_STEP_NUM_TASKS", "1"),
+        ("SLURM_STEP_NODELIST", "n1"),
+        ("SLURM_STEP_TASKS_PER_NODE", "1"),
+        ("SLURM_NODEID", "0"),
+        ("SLURM_GTIDS", "0"),
+        ("SLURM_JOB_ID", "7"),
+        ("SLURM_STEP_ID", "0"),
+        ("SLURM_STEP_RESV_PORTS", "12000-12063"),
+        ("RAY_AUTH_TOKEN", "mine"),
+        ("RAY_AUTH_MODE", "disabled"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k, v.to_string()))
+    .collect();
+    let settings = Settings {
+        frameworks: Frameworks::only(&ray::FRAMEWORK),
+        ..Settings::default()
+    };
+    let step = Step::gather(&settings, &mut given(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    let e = resolve(&settings, &step).unwrap_err().to_string();
+    assert!(
+        e.contains("--ray-cluster needs the step's secret from srun"),
+        "{e}"
     );
 }
 
