@@ -422,6 +422,7 @@ host = env["RAY_ADDRESS"].rsplit(":", 1)[0]
 targets = {"gcs": env["RAY_ADDRESS"], "client": "%s:%s" % (host, ports["ray-client-server-port"]),
            "dashboard": "http://%s:%s" % (host, ports["dashboard-port"]),
            "private": os.path.dirname(env["TF_CLUSTER_RAY_TEMP_DIR"])}
+open(targets["private"] + "/token", "w").write(env["RAY_AUTH_TOKEN"])
 json.dump(targets, open(mark + "/targets.tmp", "w"))
 os.rename(mark + "/targets.tmp", mark + "/targets.json")
 p = subprocess.run([sys.executable, mark + "/attack.py", mark + "/targets.json"], capture_output=True, text=True)
@@ -497,6 +498,39 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         ),
     );
     let owner_text = String::from_utf8_lossy(&on("ctl", &["cat", &owner_out]).stdout).into_owned();
+    // The token in no process's command line (world-readable in /proc) on
+    // the step's node, while the step's Ray runs.
+    let targets_text = String::from_utf8_lossy(&on("ctl", &["cat", &targets]).stdout).into_owned();
+    let private: serde_json::Value = serde_json::from_str(&targets_text).unwrap();
+    let private = private["private"].as_str().unwrap().to_string();
+    let token = String::from_utf8_lossy(&on("node1", &["cat", &format!("{private}/token")]).stdout)
+        .trim()
+        .to_string();
+    assert_eq!(token.len(), 64, "the step's token: {token:?}");
+    let shown = on(
+        "node1",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null | grep -q {token} && n=$((n+1)); done; ps -e --no-headers | wc -l; echo $n"
+            ),
+        ],
+    );
+    let counts = String::from_utf8_lossy(&shown.stdout).into_owned();
+    let counts: Vec<u32> = counts
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect();
+    eprintln!(
+        "processes on node1: {}, command lines naming the token: {}",
+        counts[0], counts[1]
+    );
+    assert!(
+        counts[0] > 10,
+        "Ray's processes are not running: {counts:?}"
+    );
+    assert_eq!(counts[1], 0, "the token is in a command line on node1");
     // Killed: no time for tf-cluster ray's own clean-up.
     on(
         "ctl",
@@ -511,7 +545,6 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     );
     let killed = Instant::now();
     let _ = alice.join();
-    let targets_text = String::from_utf8_lossy(&on("ctl", &["cat", &targets]).stdout).into_owned();
     on("ctl", &["rm", "-rf", &mark]);
 
     let control = attack_result("the owner", &owner_text);
@@ -560,8 +593,6 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     assert_ne!(r["list"], 0, "bob listed the step's directory: {r}");
     assert_ne!(r["write"], 0, "bob wrote into the step's directory: {r}");
     // slurmstepd removed the private directory once the killed step ended.
-    let private: serde_json::Value = serde_json::from_str(&targets_text).unwrap();
-    let private = private["private"].as_str().unwrap().to_string();
     assert!(private.starts_with("/tmp/tfc-ray-"), "{private}");
     let gone = (0..60).any(|_| {
         let left = on("node1", &["test", "-e", &private]).status.success();

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use tf_cluster_core::os::ProcessEnv;
+use tf_cluster_core::secret::{self, Secret};
 use tf_cluster_core::{self as core, Error, Gathered, Node, Result, Settings, Step};
 
 use options::Options;
@@ -242,6 +243,17 @@ fn run(command: &Command) -> Result<Output> {
     // The job's restart count as srun reads it: the ids shown are those the
     // step's tasks get.
     handed.step.restart_count = core::step::restart_count(&mut ProcessEnv)?;
+    // srun draws the step's secret at launch: a preview shows zeros.
+    if handed
+        .settings
+        .frameworks
+        .contains(&core::frameworks::ray::FRAMEWORK)
+    {
+        handed.step.secret = Some(Secret::from_bytes([0; secret::LEN]));
+        notes.push(
+            "--ray-cluster: RAY_AUTH_TOKEN and the name of the step's private directory come from a secret srun draws for each step at launch (zeros here)".into(),
+        );
+    }
     render(
         explain,
         Gathered::Step(Box::new(handed)),

@@ -428,6 +428,36 @@ fn env_leaves_out_the_frameworks_srun_left_out() {
     );
 }
 
+/// Inside a `--ray-cluster` step, `env` shows the step's token and private
+/// directory from srun's word, as the plugin sets them; without srun's
+/// word it refuses, as the plugin does; a preview shows zeros and says why.
+#[test]
+fn env_shows_the_ray_steps_token_from_srun_and_zeros_in_a_preview() {
+    let secret = format!("{}{}", "ab".repeat(32), "0123456789abcdef");
+    let vars = handed_task("1", &format!(";secret={secret}"));
+    let out = json_of(&cli(&["env", "--ray-cluster"], &env_of(&vars)));
+    assert_eq!(out["RAY_AUTH_MODE"], "token", "{out}");
+    assert_eq!(out["RAY_AUTH_TOKEN"], "ab".repeat(32), "{out}");
+    assert_eq!(
+        out["TF_CLUSTER_RAY_TEMP_DIR"], "/tmp/tfc-ray-0123456789abcdef/ray",
+        "{out}"
+    );
+    let mut bare = vars.clone();
+    bare.retain(|(k, _)| *k != "SLURM_TF_CLUSTER");
+    let out = cli(&["env", "--ray-cluster"], &env_of(&bare));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("needs the step's secret from srun"),
+        "{stderr}"
+    );
+    let out = cli(&["env", "-N2", "-n2", "--ray-cluster"], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let vars = json_of(&out);
+    assert_eq!(vars["RAY_AUTH_TOKEN"], "0".repeat(64), "{vars}");
+    assert!(stderr.contains("(zeros here)"), "{stderr}");
+}
+
 /// A folder for a `tf-cluster ray` test, with `bin/` for its stand-in of
 /// Ray's commands: the folder and the file each `ray start` appends to.
 fn ray_folder(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
