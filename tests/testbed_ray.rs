@@ -378,16 +378,19 @@ SUBMIT = """import sys
 from ray.job_submission import JobSubmissionClient
 print("RAN job=" + JobSubmissionClient(sys.argv[1]).submit_job(entrypoint="id -u"), flush=True)
 """
-def attempt(code, arg):
-    try:
-        p = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=90)
-    except subprocess.TimeoutExpired:
-        return "refused: no answer in 90 s"
-    ran = [l for l in p.stdout.splitlines() if l.startswith("RAN ")]
-    if ran:
-        return ran[-1]
-    err = [l for l in p.stderr.splitlines() if l.strip()]
-    return "refused: rc %d: %s" % (p.returncode, err[-1][:300] if err else "")
+def attempt(code, arg, tries=1):
+    for _ in range(tries):
+        try:
+            p = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, timeout=90)
+        except subprocess.TimeoutExpired:
+            said = "refused: no answer in 90 s"
+            continue
+        ran = [l for l in p.stdout.splitlines() if l.startswith("RAN ")]
+        if ran:
+            return ran[-1]
+        err = [l for l in p.stderr.splitlines() if l.strip()]
+        said = "refused: rc %d: %s" % (p.returncode, err[-1][:300] if err else "")
+    return said
 def api(path):
     req = urllib.request.Request(t["dashboard"] + path)
     if os.environ.get("RAY_AUTH_TOKEN"):
@@ -400,7 +403,9 @@ def api(path):
         return str(e)
 out = {
     "gcs": attempt(RUN.format(init="ray.init(address=sys.argv[1], log_to_driver=False, logging_level='error')"), t["gcs"]),
-    "client": attempt(RUN.format(init="ray.init('ray://' + sys.argv[1], logging_level='error')"), t["client"]),
+    # Ray Client's per-client server can miss its start-up deadline on a
+    # loaded node (the owner's first try, measured): a second try.
+    "client": attempt(RUN.format(init="ray.init('ray://' + sys.argv[1], logging_level='error')"), t["client"], 2),
     "submit": attempt(SUBMIT, t["dashboard"]),
     "api": api("/api/jobs/"),
 }
@@ -422,7 +427,7 @@ host = env["RAY_ADDRESS"].rsplit(":", 1)[0]
 targets = {"gcs": env["RAY_ADDRESS"], "client": "%s:%s" % (host, ports["ray-client-server-port"]),
            "dashboard": "http://%s:%s" % (host, ports["dashboard-port"]),
            "private": os.path.dirname(env["TF_CLUSTER_RAY_TEMP_DIR"])}
-open(targets["private"] + "/token", "w").write(env["RAY_AUTH_TOKEN"])
+open(targets["private"] + "/token", "w").write(env.get("RAY_AUTH_TOKEN", ""))
 json.dump(targets, open(mark + "/targets.tmp", "w"))
 os.rename(mark + "/targets.tmp", mark + "/targets.json")
 p = subprocess.run([sys.executable, mark + "/attack.py", mark + "/targets.json"], capture_output=True, text=True)
@@ -470,7 +475,7 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         "cd /tmp && PATH=/opt/ray/bin:$PATH srun -J tfc-ray-owner -N1 -w node1 --resv-ports=64 \
          --ray-cluster --tf-host-template='{{}}-ib' \
          tf-cluster ray --num-cpus=1 --object-store-memory=100000000 --include-log-monitor=false \
-         -- python -c '{}' {mark}",
+         --dashboard-host=0.0.0.0 -- python -c '{}' {mark}",
         OWNER.replace('\'', r"'\''")
     );
     let alice = std::thread::spawn(move || exec_for(400, &["bash", "-c", &owner]));
@@ -506,92 +511,67 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     let token = String::from_utf8_lossy(&on("node1", &["cat", &format!("{private}/token")]).stdout)
         .trim()
         .to_string();
-    assert_eq!(token.len(), 64, "the step's token: {token:?}");
     let shown = on(
         "node1",
         &[
             "sh",
             "-c",
-            &format!(
-                "n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null | grep -q {token} && n=$((n+1)); done; ps -e --no-headers | wc -l; echo $n"
-            ),
+            &format!("n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null | grep -q '{token}.' && n=$((n+1)); done; ps -e --no-headers | wc -l; echo $n"),
         ],
     );
     let counts = String::from_utf8_lossy(&shown.stdout).into_owned();
-    let counts: Vec<u32> = counts
-        .split_whitespace()
-        .map(|c| c.parse().unwrap())
-        .collect();
-    eprintln!(
-        "processes on node1: {}, command lines naming the token: {}",
-        counts[0], counts[1]
-    );
-    assert!(
-        counts[0] > 10,
-        "Ray's processes are not running: {counts:?}"
-    );
-    assert_eq!(counts[1], 0, "the token is in a command line on node1");
+    let counts: Vec<u32> = counts.split_whitespace().map(|c| c.parse().unwrap()).collect();
     // Killed: no time for tf-cluster ray's own clean-up.
-    on(
-        "ctl",
-        &[
-            "scancel",
-            "--signal=KILL",
-            "-u",
-            "alice",
-            "-n",
-            "tfc-ray-owner",
-        ],
-    );
+    on("ctl", &["scancel", "--signal=KILL", "-u", "alice", "-n", "tfc-ray-owner"]);
     let killed = Instant::now();
     let _ = alice.join();
     on("ctl", &["rm", "-rf", &mark]);
 
+    // Everything said first, then judged.
     let control = attack_result("the owner", &owner_text);
     eprintln!("the owner, with the step's token: {control}");
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let bobs = [
+        ("bob on the login node", attack_result("bob on the login node", &text(&from_login))),
+        ("bob's own job", attack_result("bob's own job", &text(&from_job))),
+    ];
+    for (who, r) in &bobs {
+        eprintln!("{who}: {r}");
+    }
+    eprintln!(
+        "processes on node1: {}, command lines naming the token: {}",
+        counts[0], counts[1]
+    );
     for what in ["gcs", "client"] {
-        assert_eq!(
-            control[what], "RAN uid=1000",
-            "the owner's {what}: {control}"
-        );
+        assert_eq!(control[what], "RAN uid=1000", "the owner's {what}: {control}");
     }
     assert!(
-        control["submit"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("RAN job="),
+        control["submit"].as_str().unwrap_or("").starts_with("RAN job="),
         "the owner's job: {control}"
     );
     assert_eq!(control["api"], 200, "{control}");
     assert_eq!(control["list"], 0, "{control}");
-    for (who, out) in [
-        ("bob on the login node", &from_login),
-        ("bob's own job", &from_job),
-    ] {
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let r = attack_result(who, &text);
-        eprintln!("{who}: {r}");
+    for (who, r) in &bobs {
         for what in ["gcs", "client", "submit"] {
             let said = r[what].as_str().unwrap_or("");
-            assert!(
-                said.starts_with("refused"),
-                "{who} ran code via {what}: {r}\n{targets_text}"
-            );
+            assert!(said.starts_with("refused"), "{who} ran code via {what}: {r}\n{targets_text}");
         }
         let api = r["api"].as_u64();
-        assert!(
-            matches!(api, Some(401 | 403)),
-            "{who} read the dashboard's API: {r}"
-        );
+        assert!(matches!(api, Some(401 | 403)), "{who} read the dashboard's API: {r}");
     }
     // On the step's node (the login node has no such directory).
-    let r = attack_result("bob's own job", &String::from_utf8_lossy(&from_job.stdout));
+    let r = &bobs[1].1;
     assert_ne!(r["list"], 0, "bob listed the step's directory: {r}");
     assert_ne!(r["write"], 0, "bob wrote into the step's directory: {r}");
+    assert_eq!(token.len(), 64, "the step's token: {token:?}");
+    assert!(counts[0] > 10, "Ray's processes are not running: {counts:?}");
+    assert_eq!(counts[1], 0, "the token is in a command line on node1");
     // slurmstepd removed the private directory once the killed step ended.
     assert!(private.starts_with("/tmp/tfc-ray-"), "{private}");
     let gone = (0..60).any(|_| {
