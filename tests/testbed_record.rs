@@ -341,7 +341,15 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
         );
         assert!(made.status.success(), "{}", text(&made));
     }
-    let made = as_bob(&format!("mkdir -p {trap} && chmod 777 {trap}"));
+    // Bob's own directory (bob has no home: root makes it for him).
+    let made = common::on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!("mkdir -p {trap} && chown bob {trap} && chmod 777 {trap}"),
+        ],
+    );
     assert!(made.status.success(), "{}", text(&made));
     exec(&["mkdir", "-p", &home]);
     // The job waits for bob's preparations before its steps run.
