@@ -54,6 +54,8 @@ struct Ran {
 }
 
 fn postmortem(dir: &Path, wanted: &str, limit: Duration) -> Ran {
+    // Reaped below by wait4, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
     let mut child = hermetic::tf_cluster()
         .args(["postmortem", wanted, "--tf-record"])
         .arg(dir)
