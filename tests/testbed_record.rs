@@ -287,3 +287,257 @@ fn a_failed_torchrun_worker_leaves_its_error_file_in_the_record() {
     );
     exec(&["rm", "-rf", &home]);
 }
+
+/// Runs `script` as bob on the submit host (bob has no home: /tmp).
+fn as_bob(script: &str) -> std::process::Output {
+    common::on(
+        "ctl",
+        &[
+            "runuser",
+            "-u",
+            "bob",
+            "--",
+            "sh",
+            "-c",
+            &format!("cd /tmp && {script}"),
+        ],
+    )
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A record in a shared directory (root's, mode 1777, as admin.md has it)
+/// that another user, bob, prepared for alice's job while it waited: the
+/// run's directory of step 0 made first (0777) with a link to bob's own
+/// directory where torchrun's log directory goes and bob's file where the
+/// node's file goes; alice's per-user directory in a second shared
+/// directory made first by bob; a file of bob's put (by root) where step
+/// 1's node file goes in the admin's own layout (root's directory, 0755,
+/// with a directory per user made by the admin). Alice's steps all run (rc 0), write nothing into
+/// anything of bob's, say in one line each why a record is not written,
+/// and `postmortem` shows alice's own run, not bob's later sibling
+/// `JOB.0.r1` with its escape sequences, nor bob's forged node file.
+///
+/// Cost: one one-node allocation of three `true`-like steps.
+#[test]
+fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
+    let _t = testbed();
+    let pid = std::process::id();
+    let shared = format!("/home/tfc-shared-{pid}");
+    let shared2 = format!("/home/tfc-shared2-{pid}");
+    let admins = format!("/home/tfc-admins-{pid}");
+    let trap = format!("/home/tfc-bobs-{pid}");
+    let home = format!("/home/alice/tfc-shared-{pid}");
+    for d in [&shared, &shared2] {
+        let made = common::on(
+            "ctl",
+            &["sh", "-c", &format!("mkdir -p {d} && chmod 1777 {d}")],
+        );
+        assert!(made.status.success(), "{}", text(&made));
+    }
+    // Bob's own directory (bob has no home: root makes it for him).
+    let made = common::on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!("mkdir -p {trap} && chown bob {trap} && chmod 777 {trap}"),
+        ],
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    exec(&["mkdir", "-p", &home]);
+    // The job waits for bob's preparations before its steps run.
+    let script = format!(
+        "echo $SLURM_JOB_ID > {home}/job; for i in $(seq 600); do [ -e {home}/go ] && break; sleep 0.1; done
+         srun -N1 -n1 --torch-cluster --tf-record={shared} sh -c 'echo TFC_PET=$PET_LOG_DIR'; echo TFC_RC0 $?
+         srun -N1 -n1 --tf-cluster --tf-record={admins} true; echo TFC_RC1 $?
+         srun -N1 -n1 --tf-cluster --tf-record={shared2} true; echo TFC_RC2 $?"
+    );
+    let job_thread = std::thread::spawn(move || {
+        exec_for(
+            240,
+            &["salloc", "-N1", "-w", "node1", "bash", "-c", &script],
+        )
+    });
+    let mut job = String::new();
+    for _ in 0..600 {
+        let read = exec(&["cat", &format!("{home}/job")]);
+        job = String::from_utf8_lossy(&read.stdout).trim().to_string();
+        if !job.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(!job.is_empty(), "the job never started");
+    // Bob's preparations, where the old layout put alice's runs.
+    let bob = as_bob(&format!(
+        "mkdir -m 777 {shared}/{job}.0 && : > {shared}/{job}.0/node1.jsonl && chmod 666 {shared}/{job}.0/node1.jsonl \
+         && ln -s {trap} {shared}/{job}.0/rank0.torchrun \
+         && mkdir -m 777 {shared2}/1000 \
+         && mkdir -m 777 {shared}/{job}.0.r1 && printf '%s\\n' \
+         '{{\"record\":1,\"kind\":\"rank\",\"rank\":0,\"host\":\"evil\\u001b]0;pwned\\u0007\\u001b[2J\",\"run_id\":\"{job}.0.r1\"}}' \
+         '{{\"record\":1,\"kind\":\"exit\",\"rank\":0,\"host\":\"evil\",\"code\":1,\"signal\":null,\"unix_ns\":1}}' \
+         > {shared}/{job}.0.r1/node1.jsonl"
+    ));
+    assert!(bob.status.success(), "{}", text(&bob));
+    // The admin's own layout (root's, 0755, alice's directory made by the
+    // admin) with a file of bob's where step 1's node file goes, in the old
+    // layout and the new (root puts it: bob cannot enter either).
+    let planted = common::on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "set -e; mkdir -p {admins}/{job}.1 {admins}/1000/{job}.1; chmod 755 {admins}; chmod 700 {admins}/1000
+                 for d in {admins}/{job}.1 {admins}/1000/{job}.1; do : > $d/node1.jsonl; chown 1001:1001 $d/node1.jsonl; chmod 666 $d/node1.jsonl; done
+                 chown 1000:1000 {admins}/1000 {admins}/1000/{job}.1 {admins}/{job}.1"
+            ),
+        ],
+    );
+    assert!(planted.status.success(), "{}", text(&planted));
+    exec(&["touch", &format!("{home}/go")]);
+    let out = job_thread.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let ctx = format!("{stdout}{stderr}");
+    for step in 0..3 {
+        assert!(
+            stdout.contains(&format!("TFC_RC{step} 0")),
+            "step {step} did not run well:\n{ctx}"
+        );
+    }
+    // Nothing of bob's holds anything of alice's.
+    let bobs = common::on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "find {shared} {shared2} {trap} -user bob -type f -size +0 | grep -v '{job}.0.r1/'; ls -A {trap} {shared2}/1000"
+            ),
+        ],
+    );
+    let bobs = String::from_utf8_lossy(&bobs.stdout).into_owned();
+    assert_eq!(
+        bobs.lines()
+            .filter(|l| !l.is_empty() && !l.ends_with(':'))
+            .count(),
+        0,
+        "alice wrote into bob's files or directories:\n{bobs}\n{ctx}"
+    );
+    // Step 0's record and its torchrun default in alice's own directory.
+    let run0 = format!("{shared}/1000/{job}.0");
+    assert!(
+        stdout.contains(&format!("TFC_PET={run0}/rank0.torchrun\n")),
+        "torchrun's log directory is not in alice's own directory:\n{ctx}"
+    );
+    let owners = common::on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!("stat -c '%U %a %F' {shared}/1000 {run0} {run0}/node1.jsonl"),
+        ],
+    );
+    let owners = String::from_utf8_lossy(&owners.stdout).into_owned();
+    let lines: Vec<&str> = owners.lines().collect();
+    assert_eq!(lines.len(), 3, "{owners}\n{ctx}");
+    assert!(
+        lines[0].starts_with("alice ") && lines[0].ends_with(" directory"),
+        "{owners}"
+    );
+    let mode = u32::from_str_radix(lines[0].split(' ').nth(1).unwrap(), 8).unwrap();
+    assert_eq!(
+        mode & 0o022,
+        0,
+        "others may write alice's directory: {owners}"
+    );
+    assert!(
+        lines[2].starts_with("alice ") && lines[2].ends_with("regular file"),
+        "{owners}"
+    );
+    // Steps 1 and 2: one line each says why there is no record.
+    let told: Vec<&str> = messages(&stderr)
+        .into_iter()
+        .filter(|m| m.contains("no record of step") && m.contains("not yours"))
+        .collect();
+    assert_eq!(told.len(), 2, "{told:?}\n{ctx}");
+    assert!(
+        told.iter().any(|m| m.contains(&format!("{job}.1"))),
+        "{told:?}"
+    );
+    assert!(
+        told.iter().any(|m| m.contains(&format!("{shared2}/1000"))),
+        "{told:?}"
+    );
+    // postmortem: alice's run, not bob's sibling, and no escape sequence.
+    let pm = exec(&[
+        "timeout",
+        "20",
+        "tf-cluster",
+        "postmortem",
+        &format!("{job}.0"),
+        "--tf-record",
+        &shared,
+    ]);
+    let pm_text = String::from_utf8_lossy(&pm.stdout).into_owned();
+    let pm_ctx = format!("{pm_text}{}", String::from_utf8_lossy(&pm.stderr));
+    assert!(pm.status.success(), "{pm_ctx}");
+    assert!(
+        pm_text.starts_with(&format!(
+            "run {job}.0: 1 rank(s) recorded of 1 on 1 node(s); record {run0}\n"
+        )),
+        "{pm_ctx}"
+    );
+    assert!(
+        !pm_text.contains("evil") && !pm_ctx.contains('\x1b'),
+        "{pm_ctx}"
+    );
+    assert!(
+        pm_text.contains("no failure: every rank exited 0"),
+        "{pm_ctx}"
+    );
+    // Bob's forged node file beside alice's in her own run (root puts it):
+    // said and skipped.
+    common::on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "cp {shared}/{job}.0.r1/node1.jsonl {run0}/node2.jsonl && chown 1001:1001 {run0}/node2.jsonl"
+            ),
+        ],
+    );
+    let pm = exec(&[
+        "timeout",
+        "20",
+        "tf-cluster",
+        "postmortem",
+        &format!("{job}.0"),
+        "--tf-record",
+        &shared,
+    ]);
+    let pm_text = String::from_utf8_lossy(&pm.stdout).into_owned();
+    let pm_ctx = format!("{pm_text}{}", String::from_utf8_lossy(&pm.stderr));
+    assert!(pm.status.success(), "{pm_ctx}");
+    assert!(
+        !pm_text.contains("evil") && !pm_ctx.contains('\x1b'),
+        "{pm_ctx}"
+    );
+    assert!(
+        pm_text.contains(&format!("{run0}/node2.jsonl is not yours: skipped")),
+        "{pm_ctx}"
+    );
+    common::on(
+        "ctl",
+        &["rm", "-rf", &shared, &shared2, &admins, &trap, &home],
+    );
+}

@@ -3,106 +3,322 @@
 //! every rank, what it was given and how it ended, then which failed first.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tf_cluster_core::record::VERSION;
+use tf_cluster_core::record::{Runs, VERSION, only_theirs, printable, runs_under, user_dir_name};
 use tf_cluster_core::{Error, Result};
 
-/// Most record files read per run and bytes per file: a record is a few
-/// lines per task.
-const MAX_FILES: usize = 65_536;
-const MAX_FILE: u64 = 64 << 20;
+/// Most entries listed per directory (the runs' directory, a run's).
+const MAX_ENTRIES: usize = 65_536;
+/// Most bytes read per record file, and in all: a record is a few lines
+/// per task.
+const MAX_FILE: u64 = 8 << 20;
+const MAX_TOTAL: u64 = 64 << 20;
+/// Longest the files of all runs are read for (a slow file system).
+const MAX_TIME: Duration = Duration::from_secs(60);
+
+/// A path as it may be printed.
+fn shown(path: &Path) -> String {
+    printable(&path.to_string_lossy())
+}
+
+/// The asking user's id.
+fn my_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
 
 /// The report of every run of `wanted` (`JOB`, `JOB.STEP` or a run id
-/// `JOB.STEP.rN`) found under `dir`.
+/// `JOB.STEP.rN`) found under `dir`: only the asking user's own runs and
+/// files, each a regular file read within bounds.
 pub fn postmortem(dir: &Path, wanted: &str) -> Result<String> {
-    let runs = matching_runs(dir, wanted)?;
+    let uid = my_uid();
+    let parts = wanted_parts(wanted)?;
+    let base = runs_base(dir, uid)?;
+    let mut notes = Vec::new();
+    let runs = matching_runs(&base, &parts, wanted, uid, &mut notes);
     if runs.is_empty() {
-        return Err(Error::new(format!(
-            "no record of {wanted} in {} (the step must have run with --tf-record={})",
-            dir.display(),
-            dir.display()
-        )));
+        let mut why = format!(
+            "no record of {} in {} (the step must have run with --tf-record={})",
+            printable(wanted),
+            shown(&base),
+            shown(dir)
+        );
+        for note in &notes {
+            why.push_str("; ");
+            why.push_str(note.trim_start_matches('(').trim_end_matches(')'));
+        }
+        return Err(Error::new(why));
     }
     let mut out = String::new();
+    let start = Instant::now();
+    let mut total = 0u64;
     for (run, path) in runs {
-        let mut lines = Vec::new();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&path)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-            .take(MAX_FILES)
-            .collect();
-        files.sort();
-        for file in &files {
-            let too_big = std::fs::metadata(file).is_ok_and(|m| m.len() > MAX_FILE);
-            if too_big {
-                continue;
-            }
-            if let Ok(text) = std::fs::read_to_string(file) {
-                lines.extend(text.lines().map(str::to_string));
-            }
-        }
+        let mut run_notes = Vec::new();
+        let lines = read_run(&path, uid, &mut total, start, &mut run_notes);
         out.push_str(&report(&run, &path, &lines));
+        for note in run_notes {
+            out.push_str(&note);
+            out.push('\n');
+        }
+    }
+    for note in notes {
+        out.push_str(&note);
+        out.push('\n');
     }
     Ok(out)
 }
 
-/// The runs' directories under `dir` for `wanted`: `JOB` gives every run
-/// of the job, `JOB.STEP` the step's latest incarnation, a run id itself.
-fn matching_runs(dir: &Path, wanted: &str) -> Result<Vec<(String, PathBuf)>> {
+/// `JOB`, `JOB.STEP` or `JOB.STEP.rN` as numbers.
+fn wanted_parts(wanted: &str) -> Result<Vec<u32>> {
     let parts: Vec<&str> = wanted.split('.').collect();
-    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    let valid = match parts.as_slice() {
-        [job] => number(job),
-        [job, step] => number(job) && number(step),
-        [job, step, r] => number(job) && number(step) && r.strip_prefix('r').is_some_and(number),
-        _ => false,
+    let number = |s: &str| -> Option<u32> {
+        (!s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
     };
-    if !valid {
-        return Err(Error::new(format!(
-            "{wanted:?}: not JOB, JOB.STEP or JOB.STEP.rN"
-        )));
+    let parsed = match parts.as_slice() {
+        [job] => number(job).map(|j| vec![j]),
+        [job, step] => number(job).zip(number(step)).map(|(j, s)| vec![j, s]),
+        [job, step, r] => match (
+            number(job),
+            number(step),
+            r.strip_prefix('r').and_then(number),
+        ) {
+            (Some(j), Some(s), Some(r)) => Some(vec![j, s, r]),
+            _ => None,
+        },
+        _ => None,
+    };
+    parsed.ok_or_else(|| {
+        Error::new(format!(
+            "{:?}: not JOB, JOB.STEP or JOB.STEP.rN",
+            printable(wanted)
+        ))
+    })
+}
+
+/// Where the asking user's runs are under `dir`: `dir` itself where it is
+/// the user's and no one else writes in it, else the user's own directory
+/// in it (`DIR/<uid>`), which must be the user's and written by no one else.
+fn runs_base(dir: &Path, uid: u32) -> Result<PathBuf> {
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| Error::new(format!("cannot read {}: {e}", shown(dir))))?;
+    if !meta.is_dir() {
+        return Err(Error::new(format!("{} is not a directory", shown(dir))));
     }
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", dir.display())))?;
-    let mut found: Vec<(u32, u32, u32, String)> = Vec::new();
-    for entry in entries.flatten().take(MAX_FILES) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let p: Vec<&str> = name.split('.').collect();
-        let (job, step, restart) = match p.as_slice() {
-            [j, s] => (j.parse().ok(), s.parse().ok(), Some(0)),
-            [j, s, r] => (
-                j.parse().ok(),
-                s.parse().ok(),
-                r.strip_prefix('r').and_then(|r| r.parse().ok()),
-            ),
-            _ => continue,
-        };
-        let (Some(job), Some(step), Some(restart)) = (job, step, restart) else {
-            continue;
-        };
-        let keep = match parts.as_slice() {
-            [j] => j.parse() == Ok(job),
-            [j, s] => j.parse() == Ok(job) && s.parse() == Ok(step),
-            _ => name == wanted,
-        };
-        if keep {
-            found.push((job, step, restart, name));
+    match runs_under(meta.uid(), meta.mode() & 0o7777, uid) {
+        Runs::InDir => Ok(dir.to_path_buf()),
+        Runs::Unsafe => Err(Error::new(format!(
+            "{} is writable by others without the sticky bit: anyone may have replaced its records; not read",
+            shown(dir)
+        ))),
+        Runs::PerUser => {
+            let mine = dir.join(user_dir_name(uid));
+            let meta = std::fs::symlink_metadata(&mine).map_err(|e| {
+                Error::new(format!(
+                    "no record in {}: {} ({e})",
+                    shown(dir),
+                    shown(&mine)
+                ))
+            })?;
+            if !meta.is_dir() || !only_theirs(meta.uid(), meta.mode(), uid) {
+                return Err(Error::new(format!(
+                    "{} is not yours (a directory of uid {uid} that no one else may write): not read",
+                    shown(&mine)
+                )));
+            }
+            Ok(mine)
         }
     }
-    found.sort();
+}
+
+/// Whether `path` is one of the user's run directories: a directory, not a
+/// link, the user's, written by no one else.
+fn own_dir(path: &Path, uid: u32) -> Option<bool> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    Some(meta.is_dir() && only_theirs(meta.uid(), meta.mode(), uid))
+}
+
+/// The runs' directories under `base` for `wanted`: `JOB` gives every run
+/// of the job, `JOB.STEP` the step's latest incarnation, a run id itself.
+/// A run is found by its name, never only by a listing: a listing stops at
+/// [`MAX_ENTRIES`], and says so.
+fn matching_runs(
+    base: &Path,
+    parts: &[u32],
+    wanted: &str,
+    uid: u32,
+    notes: &mut Vec<String>,
+) -> Vec<(String, PathBuf)> {
+    let mut names: Vec<(u32, u32, u32, String)> = Vec::new();
+    match parts {
+        [job, step] => names.push((*job, *step, 0, format!("{job}.{step}"))),
+        [job, step, r] => names.push((*job, *step, *r, wanted.to_string())),
+        _ => {}
+    }
+    if parts.len() < 3 {
+        let mut listed = 0;
+        if let Ok(entries) = std::fs::read_dir(base) {
+            for entry in entries.flatten() {
+                if listed == MAX_ENTRIES {
+                    notes.push(format!(
+                        "(the listing of {} stopped at {MAX_ENTRIES} entries: some runs may not be shown)",
+                        shown(base)
+                    ));
+                    break;
+                }
+                listed += 1;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let p: Vec<&str> = name.split('.').collect();
+                let (job, step, restart) = match p.as_slice() {
+                    [j, s] => (j.parse().ok(), s.parse().ok(), Some(0)),
+                    [j, s, r] => (
+                        j.parse().ok(),
+                        s.parse().ok(),
+                        r.strip_prefix('r').and_then(|r| r.parse().ok()),
+                    ),
+                    _ => continue,
+                };
+                let (Some(job), Some(step), Some(restart)) = (job, step, restart) else {
+                    continue;
+                };
+                // Only the names a run id has (no `42.00`, no `42.0.r01`).
+                let canonical = if restart == 0 && p.len() == 2 {
+                    format!("{job}.{step}")
+                } else {
+                    format!("{job}.{step}.r{restart}")
+                };
+                let keep =
+                    name == canonical && job == parts[0] && parts.get(1).is_none_or(|&s| s == step);
+                if keep && !names.iter().any(|n| n.3 == name) {
+                    names.push((job, step, restart, name));
+                }
+            }
+        }
+    }
+    names.sort();
+    let mut found = Vec::new();
+    for (job, step, restart, name) in names {
+        let path = base.join(&name);
+        match own_dir(&path, uid) {
+            Some(true) => found.push((job, step, restart, name)),
+            Some(false) => notes.push(format!("({} is not yours: skipped)", shown(&path))),
+            None => {}
+        }
+    }
     // JOB.STEP: the latest incarnation only (step ids start again at each
     // requeue); the others are one `JOB.STEP.rN` away.
     if parts.len() == 2 {
         found = found.split_off(found.len().saturating_sub(1));
     }
-    Ok(found
+    found
         .into_iter()
-        .map(|(_, _, _, name)| (name.clone(), dir.join(name)))
-        .collect())
+        .map(|(_, _, _, name)| (name.clone(), base.join(name)))
+        .collect()
+}
+
+/// The lines of a run's record files: the user's regular files only, each
+/// of at most [`MAX_FILE`] bytes, [`MAX_TOTAL`] in all, within
+/// [`MAX_TIME`]; what is skipped is said in `notes`.
+fn read_run(
+    run_dir: &Path,
+    uid: u32,
+    total: &mut u64,
+    start: Instant,
+    notes: &mut Vec<String>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut files = Vec::new();
+    match std::fs::read_dir(run_dir) {
+        Ok(entries) => {
+            for (n, entry) in entries.flatten().enumerate() {
+                if n == MAX_ENTRIES {
+                    notes.push(format!(
+                        "(the listing of {} stopped at {MAX_ENTRIES} entries: some files not read)",
+                        shown(run_dir)
+                    ));
+                    break;
+                }
+                let name = entry.file_name();
+                if Path::new(&name).extension().is_some_and(|x| x == "jsonl") {
+                    files.push(run_dir.join(name));
+                }
+            }
+        }
+        Err(e) => notes.push(format!("(cannot read {}: {e})", shown(run_dir))),
+    }
+    files.sort();
+    let (mut over_total, mut over_time) = (0, 0);
+    for file in &files {
+        if start.elapsed() > MAX_TIME {
+            over_time += 1;
+            continue;
+        }
+        let skipped = |why: &str| format!("{} {why}: skipped", shown(file));
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(file);
+        let f = match opened {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                notes.push(skipped("is a link"));
+                continue;
+            }
+            Err(e) => {
+                notes.push(skipped(&format!("cannot be opened ({e})")));
+                continue;
+            }
+        };
+        let Ok(meta) = f.metadata() else {
+            notes.push(skipped("cannot be read"));
+            continue;
+        };
+        if !meta.is_file() {
+            notes.push(skipped("is not a regular file"));
+            continue;
+        }
+        if meta.uid() != uid {
+            notes.push(skipped("is not yours"));
+            continue;
+        }
+        if meta.len() > MAX_FILE {
+            notes.push(skipped(&format!("is larger than {} MiB", MAX_FILE >> 20)));
+            continue;
+        }
+        if *total + meta.len() > MAX_TOTAL {
+            over_total += 1;
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if let Err(e) = f.take(MAX_FILE + 1).read_to_end(&mut bytes) {
+            notes.push(skipped(&format!("cannot be read ({e})")));
+            continue;
+        }
+        if bytes.len() as u64 > MAX_FILE {
+            notes.push(skipped(&format!("is larger than {} MiB", MAX_FILE >> 20)));
+            continue;
+        }
+        *total += bytes.len() as u64;
+        lines.extend(String::from_utf8_lossy(&bytes).lines().map(str::to_string));
+    }
+    if over_total > 0 {
+        notes.push(format!(
+            "({over_total} file(s) not read: the record's files exceed {} MiB in all)",
+            MAX_TOTAL >> 20
+        ));
+    }
+    if over_time > 0 {
+        notes.push(format!(
+            "({over_time} file(s) not read: reading took over {MAX_TIME:?})"
+        ));
+    }
+    lines
 }
 
 /// One rank as the record has it.
@@ -143,7 +359,7 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
         ranks.len(),
         total.map_or(String::new(), |t| format!(" of {t}")),
         nodes.len(),
-        path.display()
+        shown(path)
     );
     let mut rows = vec![
         [
@@ -162,7 +378,7 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
     ];
     for (rank, r) in &ranks {
         let g = r.given.as_ref();
-        let text = |k: &str| g.and_then(|g| g[k].as_str()).unwrap_or("-").to_string();
+        let text = |k: &str| printable(g.and_then(|g| g[k].as_str()).unwrap_or("-"));
         let ports = g
             .and_then(|g| g["ports"].as_array())
             .map(|p| {
@@ -178,7 +394,7 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
             .end
             .as_ref()
             .and_then(|e| e["host"].as_str())
-            .map(str::to_string)
+            .map(printable)
             .unwrap_or_else(|| text("host"));
         rows.push(vec![
             rank.to_string(),
@@ -207,12 +423,13 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
     failed.sort_by_key(|&(ns, rank, _)| (ns, rank));
     match failed.first() {
         Some(&(ns, rank, e)) => {
-            let host = e["host"].as_str().unwrap_or("?");
+            let raw_host = e["host"].as_str().unwrap_or("?");
+            let host = printable(raw_host);
             let gpus = ranks[&rank]
                 .given
                 .as_ref()
                 .and_then(|g| g["gpus"].as_str())
-                .map(|g| format!(", GPU {g}"))
+                .map(|g| format!(", GPU {}", printable(g)))
                 .unwrap_or_default();
             out.push_str(&format!(
                 "first failure: rank {rank}, {host}{gpus}: {} at {}, first of {}\n",
@@ -220,17 +437,14 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
                 clock(ns),
                 failed.len()
             ));
-            if let Some(name) = tf_cluster_core::record::node_file_name(host) {
-                out.push_str(&format!(
-                    "its node's record: {}\n",
-                    path.join(name).display()
-                ));
+            if let Some(name) = tf_cluster_core::record::node_file_name(raw_host) {
+                out.push_str(&format!("its node's record: {}\n", shown(&path.join(name))));
             }
-            let logs = rank_files(path, rank);
+            let logs = rank_files(path, rank, my_uid());
             if !logs.is_empty() {
                 out.push_str("its logs:\n");
                 for log in logs {
-                    out.push_str(&format!("  {}\n", log.display()));
+                    out.push_str(&format!("  {}\n", shown(&log)));
                 }
             }
         }
@@ -254,7 +468,7 @@ const MAX_DEPTH: usize = 6;
 /// The debugging output the run's directory holds for `rank` (its
 /// `rank<N>.` entries: the flight recorder's dumps, NCCL's debug files,
 /// torchrun's log directory with its workers' error files), sorted.
-fn rank_files(run_dir: &Path, rank: u64) -> Vec<PathBuf> {
+fn rank_files(run_dir: &Path, rank: u64, uid: u32) -> Vec<PathBuf> {
     let prefix = format!("rank{rank}.");
     let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(run_dir) else {
@@ -262,7 +476,7 @@ fn rank_files(run_dir: &Path, rank: u64) -> Vec<PathBuf> {
     };
     let mut todo: Vec<(PathBuf, usize)> = entries
         .flatten()
-        .take(MAX_FILES)
+        .take(MAX_ENTRIES)
         .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
         .map(|e| (e.path(), 0))
         .collect();
@@ -270,10 +484,13 @@ fn rank_files(run_dir: &Path, rank: u64) -> Vec<PathBuf> {
         if found.len() >= MAX_LOGS {
             break;
         }
-        // Never following a link: the directory is the user's.
+        // Never following a link; only the user's own.
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
+        if meta.uid() != uid {
+            continue;
+        }
         if meta.is_dir() && depth < MAX_DEPTH {
             if let Ok(entries) = std::fs::read_dir(&path) {
                 todo.extend(
@@ -425,8 +642,8 @@ mod tests {
             std::fs::create_dir_all(dir.join(run)).unwrap();
         }
         let names = |w: &str| -> Vec<String> {
-            matching_runs(&dir, w)
-                .unwrap()
+            let parts = wanted_parts(w).unwrap();
+            matching_runs(&dir, &parts, w, my_uid(), &mut Vec::new())
                 .into_iter()
                 .map(|(n, _)| n)
                 .collect()
@@ -435,7 +652,8 @@ mod tests {
         assert_eq!(names("42.0"), ["42.0.r1"], "the latest incarnation");
         assert_eq!(names("42.0.r1"), ["42.0.r1"]);
         assert!(names("44").is_empty());
-        assert!(matching_runs(&dir, "../x").is_err());
+        assert!(wanted_parts("../x").is_err());
+        assert!(wanted_parts("42.00.r").is_err());
         assert!(postmortem(&dir, "44").is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -115,6 +115,78 @@ pub fn run_dir_name(run_id: &str) -> Option<&str> {
     ok.then_some(run_id)
 }
 
+/// Where a user's runs go under the record's directory `DIR`, from what
+/// `DIR` is (its owner and mode, links followed: it is the admin's or the
+/// user's own choice) and who the user is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// `DIR` is the user's and no one else may write in it: the runs go in
+    /// `DIR` itself.
+    InDir,
+    /// `DIR` is shared (another's, or writable by others with the sticky
+    /// bit, as `/tmp`): the runs go in `DIR/<uid>`, a directory that must be
+    /// the user's and writable by no one else.
+    PerUser,
+    /// `DIR` is writable by others without the sticky bit: anyone may
+    /// rename or replace a user's directory in it, so nothing is written.
+    Unsafe,
+}
+
+/// The sticky bit and the group's and others' write bits of a mode.
+const STICKY: u32 = 0o1000;
+const OTHERS_WRITE: u32 = 0o022;
+
+/// Where `uid`'s runs go under a directory of owner `dir_uid` and mode
+/// `dir_mode` (no allocation: the plugin's writing child calls it after its
+/// fork).
+pub fn runs_under(dir_uid: u32, dir_mode: u32, uid: u32) -> Runs {
+    let others_write = dir_mode & OTHERS_WRITE != 0;
+    if others_write && dir_mode & STICKY == 0 {
+        Runs::Unsafe
+    } else if dir_uid == uid && !others_write {
+        Runs::InDir
+    } else {
+        Runs::PerUser
+    }
+}
+
+/// Whether a directory of owner `owner` and mode `mode` is `uid`'s own,
+/// writable by no one else: the only kind a run is written into or read
+/// from below `DIR`.
+pub fn only_theirs(owner: u32, mode: u32, uid: u32) -> bool {
+    owner == uid && mode & OTHERS_WRITE == 0
+}
+
+/// The per-user directory's name under a shared `DIR`: the user's id.
+pub fn user_dir_name(uid: u32) -> String {
+    uid.to_string()
+}
+
+/// Text read from a record, file names included, as it may be shown on a
+/// terminal: every control character (C0, DEL, C1) escaped as `\xNN` or
+/// `\u{NNNN}`, the backslash doubled, so that nothing a record holds can
+/// move the cursor, set a title or start a line of its own.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if (0x80..0xa0).contains(&(c as u32))
+                || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}')
+                || ('\u{202a}'..='\u{202e}').contains(&c)
+                || ('\u{2066}'..='\u{2069}').contains(&c) =>
+            {
+                let _ = write!(out, "\\u{{{:04x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A host's file name in the run's directory.
 pub fn node_file_name(host: &str) -> Option<String> {
     let ok = !host.is_empty()
@@ -278,6 +350,45 @@ mod tests {
     #[test]
     fn strings_are_json() {
         assert_eq!(quoted("a\"b\\c\nd"), "\"a\\\"b\\\\c\\u000ad\"");
+    }
+
+    #[test]
+    fn runs_go_under_a_directory_only_the_user_writes() {
+        let alice = 1000;
+        // The user's own private directory: the runs in it.
+        assert_eq!(runs_under(alice, 0o755, alice), Runs::InDir);
+        assert_eq!(runs_under(alice, 0o700, alice), Runs::InDir);
+        // Shared as /tmp (root's or the user's own, 1777), or the admin's
+        // (0755, users' directories made by the admin): one per user.
+        assert_eq!(runs_under(0, 0o1777, alice), Runs::PerUser);
+        assert_eq!(runs_under(alice, 0o1777, alice), Runs::PerUser);
+        assert_eq!(runs_under(0, 0o755, alice), Runs::PerUser);
+        assert_eq!(runs_under(1001, 0o755, alice), Runs::PerUser);
+        assert_eq!(runs_under(0, 0o3775, alice), Runs::PerUser);
+        // Writable by others without the sticky bit: anyone may replace a
+        // user's directory.
+        assert_eq!(runs_under(0, 0o777, alice), Runs::Unsafe);
+        assert_eq!(runs_under(alice, 0o775, alice), Runs::Unsafe);
+        assert_eq!(runs_under(0, 0o2770, alice), Runs::Unsafe);
+        assert!(only_theirs(alice, 0o700, alice));
+        assert!(only_theirs(alice, 0o755, alice));
+        assert!(!only_theirs(1001, 0o700, alice));
+        assert!(!only_theirs(alice, 0o777, alice));
+        assert!(!only_theirs(alice, 0o1777, alice));
+        assert!(!only_theirs(alice, 0o770, alice));
+        assert_eq!(user_dir_name(alice), "1000");
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(printable("node1"), "node1");
+        assert_eq!(printable("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(printable("x\ny\rz\t"), "x\\x0ay\\x0dz\\x09");
+        assert_eq!(printable("\u{7f}\u{9b}"), "\\x7f\\u{009b}");
+        assert_eq!(printable("a\u{202e}b"), "a\\u{202e}b");
+        // An escape already written out stays told apart from a real one.
+        assert_eq!(printable("\\x1b"), "\\\\x1b");
+        assert_eq!(printable("GPU 0,1 été"), "GPU 0,1 été");
     }
 
     #[test]

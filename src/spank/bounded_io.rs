@@ -12,6 +12,7 @@ use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use crate::core::os::{MAX_USER_FILE, not_a_regular_file, user_file_refused, user_file_text};
+use crate::core::record::{Runs, only_theirs, runs_under};
 
 /// Whose ids the child takes before it touches the file (slurmstepd's
 /// `task_exit` runs as root); `None` where slurmstepd already is the user.
@@ -22,13 +23,38 @@ pub struct Ids {
 }
 
 /// One write: the directories to make first (parents first), the file, and
-/// whether it is created afresh (else appended to, and must exist).
+/// whether it is created afresh (else appended to, and must exist). The
+/// file, and every directory the child opens, must be the user's own (the
+/// child's uid): a file or directory of another's is never written into.
 pub struct Write<'a> {
     pub dirs: &'a [CString],
+    /// Where `file` is a name in a run's directory below a record's
+    /// directory (else `file` is a path).
+    pub under: Option<Under<'a>>,
     pub file: &'a CString,
     pub create: bool,
     pub bytes: &'a [u8],
 }
+
+/// A run's directory below a record's directory `dir`, made and opened
+/// relative to the directory above, never following a link: the user's
+/// own directory in `dir` where `dir` is shared
+/// (crate::core::record::runs_under), then the run's.
+pub struct Under<'a> {
+    pub dir: &'a CString,
+    /// The user's directory's name in a shared `dir`.
+    pub user_dir: &'a CString,
+    pub run: &'a CString,
+}
+
+/// Which of a write's places is not the user's own (the child's word's
+/// value with [`NOT_YOURS`]); [`PER_USER`] set where the runs are under
+/// the user's directory.
+pub const PLACE_USER_DIR: u32 = 1;
+pub const PLACE_RUN_DIR: u32 = 2;
+pub const PLACE_FILE: u32 = 3;
+pub const PLACE_SHARED_DIR: u32 = 4;
+pub const PER_USER: u32 = 0x10;
 
 /// Why a read or a write did not happen.
 #[derive(Debug)]
@@ -62,14 +88,32 @@ const OPEN: u8 = 3;
 const NOT_REGULAR: u8 = 4;
 const WRITE: u8 = 5;
 const READ: u8 = 6;
+/// A place not the user's own: the value says which ([`PLACE_FILE`]…).
+const NOT_YOURS: u8 = 7;
 
-/// Writes in a child, as `ids` when given; waits at most `limit`.
-pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<(), Failed> {
+/// Writes in a child, as `ids` when given; waits at most `limit`. Whether
+/// the run's directory is under the user's own directory of a shared
+/// record directory ([`Under`]).
+pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<bool, Failed> {
     let (stage, value) = in_child(limit, || write_child(ids, w))?;
     let os = std::io::Error::from_raw_os_error(value as i32);
-    let file = w.file.to_string_lossy();
+    let file = match &w.under {
+        Some(under) => place(under, value & PER_USER != 0, PLACE_FILE, w.file),
+        None => w.file.to_string_lossy().into_owned(),
+    };
     Err(Failed::Refused(match stage {
-        DONE => return Ok(()),
+        DONE => return Ok(value & PER_USER != 0),
+        NOT_YOURS => match &w.under {
+            Some(u) if value & 0xf == PLACE_SHARED_DIR => format!(
+                "{} is writable by others without the sticky bit: anyone may replace what is written there",
+                u.dir.to_string_lossy()
+            ),
+            Some(u) => format!(
+                "{} is not yours: not written",
+                place(u, value & PER_USER != 0, value & 0xf, w.file)
+            ),
+            None => format!("{file} is not yours: not written"),
+        },
         IDS => format!("cannot take the job's user's ids: {os}"),
         MKDIR => format!("cannot make the directories of {file}: {os}"),
         // ENXIO: a FIFO that no one reads (or a device), opened without
@@ -79,6 +123,21 @@ pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<(), Failed
         NOT_REGULAR => format!("{file} is not a regular file"),
         _ => format!("cannot write {file}: {os}"),
     }))
+}
+
+/// The path of a write's place, for its message.
+fn place(u: &Under, per_user: bool, which: u32, file: &CString) -> String {
+    let mut path = u.dir.to_string_lossy().trim_end_matches('/').to_string();
+    if per_user {
+        path = format!("{path}/{}", u.user_dir.to_string_lossy());
+    }
+    if which >= PLACE_RUN_DIR {
+        path = format!("{path}/{}", u.run.to_string_lossy());
+    }
+    if which == PLACE_FILE {
+        path = format!("{path}/{}", file.to_string_lossy());
+    }
+    path
 }
 
 /// Reads a file the user named, with slurmstepd's ids (`user_init`: the
@@ -156,10 +215,10 @@ pub(super) fn fail(stage: u8) -> u32 {
 
 /// Opens `file` with `flags` and checks it is a regular file: the fd, or
 /// the child's word.
-fn open_regular(file: &CString, flags: libc::c_int) -> Result<libc::c_int, u32> {
+fn open_regular(at: libc::c_int, file: &CString, flags: libc::c_int) -> Result<libc::c_int, u32> {
     // SAFETY: system calls on a path and a struct made before the fork.
     unsafe {
-        let fd = libc::open(file.as_ptr(), flags, 0o644 as libc::c_uint);
+        let fd = libc::openat(at, file.as_ptr(), flags, 0o644 as libc::c_uint);
         if fd < 0 {
             return Err(fail(OPEN));
         }
@@ -219,16 +278,42 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
                 return fail(MKDIR);
             }
         }
+        let (at, per_user) = match &w.under {
+            Some(under) => match run_dir_fd(under) {
+                Ok(found) => found,
+                Err(code) => return code,
+            },
+            None => (libc::AT_FDCWD, 0),
+        };
+        // Never O_TRUNC at the open: a file of another's is left as it is.
         let mut flags = libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
         flags |= if w.create {
-            libc::O_CREAT | libc::O_TRUNC
+            libc::O_CREAT
         } else {
             libc::O_APPEND
         };
-        let fd = match open_regular(w.file, flags) {
+        let opened = open_regular(at, w.file, flags);
+        if at != libc::AT_FDCWD {
+            libc::close(at);
+        }
+        let fd = match opened {
             Ok(fd) => fd,
+            // A link where the file goes.
+            Err(code) if code == fail_with(OPEN, libc::ELOOP) => {
+                return not_yours(PLACE_FILE | per_user);
+            }
             Err(code) => return code,
         };
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 || st.st_uid != libc::geteuid() {
+            libc::close(fd);
+            return not_yours(PLACE_FILE | per_user);
+        }
+        if w.create && libc::ftruncate(fd, 0) != 0 {
+            let code = fail(WRITE);
+            libc::close(fd);
+            return code;
+        }
         let mut done = 0;
         while done < w.bytes.len() {
             let n = libc::write(fd, w.bytes[done..].as_ptr().cast(), w.bytes.len() - done);
@@ -244,7 +329,108 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
             done += n as usize;
         }
         libc::close(fd);
-        0
+        per_user
+    }
+}
+
+fn fail_with(stage: u8, errno: libc::c_int) -> u32 {
+    (u32::from(stage) << 24) | (errno as u32 & 0x00ff_ffff)
+}
+
+fn not_yours(which: u32) -> u32 {
+    (u32::from(NOT_YOURS) << 24) | which
+}
+
+/// A directory's owner and mode, or the child's word.
+fn dir_stat(fd: libc::c_int) -> Result<(u32, u32), u32> {
+    // SAFETY: fstat into a struct of ours.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return Err(fail(OPEN));
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err((u32::from(NOT_REGULAR) << 24) | (st.st_mode & libc::S_IFMT));
+        }
+        Ok((st.st_uid, st.st_mode & 0o7777))
+    }
+}
+
+/// Makes (if missing) and opens `name` in the directory `at`, never
+/// following a link: its fd, only if it is a directory of the user's that
+/// no one else may write; else the child's word ([`NOT_YOURS`] with
+/// `which`).
+fn own_dir_at(
+    at: libc::c_int,
+    name: &CString,
+    mode: libc::mode_t,
+    which: u32,
+) -> Result<libc::c_int, u32> {
+    // SAFETY: system calls on values made before the fork.
+    unsafe {
+        if libc::mkdirat(at, name.as_ptr(), mode) != 0 && *libc::__errno_location() != libc::EEXIST
+        {
+            return Err(fail(MKDIR));
+        }
+        let fd = libc::openat(
+            at,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            let e = *libc::__errno_location();
+            // A link, or not a directory.
+            if e == libc::ELOOP || e == libc::ENOTDIR {
+                return Err(not_yours(which));
+            }
+            return Err(fail(OPEN));
+        }
+        match dir_stat(fd) {
+            Ok((owner, mode)) if only_theirs(owner, mode, libc::geteuid()) => Ok(fd),
+            _ => {
+                libc::close(fd);
+                Err(not_yours(which))
+            }
+        }
+    }
+}
+
+/// The run's directory's fd, made below the record's directory as
+/// [`Under`] says, and [`PER_USER`] where it is under the user's own.
+fn run_dir_fd(u: &Under) -> Result<(libc::c_int, u32), u32> {
+    // SAFETY: system calls on values made before the fork.
+    unsafe {
+        // The record's directory itself may be a link (the admin's or the
+        // user's own choice of path); what it is decides the layout.
+        let dir = libc::open(
+            u.dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        );
+        if dir < 0 {
+            return Err(fail(OPEN));
+        }
+        let (owner, mode) = match dir_stat(dir) {
+            Ok(found) => found,
+            Err(code) => {
+                libc::close(dir);
+                return Err(code);
+            }
+        };
+        let (base, per_user) = match runs_under(owner, mode, libc::geteuid()) {
+            Runs::InDir => (dir, 0),
+            Runs::Unsafe => {
+                libc::close(dir);
+                return Err(not_yours(PLACE_SHARED_DIR));
+            }
+            Runs::PerUser => {
+                let mine = own_dir_at(dir, u.user_dir, 0o700, PLACE_USER_DIR | PER_USER);
+                libc::close(dir);
+                (mine?, PER_USER)
+            }
+        };
+        let run = own_dir_at(base, u.run, 0o755, PLACE_RUN_DIR | per_user);
+        libc::close(base);
+        Ok((run?, per_user))
     }
 }
 
@@ -252,7 +438,7 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
 /// calls. `DONE` with the bytes read.
 fn read_child(file: &CString, map: &SharedMap) -> u32 {
     let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
-    let fd = match open_regular(file, flags) {
+    let fd = match open_regular(libc::AT_FDCWD, file, flags) {
         Ok(fd) => fd,
         Err(code) => return code,
     };
@@ -400,6 +586,7 @@ mod tests {
         let file = c(&d.join("a/b/node1.jsonl"));
         let first = Write {
             dirs: &dirs,
+            under: None,
             file: &file,
             create: true,
             bytes: b"one\n",
@@ -407,6 +594,7 @@ mod tests {
         write(None, &first, Duration::from_secs(5)).unwrap();
         let then = Write {
             dirs: &[],
+            under: None,
             file: &file,
             create: false,
             bytes: b"two\n",
@@ -426,6 +614,7 @@ mod tests {
         for create in [true, false] {
             let w = Write {
                 dirs: &[],
+                under: None,
                 file: &file,
                 create,
                 bytes: b"x\n",
@@ -453,6 +642,7 @@ mod tests {
         let file = c(&fifo);
         let w = Write {
             dirs: &[],
+            under: None,
             file: &file,
             create: false,
             bytes: b"x\n",
@@ -481,6 +671,7 @@ mod tests {
         let file = c(&d.join("node1.jsonl"));
         let w = Write {
             dirs: &[],
+            under: None,
             file: &file,
             create: true,
             bytes: b"x\n",
@@ -488,7 +679,10 @@ mod tests {
         let err = write(None, &w, Duration::from_secs(5))
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("cannot open"), "{err}");
+        assert!(
+            err.ends_with("node1.jsonl is not yours: not written"),
+            "{err}"
+        );
         assert_eq!(std::fs::read_to_string(d.join("target")).unwrap(), "kept\n");
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -608,6 +802,7 @@ mod tests {
         let file = c(&d.join("a/b/c/node1.jsonl"));
         let w = Write {
             dirs: &dirs,
+            under: None,
             file: &file,
             create: true,
             bytes: b"one\n",
@@ -619,5 +814,118 @@ mod tests {
         );
         assert_eq!(std::fs::read_to_string(d.join("a/kept")).unwrap(), "k");
         std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod under_tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    fn c(p: &Path) -> CString {
+        CString::new(p.as_os_str().as_bytes()).unwrap()
+    }
+
+    fn scratch(name: &str, mode: u32) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tfc-under-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        d
+    }
+
+    fn uid() -> String {
+        unsafe { libc::geteuid() }.to_string()
+    }
+
+    /// Writes node1.jsonl for run 42.0 under `dir`.
+    fn node_file(dir: &Path) -> Result<bool, Failed> {
+        let (dir_c, user, run, file) = (
+            c(dir),
+            CString::new(uid()).unwrap(),
+            CString::new("42.0").unwrap(),
+            CString::new("node1.jsonl").unwrap(),
+        );
+        let w = Write {
+            dirs: std::slice::from_ref(&dir_c),
+            under: Some(Under {
+                dir: &dir_c,
+                user_dir: &user,
+                run: &run,
+            }),
+            file: &file,
+            create: true,
+            bytes: b"one\n",
+        };
+        write(None, &w, Duration::from_secs(5))
+    }
+
+    #[test]
+    fn a_private_directory_holds_the_runs_and_a_shared_one_a_directory_per_user() {
+        let own = scratch("own", 0o755);
+        assert!(!node_file(&own).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(own.join("42.0/node1.jsonl")).unwrap(),
+            "one\n"
+        );
+        let shared = scratch("shared", 0o1777);
+        assert!(node_file(&shared).unwrap());
+        let mine = shared.join(uid());
+        let mode = std::fs::metadata(&mine).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o700, "{mode:o}");
+        assert_eq!(
+            std::fs::read_to_string(mine.join("42.0/node1.jsonl")).unwrap(),
+            "one\n"
+        );
+        // Written afresh a second time (a new incarnation of the file).
+        assert!(node_file(&shared).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(mine.join("42.0/node1.jsonl")).unwrap(),
+            "one\n"
+        );
+        std::fs::remove_dir_all(&own).unwrap();
+        std::fs::remove_dir_all(&shared).unwrap();
+    }
+
+    #[test]
+    fn a_place_not_only_the_users_is_never_written_into() {
+        let elsewhere = scratch("elsewhere", 0o777);
+        // The user's directory in a shared one: a link, then a directory
+        // others may write.
+        let shared = scratch("link-user", 0o1777);
+        std::os::unix::fs::symlink(&elsewhere, shared.join(uid())).unwrap();
+        let err = node_file(&shared).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("{}/{} is not yours: not written", shared.display(), uid())
+        );
+        std::fs::remove_file(shared.join(uid())).unwrap();
+        std::fs::create_dir(shared.join(uid())).unwrap();
+        std::fs::set_permissions(shared.join(uid()), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let err = node_file(&shared).unwrap_err().to_string();
+        assert!(err.ends_with("is not yours: not written"), "{err}");
+        // The run's directory a link.
+        let own = scratch("link-run", 0o755);
+        std::os::unix::fs::symlink(&elsewhere, own.join("42.0")).unwrap();
+        let err = node_file(&own).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("{}/42.0 is not yours: not written", own.display())
+        );
+        // Writable by others without the sticky bit: nothing written.
+        let open = scratch("open", 0o777);
+        let err = node_file(&open).unwrap_err().to_string();
+        assert!(
+            err.ends_with("is writable by others without the sticky bit: anyone may replace what is written there"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+        for d in [elsewhere, shared, own, open] {
+            std::fs::remove_dir_all(&d).unwrap();
+        }
     }
 }

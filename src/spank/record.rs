@@ -4,9 +4,14 @@
 //! killed at its deadline; a FIFO or a symlink where the file goes fails):
 //!
 //! - `user_init` (once per node, as the job's user: slurmstepd dropped its
-//!   privileges) makes the run's directory under the user's `--tf-record`
+//!   privileges) makes the run's directory under the `--tf-record`
 //!   directory and writes the node's file, with the user's own rights,
-//!   within [`NODE_LIMIT`];
+//!   within [`NODE_LIMIT`]. In a shared directory (another's, or `/tmp`'s
+//!   1777) the runs go under the user's own directory in it (`DIR/<uid>`,
+//!   0700); each directory below `DIR` is made and opened relative to the
+//!   one above without following a link, and a directory or node file that
+//!   is not the user's own is never written into (the step runs without a
+//!   record, and one line says why);
 //! - `task_exit` (slurmstepd as root, once per task) appends the task's end
 //!   from a child that first takes the job's user's ids and groups, then
 //!   opens the node's file without `O_CREAT`: what it may write is what the
@@ -22,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::bounded_io::{self, Failed, Ids};
 use super::handle::Spank;
 use crate::core::Node;
-use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name};
+use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name, user_dir_name};
 
 /// What `task_exit` needs to append a task's end.
 pub struct Record {
@@ -129,27 +134,41 @@ fn write_node(
     }
     let run = run_dir_name(run_id).ok_or("no run id")?;
     let name = node_file_name(host).ok_or_else(|| format!("{host:?} is no file name"))?;
-    let run_dir = Path::new(dir).join(run);
-    let path = run_dir.join(name);
     let c =
         |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).map_err(|_| "NUL in the path");
-    // Every directory of the path, the root first: the child makes the
-    // missing ones (super::bounded_io's write says in which order).
-    let mut dirs = run_dir
+    // Every directory of the record's path, the root first: the child makes
+    // the missing ones (super::bounded_io's write says in which order), then
+    // the user's own directory in it where it is shared, then the run's,
+    // each relative to the one above and never following a link.
+    let dir_path = Path::new(dir);
+    let mut dirs = dir_path
         .ancestors()
         .filter(|p| !p.as_os_str().is_empty())
         .map(c)
         .collect::<std::result::Result<Vec<_>, _>>()?;
     dirs.reverse();
-    let file = c(&path)?;
+    let user_dir = user_dir_name(uid);
+    let (dir_c, user_c, run_c) = (c(dir_path)?, c(Path::new(&user_dir))?, c(Path::new(run))?);
+    let file_name = c(Path::new(&name))?;
     let lines = node_lines(node, run_id);
     let write = bounded_io::Write {
         dirs: &dirs,
-        file: &file,
+        under: Some(bounded_io::Under {
+            dir: &dir_c,
+            user_dir: &user_c,
+            run: &run_c,
+        }),
+        file: &file_name,
         create: true,
         bytes: lines.as_bytes(),
     };
-    bounded_io::write(None, &write, NODE_LIMIT).map_err(|e| e.to_string())?;
+    let per_user = bounded_io::write(None, &write, NODE_LIMIT).map_err(|e| e.to_string())?;
+    let run_dir = if per_user {
+        dir_path.join(user_dir).join(run)
+    } else {
+        dir_path.join(run)
+    };
+    let file = c(&run_dir.join(name))?;
     let run_dir = run_dir.to_str().ok_or("not UTF-8")?.to_string();
     Ok((file, run_dir))
 }
@@ -192,6 +211,7 @@ pub fn task_exit(spank: &Spank, record: &Record) {
     let line = exit_line(rank, local, &record.host, status, now);
     let write = bounded_io::Write {
         dirs: &[],
+        under: None,
         file: &record.file,
         create: false,
         bytes: line.as_bytes(),

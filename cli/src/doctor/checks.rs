@@ -3,7 +3,7 @@
 
 use tf_cluster_core::Settings;
 
-use super::host::PluginFile;
+use super::host::{Host, PluginFile, said};
 use super::plugstack::Loaded;
 use super::report::{Level, Report};
 
@@ -14,6 +14,7 @@ pub fn version_text(v: u32) -> String {
 
 pub(super) fn check_plugin(
     report: &mut Report,
+    host: &mut dyn Host,
     line: &Loaded,
     path: &str,
     file: Option<&PluginFile>,
@@ -90,10 +91,15 @@ pub(super) fn check_plugin(
         Ok(_) if line.args.is_empty() => {
             report.add(Level::Ok, "site arguments: none (built-in defaults)")
         }
-        Ok(_) => report.add(
-            Level::Ok,
-            format!("site arguments: {}", line.args.join(" ")),
-        ),
+        Ok(settings) => {
+            report.add(
+                Level::Ok,
+                format!("site arguments: {}", line.args.join(" ")),
+            );
+            if let Some(dir) = &settings.record {
+                check_record_dir(report, host, dir);
+            }
+        }
         Err(e) => report.add_about(
             Level::Fail,
             &[at],
@@ -107,5 +113,53 @@ pub(super) fn check_plugin(
             format!("the plugin is build \"{id}\", this CLI \"{own_build_id}\": `tf-cluster env|explain` may differ from the plugin"),
         ),
         None => report.add(Level::Warn, format!("{path} carries no build id (an older build): cannot tell it from this CLI's")),
+    }
+}
+
+/// The site's `record=DIR`: each user's runs go in `DIR/<uid>`, made by the
+/// user in a sticky directory others may write (1777), or by the admin in
+/// one of root's (0755); one others may write without the sticky bit gets
+/// no record (crate tf_cluster_core::record::runs_under).
+fn check_record_dir(report: &mut Report, host: &mut dyn Host, dir: &str) {
+    let shown = tf_cluster_core::record::printable(dir);
+    match host.directory(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => report.add_about(
+            Level::Warn,
+            &[dir],
+            format!(
+                "record={shown} does not exist: a user's first step would make it theirs, and others could not write in it; make it root's with mode 1777 (`install -d -m 1777 {shown}`)"
+            ),
+        ),
+        Err(e) => report.add_about(
+            Level::Warn,
+            &[dir],
+            format!("record={shown}{}: cannot check it", said(&e)),
+        ),
+        Ok((_, mode)) if mode & 0o022 != 0 && mode & 0o1000 == 0 => report.add_about(
+            Level::Fail,
+            &[dir],
+            format!(
+                "record={shown} has mode {mode:04o}: others may write it without the sticky bit, so no step writes a record there (anyone could rename a user's directory); `chmod 1777 {shown}`"
+            ),
+        ),
+        Ok((owner, mode)) if owner != 0 => report.add_about(
+            Level::Warn,
+            &[dir],
+            format!(
+                "record={shown} is uid {owner}'s (mode {mode:04o}), not root's: that user may remove or rename other users' directories in it; make it root's"
+            ),
+        ),
+        Ok((_, mode)) if mode & 0o002 != 0 => report.add(
+            Level::Ok,
+            format!(
+                "record={shown}: mode {mode:04o}, each user's runs in {shown}/<uid> (0700), made on their first step"
+            ),
+        ),
+        Ok((_, mode)) => report.add(
+            Level::Ok,
+            format!(
+                "record={shown}: mode {mode:04o}, each user's runs in {shown}/<uid>, which the admin makes (`install -d -m 0700 -o USER {shown}/UID`): a user without one gets no record"
+            ),
+        ),
     }
 }

@@ -27,6 +27,13 @@ pub trait Host {
     /// `scontrol show config`, when there is no slurm.conf (configless), or
     /// one line saying why not.
     fn show_config(&mut self) -> Result<String, String>;
+    /// A directory's owner uid and mode (permission bits, sticky bit
+    /// included), links followed; an error where it is missing or is no
+    /// directory.
+    fn directory(&mut self, path: &str) -> std::io::Result<(u32, u32)> {
+        let _ = path;
+        Err(std::io::Error::other("not looked at"))
+    }
     /// The path a file is known by, for reading each file once (symbolic
     /// links and `..` resolved where the file exists; else the path).
     fn canonical(&mut self, path: &str) -> String {

@@ -163,6 +163,7 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
     for (line, path, file) in &ours {
         check_plugin(
             &mut report,
+            host,
             line,
             path,
             file.as_ref(),

@@ -27,6 +27,15 @@ impl Host for System {
         std::env::var(name).ok()
     }
 
+    fn directory(&mut self, path: &str) -> std::io::Result<(u32, u32)> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path)?;
+        if !meta.is_dir() {
+            return Err(invalid("is not a directory"));
+        }
+        Ok((meta.uid(), meta.mode() & 0o7777))
+    }
+
     fn canonical(&mut self, path: &str) -> String {
         std::fs::canonicalize(path)
             .map(|p| p.to_string_lossy().into_owned())

@@ -14,6 +14,8 @@ struct Fake {
     slurm: Option<u32>,
     /// How often each file was read.
     reads: HashMap<String, usize>,
+    /// Directories: owner uid and mode.
+    dirs: HashMap<String, (u32, u32)>,
 }
 
 impl Fake {
@@ -25,6 +27,7 @@ impl Fake {
             plugins: HashMap::new(),
             slurm: Some(0x180b05),
             reads: HashMap::new(),
+            dirs: HashMap::new(),
         };
         f.file(
             "/etc/slurm/slurm.conf",
@@ -101,6 +104,12 @@ impl Host for Fake {
     }
     fn show_config(&mut self) -> Result<String, String> {
         Err("`scontrol show config` failed".into())
+    }
+    fn directory(&mut self, path: &str) -> std::io::Result<(u32, u32)> {
+        self.dirs
+            .get(path)
+            .copied()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
     }
 }
 
@@ -466,4 +475,55 @@ fn never_ok_and_fail_for_the_same_thing() {
             }
         }
     }
+}
+
+/// The site's record directory: 1777 or root's 0755 (with the users'
+/// directories made by the admin) are sound; others' write without the
+/// sticky bit fails (no step writes there); missing or a user's warns.
+#[test]
+fn the_record_directory_matches_the_per_user_layout() {
+    let conf = "/etc/slurm/plugstack.conf.d/tf-cluster.conf";
+    let with_record = |dir: Option<(u32, u32)>| {
+        let mut f = Fake::healthy();
+        f.file(conf, &format!("required {SO} record=/scratch/records\n"));
+        if let Some(d) = dir {
+            f.dirs.insert("/scratch/records".into(), d);
+        }
+        f.run()
+    };
+    let r = with_record(Some((0, 0o1777)));
+    assert_eq!(r.worst(), Level::Ok, "{}", r.render());
+    assert!(
+        r.render().contains("record=/scratch/records: mode 1777, each user's runs in /scratch/records/<uid> (0700), made on their first step"),
+        "{}",
+        r.render()
+    );
+    let r = with_record(Some((0, 0o755)));
+    assert_eq!(r.worst(), Level::Ok, "{}", r.render());
+    assert!(
+        r.render().contains("which the admin makes"),
+        "{}",
+        r.render()
+    );
+    for mode in [0o777, 0o775, 0o2770] {
+        let r = with_record(Some((0, mode)));
+        let f = fails(&r);
+        assert_eq!(f.len(), 1, "{mode:o}: {}", r.render());
+        assert!(f[0].contains("without the sticky bit"), "{}", f[0]);
+    }
+    let r = with_record(None);
+    assert!(fails(&r).is_empty(), "{}", r.render());
+    let w = warns(&r);
+    assert!(
+        w.iter()
+            .any(|w| w.starts_with("record=/scratch/records does not exist")),
+        "{w:?}"
+    );
+    let r = with_record(Some((1000, 0o1777)));
+    let w = warns(&r);
+    assert!(
+        w.iter()
+            .any(|w| w.contains("is uid 1000's (mode 1777), not root's")),
+        "{w:?}"
+    );
 }
