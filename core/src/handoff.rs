@@ -25,7 +25,9 @@
 //! refused the step and said why (every task fails before exec).
 //!
 //! srun's early word, `1;srun` then the fields `inherited=BITS`,
-//! `off-overridden`, `restart=K` (each at most once, in this order): what
+//! `off-overridden`, `restart=K`, `net=NETWORK` (each at most once, in this
+//! order; `net`: a heterogeneous step's network of its host template,
+//! resolved over every component's nodes): what
 //! srun knows once it parsed its options, before slurmctld creates the step
 //! ([`Early`]). srun sets it for every step that asks for the plugin, before
 //! Slurm copies its environment for each component of the step; its word on
@@ -136,6 +138,10 @@ pub struct Early {
     /// The job's restart count as srun learnt it (0: the first
     /// incarnation).
     pub restart_count: u32,
+    /// A heterogeneous step's network named by its host template, which
+    /// srun resolved over every component's nodes (the components its
+    /// hand-off does not reach resolve no name). None: srun resolved none.
+    pub network: Option<Network>,
 }
 
 /// The id field of an early word.
@@ -153,6 +159,9 @@ impl Early {
         }
         if self.restart_count > 0 {
             text.push_str(&format!(";restart={}", self.restart_count));
+        }
+        if let Some(network) = &self.network {
+            text.push_str(&format!(";net={network}"));
         }
         text
     }
@@ -195,6 +204,15 @@ impl Early {
                 early.restart_count = k
                     .and_then(parse_u32)
                     .ok_or_else(|| bad("restart is not a count"))?
+            }
+        }
+        match field("net") {
+            None => {}
+            Some(net) => {
+                early.network = Some(
+                    Network::parse(net.unwrap_or_default())
+                        .map_err(|e| bad(&format!("net: {e}")))?,
+                )
             }
         }
         match fields.next() {
@@ -560,9 +578,13 @@ mod tests {
             inherited: Frameworks(0b011),
             off_overridden: true,
             restart_count: 5,
+            network: Some(Network::parse("10.98.0.0/29").unwrap()),
         };
         let text = full.encode();
-        assert_eq!(text, "1;srun;inherited=3;off-overridden;restart=5");
+        assert_eq!(
+            text,
+            "1;srun;inherited=3;off-overridden;restart=5;net=10.98.0.0/29"
+        );
         assert_eq!(Early::decode(&text).unwrap(), Some(full));
         assert_eq!(Early::decode("1;srun").unwrap(), Some(Early::default()));
         assert_eq!(Early::default().encode(), "1;srun");
@@ -577,6 +599,9 @@ mod tests {
             ("1;srun;restart=x", "restart"),
             ("1;srun;restart", "restart"),
             ("1;srun;restart=1;off-overridden", "misplaced"),
+            ("1;srun;net=10.98.0.0/33", "net: "),
+            ("1;srun;net", "net: "),
+            ("1;srun;net=ib0;restart=1", "misplaced"),
             ("1;srun;verdict=none", "misplaced"),
         ] {
             let e = Early::decode(text).unwrap_err().to_string();
