@@ -175,6 +175,94 @@ fn a_het_step_srun_refused_ends_on_every_component() {
     assert_no_node_drained();
 }
 
+/// One line per task for the host-template steps: its host, rank, world
+/// size, the address the plugin injected (MASTER_ADDR) and the interface it
+/// named for gloo, beside the task's own fast interface: the one holding the
+/// address its `$(hostname)-ib` resolves to (through the resolver: the names
+/// are in Docker's DNS only).
+const TEMPLATE_REPORT: &str = r#"a=$(getent hosts $(hostname)-ib | cut -d" " -f1); f=$(ip -o addr show to ${a:-none} | cut -d" " -f2); echo "HET $(hostname) R=${RANK-unset} WS=${WORLD_SIZE-unset} MA=${MASTER_ADDR-unset} G=${GLOO_SOCKET_IFNAME-unset} FAST=${f:-none}""#;
+
+/// A heterogeneous batch job (node1: component 0, node2: component 1) with
+/// a host template whose names only DNS knows (the testbed's `nodeN-ib`,
+/// Docker's aliases on the fast network, in no /etc/hosts): each
+/// component's nodes are found on their own names. `--het-group=0,1` runs
+/// 4 tasks with MASTER_ADDR node1-ib, `--het-group=1` node2's 2 tasks with
+/// MASTER_ADDR node2-ib, each task's gloo on its node's own fast interface.
+/// (Component 1 of the first once looked its name up in /etc/hosts only and
+/// refused; the second once resolved component 0's node list, the batch
+/// script's SLURM_JOB_NODELIST, and refused every task: "node2 is not on
+/// <node1-ib's address>/32".)
+#[test]
+fn a_het_step_with_a_host_template_in_dns_runs_on_every_component() {
+    let _bed = common::testbed();
+    for host in ["node1", "node2"] {
+        let name = format!("{host}-ib");
+        let hosts = on(host, &["grep", "-c", &name, "/etc/hosts"]);
+        assert_eq!(
+            String::from_utf8_lossy(&hosts.stdout).trim(),
+            "0",
+            "{name} must not be in {host}'s /etc/hosts"
+        );
+        let dns = on(host, &["getent", "hosts", &name]);
+        assert!(
+            dns.status.success(),
+            "{name} must resolve on {host}: {dns:?}"
+        );
+    }
+    let script = format!(
+        "srun --het-group=0,1 --torch-cluster '--tf-host-template={{}}-ib' sh -c '{TEMPLATE_REPORT}'; echo rc=$?; \
+         srun --het-group=1 --torch-cluster '--tf-host-template={{}}-ib' sh -c '{TEMPLATE_REPORT}'; echo rc=$?"
+    );
+    let file = format!("/home/alice/het-template-{}.out", std::process::id());
+    let start = Instant::now();
+    let out = exec_for(
+        180,
+        &[
+            "sbatch", "--wait", "-o", &file, "-N1", "-n2", "-w", "node1", ":", "-N1", "-n2", "-w",
+            "node2", "--wrap", &script,
+        ],
+    );
+    let took = start.elapsed().as_secs_f64();
+    let written = exec_for(30, &["cat", &file]);
+    exec_for(30, &["rm", "-f", &file]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&written.stdout)
+    );
+    eprintln!("MEASURED het steps with a template in DNS: {took:.1} s\n{text}");
+    let rcs: Vec<&str> = text.lines().filter(|l| l.starts_with("rc=")).collect();
+    let lines = het_lines(&text);
+    let fast = |l: &str| {
+        let f = l.split("FAST=").nth(1).unwrap().trim().to_string();
+        assert_ne!(f, "none", "the task found no fast interface: {l}");
+        f
+    };
+    // --het-group=0,1: ranks 0-3 of 4 on node1 and node2, all meeting on
+    // node1-ib, each on its own node's fast interface.
+    let both: Vec<&String> = lines.iter().filter(|l| l.contains(" WS=4 ")).collect();
+    let hosts: Vec<&str> = both
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(hosts, ["node1", "node1", "node2", "node2"], "{text}");
+    for l in &both {
+        assert!(l.contains(" MA=node1-ib "), "{text}");
+        assert!(l.contains(&format!(" G={} ", fast(l))), "{text}");
+    }
+    // --het-group=1: node2's two tasks, ranks 0-1 of 2, meeting on node2-ib.
+    let one: Vec<&String> = lines.iter().filter(|l| l.contains(" WS=2 ")).collect();
+    assert_eq!(one.len(), 2, "{text}");
+    for l in &one {
+        assert!(l.starts_with("node2 "), "{text}");
+        assert!(l.contains(" MA=node2-ib "), "{text}");
+        assert!(l.contains(&format!(" G={} ", fast(l))), "{text}");
+    }
+    assert_eq!(rcs, ["rc=0", "rc=0"], "{text}");
+    assert!(took < 60.0, "{took:.1} s: {text}");
+    assert_no_node_drained();
+}
+
 /// An explicit srun option beats an inherited `--tf-off` in a
 /// heterogeneous job as in a plain one: `salloc --tf-off`, then `srun
 /// --het-group=0,1 --tf-cluster` and `srun --het-group=1 -n2 --tf-cluster`

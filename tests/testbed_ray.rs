@@ -516,13 +516,28 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         &[
             "sh",
             "-c",
-            &format!("n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null | grep -q '{token}.' && n=$((n+1)); done; ps -e --no-headers | wc -l; echo $n"),
+            &format!(
+                "n=0; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' <$f 2>/dev/null | grep -q '{token}.' && n=$((n+1)); done; ps -e --no-headers | wc -l; echo $n"
+            ),
         ],
     );
     let counts = String::from_utf8_lossy(&shown.stdout).into_owned();
-    let counts: Vec<u32> = counts.split_whitespace().map(|c| c.parse().unwrap()).collect();
+    let counts: Vec<u32> = counts
+        .split_whitespace()
+        .map(|c| c.parse().unwrap())
+        .collect();
     // Killed: no time for tf-cluster ray's own clean-up.
-    on("ctl", &["scancel", "--signal=KILL", "-u", "alice", "-n", "tfc-ray-owner"]);
+    on(
+        "ctl",
+        &[
+            "scancel",
+            "--signal=KILL",
+            "-u",
+            "alice",
+            "-n",
+            "tfc-ray-owner",
+        ],
+    );
     let killed = Instant::now();
     let _ = alice.join();
     on("ctl", &["rm", "-rf", &mark]);
@@ -538,8 +553,14 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         )
     };
     let bobs = [
-        ("bob on the login node", attack_result("bob on the login node", &text(&from_login))),
-        ("bob's own job", attack_result("bob's own job", &text(&from_job))),
+        (
+            "bob on the login node",
+            attack_result("bob on the login node", &text(&from_login)),
+        ),
+        (
+            "bob's own job",
+            attack_result("bob's own job", &text(&from_job)),
+        ),
     ];
     for (who, r) in &bobs {
         eprintln!("{who}: {r}");
@@ -549,10 +570,16 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         counts[0], counts[1]
     );
     for what in ["gcs", "client"] {
-        assert_eq!(control[what], "RAN uid=1000", "the owner's {what}: {control}");
+        assert_eq!(
+            control[what], "RAN uid=1000",
+            "the owner's {what}: {control}"
+        );
     }
     assert!(
-        control["submit"].as_str().unwrap_or("").starts_with("RAN job="),
+        control["submit"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("RAN job="),
         "the owner's job: {control}"
     );
     assert_eq!(control["api"], 200, "{control}");
@@ -560,17 +587,26 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     for (who, r) in &bobs {
         for what in ["gcs", "client", "submit"] {
             let said = r[what].as_str().unwrap_or("");
-            assert!(said.starts_with("refused"), "{who} ran code via {what}: {r}\n{targets_text}");
+            assert!(
+                said.starts_with("refused"),
+                "{who} ran code via {what}: {r}\n{targets_text}"
+            );
         }
         let api = r["api"].as_u64();
-        assert!(matches!(api, Some(401 | 403)), "{who} read the dashboard's API: {r}");
+        assert!(
+            matches!(api, Some(401 | 403)),
+            "{who} read the dashboard's API: {r}"
+        );
     }
     // On the step's node (the login node has no such directory).
     let r = &bobs[1].1;
     assert_ne!(r["list"], 0, "bob listed the step's directory: {r}");
     assert_ne!(r["write"], 0, "bob wrote into the step's directory: {r}");
     assert_eq!(token.len(), 64, "the step's token: {token:?}");
-    assert!(counts[0] > 10, "Ray's processes are not running: {counts:?}");
+    assert!(
+        counts[0] > 10,
+        "Ray's processes are not running: {counts:?}"
+    );
     assert_eq!(counts[1], 0, "the token is in a command line on node1");
     // slurmstepd removed the private directory once the killed step ended.
     assert!(private.starts_with("/tmp/tfc-ray-"), "{private}");

@@ -27,7 +27,9 @@
 //! refused the step and said why (every task fails before exec).
 //!
 //! srun's early word, `1;srun` then the fields `inherited=BITS`,
-//! `off-overridden`, `restart=K`, `secret=HEX` (each at most once, in this order): what
+//! `off-overridden`, `restart=K`, `net=NETWORK`, `secret=HEX` (each at most once,
+//! in this order; `net`: a heterogeneous step's network of its host template,
+//! resolved over every component's nodes): what
 //! srun knows once it parsed its options, before slurmctld creates the step
 //! ([`Early`]). srun sets it for every step that asks for the plugin, before
 //! Slurm copies its environment for each component of the step; its word on
@@ -141,6 +143,10 @@ pub struct Early {
     /// The job's restart count as srun learnt it (0: the first
     /// incarnation).
     pub restart_count: u32,
+    /// A heterogeneous step's network named by its host template, which
+    /// srun resolved over every component's nodes (the components its
+    /// hand-off does not reach resolve no name). None: srun resolved none.
+    pub network: Option<Network>,
     /// The step's secret, the same in every component's word.
     pub secret: Option<Secret>,
 }
@@ -160,6 +166,9 @@ impl Early {
         }
         if self.restart_count > 0 {
             text.push_str(&format!(";restart={}", self.restart_count));
+        }
+        if let Some(network) = &self.network {
+            text.push_str(&format!(";net={network}"));
         }
         push_secret(&mut text, self.secret.as_ref());
         text
@@ -203,6 +212,15 @@ impl Early {
                 early.restart_count = k
                     .and_then(parse_u32)
                     .ok_or_else(|| bad("restart is not a count"))?
+            }
+        }
+        match field("net") {
+            None => {}
+            Some(net) => {
+                early.network = Some(
+                    Network::parse(net.unwrap_or_default())
+                        .map_err(|e| bad(&format!("net: {e}")))?,
+                )
             }
         }
         early.secret = secret(field("secret")).map_err(|why| bad(why))?;
@@ -604,13 +622,14 @@ mod tests {
             inherited: Frameworks(0b011),
             off_overridden: true,
             restart_count: 5,
+            network: Some(Network::parse("10.98.0.0/29").unwrap()),
             secret: Some(Secret::from_bytes([0x0f; crate::secret::LEN])),
         };
         let text = full.encode();
         let hex = "0f".repeat(crate::secret::LEN);
         assert_eq!(
             text,
-            format!("1;srun;inherited=3;off-overridden;restart=5;secret={hex}")
+            format!("1;srun;inherited=3;off-overridden;restart=5;net=10.98.0.0/29;secret={hex}")
         );
         assert_eq!(
             Word::decode(Some(&text), None).unwrap().secret(),
@@ -630,6 +649,9 @@ mod tests {
             ("1;srun;restart=x", "restart"),
             ("1;srun;restart", "restart"),
             ("1;srun;restart=1;off-overridden", "misplaced"),
+            ("1;srun;net=10.98.0.0/33", "net: "),
+            ("1;srun;net", "net: "),
+            ("1;srun;net=ib0;restart=1", "misplaced"),
             ("1;srun;verdict=none", "misplaced"),
             ("1;srun;secret=abc", "80 hex digits"),
             ("1;srun;secret", "without its value"),

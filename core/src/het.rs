@@ -93,6 +93,55 @@ pub(crate) fn het_nodelists(source: &mut impl Source) -> Result<Vec<HostList>> {
         .collect()
 }
 
+/// The nodes whose host-template names srun resolves before a
+/// heterogeneous step of `components` components exists (None: the job is
+/// not a heterogeneous one, or the step has one component, which srun's
+/// hand-off reaches whole): every component's node list, in component
+/// order, each node once. srun's early word is all that reaches the
+/// components its hand-off does not, and which components the step runs on
+/// is not known before slurmctld creates it: each component's nodes are
+/// resolved over its own list, all of them.
+pub fn early_template_hosts(
+    source: &mut impl Source,
+    components: u32,
+) -> Result<Option<Vec<String>>> {
+    if components < 2 {
+        return Ok(None);
+    }
+    let lists = het_nodelists(source)?;
+    if lists.len() < 2 {
+        return Ok(None);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut hosts = Vec::new();
+    for list in &lists {
+        for host in list.iter() {
+            if seen.insert(host) {
+                hosts.push(host.to_string());
+            }
+        }
+    }
+    Ok(Some(hosts))
+}
+
+/// The node list of the component of a heterogeneous job whose job id is
+/// `job` (the job of a step of one component, `--het-group=1`): its
+/// SLURM_JOB_NODELIST_HET_GROUP_k. None: not a heterogeneous job, or `job`
+/// none of its components. srun's own SLURM_JOB_NODELIST is component 0's
+/// whatever component the step runs on.
+pub fn component_nodelist(source: &mut impl Source, job: u32) -> Result<Option<HostList>> {
+    let Some(size) = het_size(source)? else {
+        return Ok(None);
+    };
+    for k in 0..size {
+        if het_job_id(source, k)? == job {
+            let mut budget = MAX_NODES as usize;
+            return het_nodelist(source, k, &mut budget).map(Some);
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +206,61 @@ mod tests {
         // The components share one budget of names.
         let e = het_nodelist(&mut task(&vars), 1, &mut budget).unwrap_err();
         assert!(e.to_string().contains("more than 1 hosts"), "{e}");
+    }
+
+    fn two_components() -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_ID_HET_GROUP_0", "15"),
+            ("SLURM_JOB_ID_HET_GROUP_1", "16"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "node1"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", "node[2-3]"),
+            // srun's own: component 0's, whatever component the step is.
+            ("SLURM_JOB_NODELIST", "node1"),
+        ]
+    }
+
+    /// A step of one component of a heterogeneous job (`--het-group=1`)
+    /// finds its own component's nodes by its job id, never component 0's
+    /// (SLURM_JOB_NODELIST in srun's environment).
+    #[test]
+    fn a_components_nodes_are_found_by_its_job_id() {
+        let vars = two_components();
+        let list = |job| {
+            component_nodelist(&mut task(&vars), job)
+                .unwrap()
+                .map(|l| l.iter().collect::<Vec<_>>().join(","))
+        };
+        assert_eq!(list(16).as_deref(), Some("node2,node3"));
+        assert_eq!(list(15).as_deref(), Some("node1"));
+        assert_eq!(list(17), None, "not a component");
+        assert_eq!(component_nodelist(&mut task(&[]), 15), Ok(None));
+        // A component without its node list is an error, not another's.
+        let e = component_nodelist(&mut task(&vars[..4]), 16).unwrap_err();
+        assert!(
+            e.to_string().contains("SLURM_JOB_NODELIST_HET_GROUP_1"),
+            "{e}"
+        );
+    }
+
+    /// Before a step of several components exists, srun resolves the names
+    /// of every component's nodes, each once; a step of one component, or
+    /// a job that is not heterogeneous, resolves nothing early.
+    #[test]
+    fn early_names_cover_every_components_own_nodes() {
+        let vars = two_components();
+        assert_eq!(
+            early_template_hosts(&mut task(&vars), 2).unwrap(),
+            Some(vec!["node1".into(), "node2".into(), "node3".into()])
+        );
+        assert_eq!(early_template_hosts(&mut task(&vars), 1).unwrap(), None);
+        let plain = [("SLURM_JOB_NODELIST", "node[1-3]")];
+        assert_eq!(early_template_hosts(&mut task(&plain), 2).unwrap(), None);
+        let mut overlapping = vars.clone();
+        overlapping[4].1 = "node[1-2]";
+        assert_eq!(
+            early_template_hosts(&mut task(&overlapping), 2).unwrap(),
+            Some(vec!["node1".into(), "node2".into()])
+        );
     }
 }

@@ -217,8 +217,10 @@ impl Step {
             None => restart_count(source)?,
         };
         let secret = word.secret().cloned();
-        let (handoff, inherited) = match word {
-            Word::Handoff(h) => (Some(h), Frameworks::default()),
+        // A component srun's hand-off did not reach has the network srun
+        // resolved before the step existed, in its early word.
+        let (handoff, inherited, early_network) = match word {
+            Word::Handoff(h) => (Some(h), Frameworks::default(), None),
             Word::Early(early) => {
                 // A component srun's hand-off did not reach: without the
                 // job's heterogeneous variables (an srun started outside
@@ -227,9 +229,9 @@ impl Step {
                 if het_size(source).ok().flatten().is_none() {
                     bail!("{NO_HET_VARIABLES}");
                 }
-                (None, early.inherited)
+                (None, early.inherited, early.network)
             }
-            Word::Nothing => (None, Frameworks::default()),
+            Word::Nothing => (None, Frameworks::default(), None),
         };
         let tres_bind = handoff.as_ref().and_then(|h| h.tres_bind.clone());
         // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved
@@ -256,7 +258,7 @@ impl Step {
                 };
                 (from_srun, Some(h.network))
             }
-            None => (FromSrun::Nothing, None),
+            None => (FromSrun::Nothing, early_network.map(Some)),
         };
         let hosts = match reused {
             Some(hosts) => Some(hosts),

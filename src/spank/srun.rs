@@ -110,8 +110,11 @@ impl Srun {
             // A `--tf-off` turns every framework off unless it was only
             // inherited and a framework option given to srun beats it.
             let off = options::seen(options::ALL_OFF).is_some() && !self.off_overridden();
+            let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if options::seen_asking() && !off {
-                set(self.early().encode());
+                let mut early = self.early();
+                early.network = early_network(spank, pass);
+                set(early.encode());
             } else if std::env::var_os(handoff::VAR).is_some() {
                 set(String::new());
             }
@@ -140,6 +143,7 @@ impl Srun {
             off_overridden: self.off_overridden(),
             // A malformed count is refused in local_user_init.
             restart_count: core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
+            network: None,
             secret: self.secret(),
         }
     }
@@ -347,25 +351,92 @@ fn network_for(
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
     let hosts = match needs_hosts {
         false => None,
-        true => Some(step_hosts(&handoff.verdict).ok_or_else(|| {
+        true => Some(step_hosts(&handoff.verdict, handoff.job).ok_or_else(|| {
             Error::new(
                 "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
             )
         })?),
     };
-    let mut lookups =
-        network::lookups::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name)));
-    // Only lookups need it: ended (and reaped) when `lookups` drops.
-    if let Some(sentinel) = needs_hosts.then(interrupt::Sentinel::start).flatten() {
-        lookups.interrupted = Box::new(move || sentinel.interrupted());
+    // The components srun's word does not reach have the network srun
+    // resolved before the step existed: a step it could not resolve it for
+    // is refused as a whole.
+    if needs_hosts && PASSES.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+        if let Some(Err(e)) = EARLY_NETWORK.get() {
+            return Err(e.clone());
+        }
     }
+    let lookups = template_lookups(needs_hosts);
     network::decision::for_step(settings, hosts.iter().flat_map(|h| h.iter()), &lookups)
 }
 
-/// The step's nodes: the map's, else the allocation's (a superset).
-fn step_hosts(verdict: &Verdict) -> Option<core::hostlist::HostList> {
+/// srun's lookups of the host template's names, ended by a Ctrl-C (see
+/// [`interrupt`]) when there are any to make.
+fn template_lookups(needed: bool) -> network::lookups::Lookups {
+    let mut lookups =
+        network::lookups::Lookups::new(std::sync::Arc::new(|name: &str| ProcessEnv.resolve(name)));
+    // Only lookups need it: ended (and reaped) when `lookups` drops.
+    if let Some(sentinel) = needed.then(interrupt::Sentinel::start).flatten() {
+        lookups.interrupted = Box::new(move || sentinel.interrupted());
+    }
+    lookups
+}
+
+/// The passes of srun's option parsing so far: one per component of the
+/// step (see [`options::end_pass`]).
+static PASSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The network of a heterogeneous step's host template, as srun resolved it
+/// before the step existed (see [`early_network`]).
+static EARLY_NETWORK: std::sync::OnceLock<Result<Option<network::addresses::Network>>> =
+    std::sync::OnceLock::new();
+
+/// For srun's early word in `init_post_opt`'s `pass`: the network of a
+/// heterogeneous step's host template (a step of several components, in a
+/// heterogeneous job, with a template and no `--tf-network`), resolved once
+/// by the system's resolver (files and DNS alike) over every component's
+/// nodes. Slurm copies srun's environment for each component before
+/// `local_user_init`, whose hand-off reaches one component only: the
+/// others' nodes, where slurmstepd resolves no name, take it from here.
+/// None otherwise, or when it cannot be resolved (the step is then refused
+/// in `local_user_init`, see [`network_for`]).
+fn early_network(spank: &Spank, pass: u32) -> Option<network::addresses::Network> {
+    if pass < 2 {
+        return None;
+    }
+    let found = EARLY_NETWORK.get_or_init(|| {
+        let mut settings = Settings::from_admin_args(spank.args()?)?;
+        for key in ["host-template", "network"] {
+            if let Some(value) = options::seen(&format!("tf-{key}")) {
+                settings
+                    .set(key, &value)
+                    .map_err(|e| Error::new(format!("--tf-{e}")))?;
+            }
+        }
+        if settings.network.is_some() || settings.host_template.is_none() {
+            return Ok(None);
+        }
+        let Some(hosts) = core::het::early_template_hosts(&mut ProcessEnv, pass)? else {
+            return Ok(None);
+        };
+        let lookups = template_lookups(true);
+        network::decision::for_step(&settings, hosts.iter().map(String::as_str), &lookups)
+    });
+    found.as_ref().ok().cloned().flatten()
+}
+
+/// The step's nodes: the map's, else the allocation's (a superset): in a
+/// heterogeneous job, that of the step's own component (`job`), whose
+/// SLURM_JOB_NODELIST_HET_GROUP_k srun's environment holds; its
+/// SLURM_JOB_NODELIST is component 0's in a batch script.
+fn step_hosts(verdict: &Verdict, job: u32) -> Option<core::hostlist::HostList> {
     if let Verdict::Map { map, .. } = verdict {
         return Some(map.hosts.clone());
+    }
+    if let Some(hosts) = core::het::component_nodelist(&mut ProcessEnv, job)
+        .ok()
+        .flatten()
+    {
+        return Some(hosts);
     }
     ["SLURM_JOB_NODELIST", "SLURM_NODELIST"]
         .iter()

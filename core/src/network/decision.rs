@@ -346,4 +346,58 @@ mod tests {
             "{e}"
         );
     }
+
+    /// A task of component 1 of `srun --het-group=0,1 -n2 -w node1 : -n2
+    /// -w node2` (srun's hand-off reaches component 0 only) holding `word`,
+    /// on node2, whose /etc/hosts does not name node2-ib: its network.
+    fn component_1(word: &str) -> Result<Option<NodeNetwork>> {
+        let vars = [
+            ("SLURM_JOB_ID", "16"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "2"),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_STEP_NODELIST", "node[1-2]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_GTIDS", "2,3"),
+            ("SLURMD_NODENAME", "node2"),
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_ID_HET_GROUP_0", "15"),
+            ("SLURM_JOB_ID_HET_GROUP_1", "16"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "node1"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", "node2"),
+            ("SLURM_TF_CLUSTER", word),
+        ];
+        let mut task = Given::vars(vars)
+            .gpus(0)
+            .interfaces(node())
+            .etc_hosts("127.0.0.1 localhost\n172.18.0.3 node2\n");
+        let mut settings = template();
+        let torch = crate::frameworks::FRAMEWORKS
+            .iter()
+            .find(|f| f.option == "torch-cluster")
+            .unwrap();
+        settings.frameworks = settings.frameworks.with(torch);
+        Ok(crate::step::Step::gather(&settings, &mut task)?
+            .step()?
+            .network)
+    }
+
+    /// The components srun's hand-off does not reach take the network srun
+    /// resolved (DNS too) before the step existed, from its early word: no
+    /// name is looked up on the node. An early word without it (srun could
+    /// not tell the step's components) leaves the node to its /etc/hosts.
+    #[test]
+    fn a_component_srun_did_not_reach_takes_the_network_of_its_early_word() {
+        let found = component_1("1;srun;net=10.98.0.0/29").unwrap().unwrap();
+        assert_eq!(found.interface, "eth1");
+        assert_eq!(found.network.to_string(), "10.98.0.0/29");
+        let e = component_1("1;srun").unwrap_err().to_string();
+        assert!(e.contains("node2-ib is not in /etc/hosts"), "{e}");
+        // A network none of the node's interfaces is on: refused, naming it.
+        let e = component_1("1;srun;net=10.99.0.0/29")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node2 is not on 10.99.0.0/29"), "{e}");
+    }
 }

@@ -8,9 +8,14 @@
 //! ([`addresses::covering`], in its hand-off, crate::handoff). Each node
 //! then only lists its own interfaces
 //! (getifaddrs, no DNS, no fork: crate::os::node_interfaces) and picks the one
-//! carrying an address on that network ([`addresses::choose`], in [`decision`]). Without srun's word (the
-//! components of a heterogeneous step srun's variable does not reach) a node
-//! looks its own template name up in /etc/hosts only: a bounded file read.
+//! carrying an address on that network ([`addresses::choose`], in [`decision`]).
+//! The components of a heterogeneous step srun's hand-off does not reach get
+//! the network in srun's early word: srun resolves, before the step exists,
+//! the template names of every component's nodes (each component's own
+//! SLURM_JOB_NODELIST_HET_GROUP_k, crate::het::early_template_hosts). Only
+//! without any word of srun's on the network (a heterogeneous step srun
+//! allocated itself) a node looks its own template name up in /etc/hosts: a
+//! bounded file read, never DNS.
 
 //!
 //! By concept: the subnet, address and interface types and the variables
