@@ -296,7 +296,8 @@ mod tests {
             ("SLURM_STEP_RESV_PORTS", "12000-12063"),
             ("SLURM_TF_CLUSTER", "1;7.0;verdict=none"),
         ];
-        let vars: std::collections::HashMap<&str, String> = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let vars: std::collections::HashMap<&str, String> =
+            vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
         let settings = Settings {
             frameworks: Frameworks::only(&ray::FRAMEWORK),
             ..Settings::default()
