@@ -60,6 +60,12 @@ fn main() {
     if slurm_h.contains("slurm_requeue(slurm_step_id_t") {
         println!("cargo:rustc-cfg=slurm_requeue_by_id");
     }
+    // slurm_load_job (src/spank/requeue.rs) likewise: a job id up to 25.11, a
+    // slurm_step_id_t in 26.05.
+    println!("cargo::rustc-check-cfg=cfg(slurm_load_job_by_id)");
+    if slurm_h.contains("slurm_load_job(job_info_msg_t **resp, slurm_step_id_t") {
+        println!("cargo:rustc-cfg=slurm_load_job_by_id");
+    }
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
     if blocks_follow_topology(version) {
         // From 26.05 on (22.05, 24.11 and 25.11 do not: slurm_version.rs), a

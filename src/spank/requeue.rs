@@ -12,7 +12,8 @@
 //! At most `requeue-max` restarts (`--tf-requeue-max`, default 3): the
 //! count is slurmctld's own record of the job (`slurm_load_job`'s
 //! restart_cnt, every requeue whatever made it), never a variable; at the
-//! cap, one line says so and the job ends as its tasks did.
+//! cap, one line in the step's stderr says so (node 0's; another node's
+//! goes to slurmd's log only) and the job ends as its tasks did.
 //!
 //! One requeue RPC per event for the whole step: the step's node 0 (the
 //! SPANK item, Slurm's own) asks as soon as one of its tasks exits with
@@ -78,8 +79,14 @@ impl Drop for Owned {
 /// Job `job` as slurmctld records it (one RPC, bounded by MessageTimeout).
 fn load(job: u32) -> Result<Job> {
     let mut resp: *mut sys::job_info_msg_t = std::ptr::null_mut();
+    #[cfg(not(slurm_load_job_by_id))]
     // SAFETY: `resp` is written with NULL or a response we own.
     let rc = unsafe { sys::slurm_load_job(&mut resp, job, 0) };
+    // 26.05 on: the job named by a step id (the whole job: no step).
+    #[cfg(slurm_load_job_by_id)]
+    // SAFETY: a valid step id; `resp` is written with NULL or a response we
+    // own.
+    let rc = unsafe { sys::slurm_load_job(&mut resp, slurm_api::step_id(job, sys::NO_VAL), 0) };
     let what = || format!("slurmctld gave no record of job {job}");
     slurm_api::check(rc, what)?;
     let resp = Owned(slurm_api::non_null(resp, what)?.as_ptr());
@@ -138,10 +145,16 @@ pub fn task_exit(spank: &Spank, settings: &Settings, leader: Option<u32>) {
     };
     let max = settings.requeue_max;
     if seen.restarts >= max {
-        log::error!(
+        let line = format!(
             "a task exited with {code} (--tf-requeue-on={code}) but job {job} was not requeued: Slurm restarted it {} times already, the most --tf-requeue-max allows ({max})",
             seen.restarts
         );
+        // One line in the step's stderr, node 0's (every rank usually
+        // exits with the code); the other nodes' in slurmd's log only.
+        match first {
+            true => log::error!("{line}"),
+            false => log::warn!("{line}"),
+        }
         return;
     }
     // SAFETY: integers only; libslurm (linked into slurmstepd) sends the RPC.
