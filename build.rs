@@ -60,6 +60,12 @@ fn main() {
     if slurm_h.contains("slurm_requeue(slurm_step_id_t") {
         println!("cargo:rustc-cfg=slurm_requeue_by_id");
     }
+    // slurm_load_job (src/spank/requeue.rs) likewise: a job id up to 25.11, a
+    // slurm_step_id_t in 26.05.
+    println!("cargo::rustc-check-cfg=cfg(slurm_load_job_by_id)");
+    if slurm_h.contains("slurm_load_job(job_info_msg_t **resp, slurm_step_id_t") {
+        println!("cargo:rustc-cfg=slurm_load_job_by_id");
+    }
     println!("cargo::rustc-check-cfg=cfg(slurm_blocks_follow_topology)");
     if blocks_follow_topology(version) {
         // From 26.05 on (22.05, 24.11 and 25.11 do not: slurm_version.rs), a
@@ -91,7 +97,8 @@ fn main() {
         .allowlist_function("slurm_(error|info|verbose|debug|strerror|spank_log)")
         .allowlist_function("slurm_job_step_layout_(get|free)|slurm_kill_job_step|slurm_requeue")
         .allowlist_function("slurm_get_job_steps|slurm_free_job_step_info_response_msg")
-        .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t")
+        .allowlist_function("slurm_load_job|slurm_free_job_info_msg")
+        .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t|job_states")
         .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")
         .layout_tests(false)
         .generate()

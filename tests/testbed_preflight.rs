@@ -226,3 +226,45 @@ fn a_hundred_healthy_steps_are_never_refused() {
     assert!(stdout.contains("TFC_OK 100"), "{stdout}{stderr}");
     assert!(messages(&stderr).is_empty(), "{stderr}");
 }
+
+/// A Ray step's node-wide ports are checked on every node, not on the
+/// head's only: `bob` listens on node2 on the port every Ray node's raylet
+/// takes (`--node-manager-port`, the step's second port; the head is on
+/// node1); the step is refused by node2's preflight in seconds, naming the
+/// port. No Ray is needed: the preflight runs before any task starts.
+/// Measured without the check on every node: no preflight line, the step
+/// ran its payload (a Ray cluster on these ports failed after 114 s).
+#[test]
+fn a_ray_port_held_on_another_node_than_the_heads_is_refused_naming_it() {
+    let _alone = exclusive();
+    const BASE: u16 = 27_800;
+    const PORT: u16 = BASE + 1;
+    let hold = format!(
+        "rm -f /tmp/tfc-hold-ray.pid; runuser -u bob -- setsid python3 -c 'import os, socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"0.0.0.0\", {PORT})); s.listen(); open(\"/tmp/tfc-hold-ray.pid\", \"w\").write(str(os.getpid())); time.sleep(120)' </dev/null >/dev/null 2>&1 & for i in $(seq 50); do ss -Hltn 'sport = :{PORT}' | grep -q . && test -s /tmp/tfc-hold-ray.pid && exit 0; sleep 0.1; done; exit 1"
+    );
+    sh_on("node2", &hold);
+    let base = format!("--tf-port-base={BASE}");
+    let ended = srun_timed(
+        &[
+            "-N3",
+            "--ntasks-per-node=1",
+            "-w",
+            "node[1-3]",
+            "--resv-ports=0",
+            "--ray-cluster",
+            &base,
+        ],
+        PAYLOAD,
+    );
+    sh_on(
+        "node2",
+        "kill $(cat /tmp/tfc-hold-ray.pid) && rm /tmp/tfc-hold-ray.pid",
+    );
+    assert_refused(
+        "held Ray port on node2",
+        &ended,
+        &format!(
+            "node2: port {PORT}, which a task listens on, cannot be bound: another process holds it"
+        ),
+    );
+}

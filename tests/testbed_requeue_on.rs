@@ -3,8 +3,11 @@
 //! exits 43 in its first incarnation is requeued by slurmstepd, comes back
 //! with the run id `.r1` and ends; `scontrol show job` counts one restart.
 //! The same job submitted with `--no-requeue` is not requeued: Slurm refuses
-//! it to root too, and one line says so.
-//!
+//! it to root too, and one line says so. A two-node step whose tasks exit 43
+//! every time, with `--tf-requeue-max=1`, is requeued exactly once (one
+//! requeue RPC for both nodes: no `error:` line about the requeue in
+//! slurmctld's or the nodes' slurmd logs), then ends with one line naming
+//! the cap.
 //!
 //! Then what the option is for, behind the container stand-in (a SPANK
 //! plugin written for the tests from pyxis's documented facts, not pyxis):
@@ -15,9 +18,9 @@
 //! the step after the saved one with the loss where it stopped, and ends;
 //! `sacct --duplicates` records the first incarnation as REQUEUED.
 //!
-//! Cost: two one-node bash jobs and one two-node training (torch imported
-//! 4 times in all); each requeued job waits out the testbed's credential
-//! expiry (30 s) before it starts again.
+//! Cost: two one-node bash jobs, one two-node bash job and one two-node
+//! training (torch imported 4 times in all); each requeued job waits out the
+//! testbed's credential expiry (30 s) before it starts again.
 
 mod common;
 
@@ -32,16 +35,25 @@ const SCRIPT: &str = r#"#!/bin/bash
 srun --tf-cluster --tf-requeue-on=43 bash -c 'echo "RUN $TF_CLUSTER_RUN_ID"; case "$TF_CLUSTER_RUN_ID" in *.r1) exit 0;; *) exit 43;; esac'
 "#;
 
+/// Two nodes whose tasks exit 43 in every incarnation, at most one requeue.
+const ALWAYS_SCRIPT: &str = r#"#!/bin/bash
+srun -N2 --ntasks-per-node=1 --tf-cluster --tf-requeue-on=43 --tf-requeue-max=1 bash -c 'echo "RUN $TF_CLUSTER_RUN_ID"; exit 43'
+"#;
+
 /// Submits SCRIPT with `args` from a folder of its own (`tag`); waits until the job has ended for good;
 /// returns (its `scontrol show job` record, its output).
 fn submit(tag: &str, args: &[&str]) -> (String, String) {
+    submit_script(tag, SCRIPT, args).1
+}
+
+/// [`submit`] of `script`: (the job id, (its record, its output)).
+fn submit_script(tag: &str, script: &str, args: &[&str]) -> (String, (String, String)) {
     let dir = format!("/home/alice/tfc-requeue-on-{tag}-{}", std::process::id());
-    common::install(&dir, &[("job.sh", SCRIPT)], "");
+    common::install(&dir, &[("job.sh", script)], "");
     let out_file = format!("{dir}/job-%j.out");
     let mut cmd = vec![
         "sbatch",
         "--parsable",
-        "-N1",
         "--open-mode=append",
         "-o",
         &out_file,
@@ -75,13 +87,16 @@ fn submit(tag: &str, args: &[&str]) -> (String, String) {
     };
     let output = exec(&["cat", &out_file.replace("%j", &job)]);
     exec(&["rm", "-rf", &dir]);
-    (record, String::from_utf8_lossy(&output.stdout).into_owned())
+    (
+        job,
+        (record, String::from_utf8_lossy(&output.stdout).into_owned()),
+    )
 }
 
 #[test]
 fn a_step_exiting_with_the_code_requeues_its_job_once() {
     let _t = testbed();
-    let (record, output) = submit("requeue", &["--requeue"]);
+    let (record, output) = submit("requeue", &["-N1", "--requeue"]);
     let ctx = format!("{record}\n{output}");
     assert!(record.contains("JobState=COMPLETED"), "{ctx}");
     assert!(record.contains("Restarts=1"), "{ctx}");
@@ -99,11 +114,85 @@ fn a_step_exiting_with_the_code_requeues_its_job_once() {
 #[test]
 fn a_no_requeue_job_is_not_requeued() {
     let _t = testbed();
-    let (record, output) = submit("no-requeue", &["--no-requeue"]);
+    let (record, output) = submit("no-requeue", &["-N1", "--no-requeue"]);
     let ctx = format!("{record}\n{output}");
     assert!(record.contains("JobState=FAILED"), "{ctx}");
     assert!(record.contains("Restarts=0"), "{ctx}");
     assert_eq!(output.matches("RUN ").count(), 1, "{ctx}");
+}
+
+/// Lines of slurmctld's log (ctl) and the nodes' slurmd logs (where
+/// slurmstepd logs) that are errors about requeueing job `job`: a refused
+/// requeue RPC (`_slurm_rpc_requeue: Requeue of JobId=J returned an error`)
+/// or the plugin's line about one. Not Slurm's own notice that a requeue
+/// ended the job's steps (`error: *** STEP J.0 ON node1 CANCELLED AT … DUE
+/// TO JOB REQUEUE ***`), which every requeue logs, `scontrol requeue`'s too.
+fn requeue_errors(job: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (host, log) in [
+        ("ctl", "/var/log/slurm/slurmctld.log"),
+        ("node1", "/var/log/slurm/slurmd.log"),
+        ("node2", "/var/log/slurm/slurmd.log"),
+        ("node3", "/var/log/slurm/slurmd.log"),
+    ] {
+        let out = common::on(host, &["cat", log]);
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let lower = line.to_lowercase();
+            let names_job = line
+                .split(|c: char| !c.is_ascii_digit())
+                .any(|word| word == job);
+            let notice = line.contains(" CANCELLED AT ") && line.contains("DUE TO JOB REQUEUE");
+            if names_job && lower.contains("error") && lower.contains("requeue") && !notice {
+                found.push(format!("{host}: {line}"));
+            }
+        }
+    }
+    found
+}
+
+/// The cap's line, as node 0 of the step says it in the job's output.
+fn cap_line(job: &str) -> String {
+    format!(
+        "tf-cluster: a task exited with 43 (--tf-requeue-on=43) but job {job} was not requeued: Slurm restarted it 1 times already, the most --tf-requeue-max allows (1)"
+    )
+}
+
+/// Without a cap the same job was requeued 9 times in 5 minutes, and each
+/// requeue of a 2-node step sent 2 RPCs (one refused, logged as `error:`).
+#[test]
+fn a_step_always_exiting_with_the_code_is_requeued_up_to_the_cap_once_per_event() {
+    let _t = testbed();
+    let (job, (record, output)) = submit_script("capped", ALWAYS_SCRIPT, &["-N2", "--requeue"]);
+    let ctx = format!("job {job}: {record}\n{output}");
+    assert!(record.contains("Restarts=1 "), "{ctx}");
+    assert!(record.contains("JobState=FAILED"), "{ctx}");
+    let mut runs: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("RUN "))
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs,
+        [
+            format!("{job}.0"),
+            format!("{job}.0"),
+            format!("{job}.0.r1"),
+            format!("{job}.0.r1")
+        ],
+        "{ctx}"
+    );
+    let cap = cap_line(&job);
+    let said: Vec<&str> = output
+        .lines()
+        .filter(|l| l.contains("tf-cluster"))
+        .collect();
+    assert_eq!(said.len(), 1, "one line, naming the cap: {ctx}");
+    assert!(said[0].ends_with(&cap), "{ctx}");
+    let errors: Vec<String> = requeue_errors(&job)
+        .into_iter()
+        .filter(|l| !l.ends_with(&cap))
+        .collect();
+    assert!(errors.is_empty(), "{ctx}\n{}", errors.join("\n"));
 }
 
 /// The image without Slurm's commands (docker/node/images/make.sh), with the

@@ -188,7 +188,9 @@ impl Node {
     }
 
     /// The ports local task `local` listens on (`first`: it is rank 0):
-    /// see [`Node::listening_ports`].
+    /// see [`Node::listening_ports`]. Ray's node (one task per node) listens
+    /// on every node: the head on all of the step's Ray ports, every other
+    /// node on all but the head's own (frameworks::ray::HEAD_ONLY).
     pub fn ports_of(&self, local: u32, first: bool) -> Vec<u16> {
         let mut out = Vec::new();
         for (i, f) in self.settings.frameworks.iter().enumerate() {
@@ -196,6 +198,17 @@ impl Node {
             match (f.ports)(2) {
                 2 => out.extend(ports.get(local as usize)),
                 _ if first => out.extend(ports),
+                _ if std::ptr::eq(f, &frameworks::ray::FRAMEWORK) && local == 0 => {
+                    let fixed = frameworks::ray::FIXED;
+                    out.extend(
+                        fixed
+                            .iter()
+                            .zip(ports)
+                            .filter(|(flag, _)| !frameworks::ray::HEAD_ONLY.contains(flag))
+                            .map(|(_, port)| *port),
+                    );
+                    out.extend(ports.iter().skip(fixed.len()));
+                }
                 _ => {}
             }
         }

@@ -71,17 +71,23 @@ impl PortRange {
     }
 
     /// The `n` ports of step `step` of job `job`. A step of `n` ports takes
-    /// m = ⌈n ÷ [`SLOT`]⌉ slots: the range is cut into ⌊slots ÷ m⌋ blocks of
-    /// m slots, and the step takes block (job × [`STEPS`] + step mod
-    /// [`STEPS`]) mod that count, its ports consecutive from the block's
-    /// start (never wrapping). With m = 1 (up to 4 ports, every step but a
-    /// large TensorFlow one or Ray's) the block is the slot. Two steps of the
-    /// same m therefore meet only if their job ids differ by
-    /// ⌊slots ÷ m⌋ ÷ [`STEPS`] or more (and their step ids agree modulo
-    /// [`STEPS`]): a large step never spills into the slots of its own job's
-    /// next steps or of the next jobs, as it would if it ran on from its slot.
-    /// Steps of unrelated jobs meet by chance, about (a + b − 1) ÷ slots for
-    /// steps of a and b slots.
+    /// m = ⌈n ÷ [`SLOT`]⌉ slots: the range is cut into B = ⌊slots ÷ m⌋
+    /// blocks of m slots, and the step takes block (job × k + step mod
+    /// [`STEPS`]) mod B, where k ([`stride`]) is the first number from
+    /// [`STEPS`] up with no factor in common with B; its ports run
+    /// consecutive from the block's start (never wrapping). With m = 1 (up
+    /// to 4 ports, every step but a large TensorFlow one or Ray's) the block
+    /// is the slot, and k is 16 for the default range (2,375 slots).
+    ///
+    /// Since k and B share no factor, job × k mod B goes through every block
+    /// before it repeats: two steps of the same m whose step ids agree
+    /// modulo [`STEPS`] meet only when their job ids differ by a multiple of
+    /// B, and steps of one job whose step ids differ modulo [`STEPS`] never
+    /// meet (when B ≥ [`STEPS`]). Steps of jobs less than (B − 15) ÷ k
+    /// apart never meet at all. A multiplier sharing a factor with B (16
+    /// with Ray's 148 blocks) would repeat every B ÷ gcd jobs and crowd the
+    /// steps into a fraction of the blocks. Steps of unrelated jobs meet by
+    /// chance, 1 in B for two steps of the same m.
     pub fn block(&self, job: u32, step: u32, n: u32) -> Result<Vec<u16>> {
         let slots = self.slots();
         let size = slots * SLOT;
@@ -94,10 +100,24 @@ impl PortRange {
         }
         let m = n.div_ceil(SLOT).max(1);
         let blocks = u64::from(slots / m);
-        let index = (u64::from(job) * u64::from(STEPS) + u64::from(step % STEPS)) % blocks;
+        let k = stride(blocks);
+        let index = (u64::from(job) * k + u64::from(step % STEPS)) % blocks;
         let start = u32::from(self.first) + index as u32 * m * SLOT;
         Ok((0..n).map(|k| (start + k) as u16).collect())
     }
+}
+
+/// The multiplier of a job id over `blocks` blocks: the first number from
+/// [`STEPS`] up that shares no factor with `blocks`, so that job ids walk
+/// every block before one repeats (16 for the default range's 2,375 slots,
+/// 17 for Ray's 148 blocks).
+pub fn stride(blocks: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    (u64::from(STEPS)..)
+        .find(|&k| gcd(k, blocks) == 1)
+        .unwrap_or(1)
 }
 
 /// Where a step's ports come from when Slurm reserved none.
@@ -320,13 +340,14 @@ mod tests {
     }
 
     /// Ray's steps (64 ports: blocks of 16 slots, 148 of them in the default
-    /// range) of jobs less than 9 apart never meet (9 × 16 step ids = 144
-    /// blocks), stay inside the range, and never run into the next block.
+    /// range, multiplier 17) of jobs less than 8 apart never meet ((148 −
+    /// 15) ÷ 17 = 7.8), stay inside the range, and never run into the next
+    /// block; 8 apart, two of them meet.
     #[test]
     fn large_steps_take_aligned_blocks() {
         let r = DEFAULT_RANGE;
         let mut seen = std::collections::HashSet::new();
-        for job in 1_000_000..1_000_009 {
+        for job in 1_000_000..1_000_008 {
             for step in 0..STEPS {
                 let b = r.block(job, step, 64).unwrap();
                 assert_eq!((b[0] - 20000) % 64, 0, "{job}.{step}");
@@ -336,9 +357,138 @@ mod tests {
                 }
             }
         }
+        let met = (0..STEPS).any(|step| {
+            (0..STEPS).any(|other| {
+                r.block(1_000_000, step, 64).unwrap() == r.block(1_000_008, other, 64).unwrap()
+            })
+        });
+        assert!(met, "8 apart: 8 × 17 + 15 wraps past 148");
         // A 4-port step keeps its slot: job 7, step 0, slot 112, port 20448.
         assert_eq!(r.block(7, 0, 4).unwrap()[0], 20448);
         // 5 ports: two slots, 1187 blocks; job 7 step 0 block 112: 20896.
         assert_eq!(r.block(7, 0, 5).unwrap()[0], 20896);
+    }
+
+    /// A small deterministic generator (xorshift).
+    struct Xorshift(u64);
+
+    impl Xorshift {
+        fn below(&mut self, n: u32) -> u32 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % u64::from(n)) as u32
+        }
+    }
+
+    /// The chance that two steps of `a` and `b` ports meet when each takes
+    /// any of its blocks alike, counted over every pair of blocks (the
+    /// range's geometry only, no job or step id).
+    fn ideal(r: &PortRange, a: u32, b: u32) -> f64 {
+        let slots = r.slots();
+        let (ma, mb) = (a.div_ceil(SLOT), b.div_ceil(SLOT));
+        let (ba, bb) = (slots / ma, slots / mb);
+        let mut met = 0u64;
+        for i in 0..ba {
+            for j in 0..bb {
+                // Slots [i·ma, i·ma + ma) and [j·mb, j·mb + mb); the ports
+                // used are the first a and b of them.
+                let (lo_a, hi_a) = (i * ma * SLOT, i * ma * SLOT + a);
+                let (lo_b, hi_b) = (j * mb * SLOT, j * mb * SLOT + b);
+                if lo_a < hi_b && lo_b < hi_a {
+                    met += 1;
+                }
+            }
+        }
+        met as f64 / (f64::from(ba) * f64::from(bb))
+    }
+
+    /// 100,000 pairs of unrelated jobs (ids drawn from 1 to 10^7), both
+    /// steps step 0 (a batch script's first srun, the most common step), and
+    /// again with step ids drawn from 0-63: the share of pairs whose steps
+    /// share a port is the ideal one (each step any of its blocks alike) for
+    /// steps of 1, 4, 32 and 64 ports, within 4 standard deviations. These
+    /// are the chances docs/layouts-and-gpus.md states.
+    #[test]
+    fn unrelated_steps_meet_as_often_as_an_even_spread_says() {
+        let r = DEFAULT_RANGE;
+        let mut g = Xorshift(0x9e37_79b9_7f4a_7c15);
+        let pairs = 100_000u32;
+        let sizes = [(1, 1), (4, 4), (32, 32), (64, 64), (4, 64)];
+        for ((a, b), any_step) in sizes.iter().flat_map(|&s| [(s, false), (s, true)]) {
+            let mut met = 0u32;
+            let mut drawn = 0u32;
+            while drawn < pairs {
+                let (ja, jb) = (g.below(10_000_000) + 1, g.below(10_000_000) + 1);
+                if ja == jb {
+                    continue;
+                }
+                drawn += 1;
+                let (sa, sb) = match any_step {
+                    true => (g.below(64), g.below(64)),
+                    false => (0, 0),
+                };
+                if overlap(&r.block(ja, sa, a).unwrap(), &r.block(jb, sb, b).unwrap()) {
+                    met += 1;
+                }
+            }
+            let p = ideal(&r, a, b);
+            let want = p * f64::from(pairs);
+            let sigma = (want * (1.0 - p)).sqrt();
+            let seen = f64::from(met) / f64::from(pairs);
+            eprintln!(
+                "{a} and {b} ports, {}: {met} of {pairs} pairs met ({:.3} %), ideal {:.3} % (1 in {:.0})",
+                if any_step { "steps 0-63" } else { "steps 0" },
+                seen * 100.0,
+                p * 100.0,
+                1.0 / p
+            );
+            assert!(
+                (f64::from(met) - want).abs() <= 4.0 * sigma,
+                "{a} and {b} ports (any step {any_step}): {met} of {pairs} pairs met, ideal {want:.0} ± {sigma:.0}"
+            );
+        }
+    }
+
+    /// No period shorter than the blocks: for every step size, jobs J and
+    /// J + p take different blocks for every p below the count of blocks
+    /// (step ids alike), from several starting ids.
+    #[test]
+    fn no_job_id_period_shorter_than_the_blocks() {
+        for range in [DEFAULT_RANGE, PortRange::parse("30000-30063").unwrap()] {
+            let slots = range.slots();
+            for n in [1, 4, 5, 8, 29, 32, 33, 64] {
+                if n > slots * SLOT {
+                    continue;
+                }
+                let blocks = slots / n.div_ceil(SLOT);
+                for base in [0u32, 1_000_003, 4_000_000_000] {
+                    for step in [0, 5] {
+                        let first = range.block(base, step, n).unwrap();
+                        for p in 1..blocks {
+                            assert_ne!(
+                                range.block(base + p, step, n).unwrap(),
+                                first,
+                                "{range:?}, {n} ports: jobs {base} and {base} + {p}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every block is taken: over as many consecutive job ids as there are
+    /// blocks, each block once (the walk covers the whole range).
+    #[test]
+    fn job_ids_walk_every_block() {
+        let r = DEFAULT_RANGE;
+        for n in [4u32, 32, 64] {
+            let blocks = r.slots() / n.div_ceil(SLOT);
+            let starts: std::collections::HashSet<u16> = (0..blocks)
+                .map(|j| r.block(777 + j, 3, n).unwrap()[0])
+                .collect();
+            assert_eq!(starts.len() as u32, blocks, "{n} ports");
+        }
     }
 }

@@ -273,4 +273,54 @@ mod tests {
         assert!(gpu_indices("0-4294967295").is_empty());
         assert_eq!(gpu_indices("0-1023").len(), MAX_GPUS as usize);
     }
+
+    /// `srun -N3 --ntasks-per-node=1 --ray-cluster` on n1-n3, ports
+    /// 12000-12063 reserved: node n`nodeid + 1`'s checks.
+    fn ray_checks(nodeid: u32) -> Checks {
+        use crate::frameworks::{Frameworks, ray};
+        use crate::settings::Settings;
+        use crate::source::Given;
+        use crate::step::Step;
+        let id = nodeid.to_string();
+        let name = format!("n{}", nodeid + 1);
+        let vars = [
+            ("SLURM_PROCID", id.as_str()),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+            ("SLURM_STEP_NODELIST", "n[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1(x3)"),
+            ("SLURM_NODEID", id.as_str()),
+            ("SLURMD_NODENAME", name.as_str()),
+            ("SLURM_GTIDS", id.as_str()),
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_RESV_PORTS", "12000-12063"),
+            ("SLURM_TF_CLUSTER", "1;7.0;verdict=none"),
+        ];
+        let vars: std::collections::HashMap<&str, String> =
+            vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+        let settings = Settings {
+            frameworks: Frameworks::only(&ray::FRAMEWORK),
+            ..Settings::default()
+        };
+        let step = Step::gather(&settings, &mut Given::vars(vars).gpus(0))
+            .unwrap()
+            .step()
+            .unwrap();
+        Checks::of(&Node::prepare(settings, step).unwrap(), None)
+    }
+
+    /// Every Ray node listens on the step's node-wide Ray ports, so every
+    /// node checks them: the head all 64, each other node all but the
+    /// head's own three (GCS 12000, client server 12007, dashboard 12008).
+    #[test]
+    fn every_ray_node_checks_the_ports_its_ray_node_opens() {
+        let head = ray_checks(0);
+        assert_eq!(head.node, "n1");
+        assert_eq!(head.ports, (12000..=12063).collect::<Vec<u16>>());
+        for nodeid in [1, 2] {
+            let other = ray_checks(nodeid);
+            let want: Vec<u16> = (12001..=12006).chain(12009..=12063).collect();
+            assert_eq!(other.ports, want, "{}", other.node);
+        }
+    }
 }

@@ -52,9 +52,20 @@ pub struct Settings {
     /// ranks there (the admin's choice).
     pub record_log: bool,
     /// A task of the step exiting with this code has slurmstepd requeue
-    /// the job (once per node and incarnation).
+    /// the job (once per incarnation).
     pub requeue_on: Option<u8>,
+    /// `requeue_on` requeues no job Slurm has already restarted this many
+    /// times (its restart count, whatever requeued it).
+    pub requeue_max: u32,
 }
+
+/// The most times `--tf-requeue-on` lets a job be restarted, unless the site
+/// (`requeue-max=`) or the step says otherwise: a training that exits with
+/// its code every time comes back three times, not for ever.
+pub const DEFAULT_REQUEUE_MAX: u32 = 3;
+
+/// The largest `requeue-max` (Slurm counts restarts in 16 bits).
+pub const MAX_REQUEUE_MAX: u32 = 1000;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -77,6 +88,7 @@ impl Default for Settings {
             record: None,
             record_log: false,
             requeue_on: None,
+            requeue_max: DEFAULT_REQUEUE_MAX,
         }
     }
 }
@@ -117,7 +129,7 @@ pub struct Setting {
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 13] = [
+pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -263,6 +275,23 @@ pub const SETTINGS: [Setting; 13] = [
             Ok(())
         },
     },
+    Setting {
+        key: "requeue-max",
+        arg: "N",
+        help: "--tf-requeue-on requeues no job Slurm has already restarted N times (0-1000; Slurm's restart count, whatever requeued the job); past it one line says so and the job ends (default 3)",
+        set: |s, v| {
+            s.requeue_max = match parse_u32(v) {
+                Some(n @ 0..=MAX_REQUEUE_MAX) => n,
+                _ => {
+                    return Err(format!(
+                        "{}: a count of requeues must be 0-{MAX_REQUEUE_MAX}",
+                        shown(v)
+                    ));
+                }
+            };
+            Ok(())
+        },
+    },
 ];
 
 /// A record directory: absolute, one line, a bounded length.
@@ -357,9 +386,12 @@ mod tests {
             "record=/scratch/records",
             "record-log=true",
             "requeue-on=43",
+            "requeue-max=2",
         ])
         .unwrap();
         assert_eq!(s.requeue_on, Some(43));
+        assert_eq!(s.requeue_max, 2);
+        assert_eq!(Settings::default().requeue_max, DEFAULT_REQUEUE_MAX);
         assert_eq!(s.record.as_deref(), Some("/scratch/records"));
         assert!(s.record_log);
         assert!(!s.preflight);
@@ -475,6 +507,14 @@ mod tests {
             (
                 "requeue-on=256",
                 "requeue-on=\"256\": an exit code must be 3-125",
+            ),
+            (
+                "requeue-max=1001",
+                "requeue-max=\"1001\": a count of requeues must be 0-1000",
+            ),
+            (
+                "requeue-max=-1",
+                "requeue-max=\"-1\": a count of requeues must be 0-1000",
             ),
         ] {
             let e = Settings::from_admin_args([arg]).unwrap_err().to_string();

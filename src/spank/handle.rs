@@ -145,6 +145,12 @@ impl<'a> Spank<'a> {
         self.item_u32(sys::spank_item_S_JOB_ID, "S_JOB_ID")
     }
 
+    /// This node's index among the step's nodes (slurmstepd only): Slurm's
+    /// own, which no environment variable can change.
+    pub fn node_id(&self) -> Result<u32> {
+        self.item_u32(sys::spank_item_S_JOB_NODEID, "S_JOB_NODEID")
+    }
+
     /// The step id, special ids included.
     pub fn step_id(&self) -> Result<u32> {
         self.item_u32(sys::spank_item_S_JOB_STEPID, "S_JOB_STEPID")

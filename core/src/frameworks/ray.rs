@@ -39,7 +39,7 @@ pub const FIXED: [&str; 9] = [
 
 /// Flags of the head alone (`ray start --head`); a worker node rejects or
 /// ignores them.
-const HEAD_ONLY: [&str; 3] = ["--port", "--ray-client-server-port", "--dashboard-port"];
+pub const HEAD_ONLY: [&str; 3] = ["--port", "--ray-client-server-port", "--dashboard-port"];
 
 /// Ports for Ray's worker processes on a node: each worker, actor and driver
 /// process holds one while it lives (Ray's `--worker-port-list`), so a node

@@ -927,7 +927,8 @@ fn every_setting_has_a_key_an_argument_and_help() {
             "preflight",
             "record",
             "record-log",
-            "requeue-on"
+            "requeue-on",
+            "requeue-max"
         ]
     );
     for s in &crate::settings::SETTINGS {
@@ -1146,11 +1147,12 @@ fn steps_without_reserved_ports_take_their_own_block() {
     based.set("port-base", "9000").unwrap();
     assert_eq!(unreserved_ports(&based, "4242", "0"), (9000, 9002));
     assert_eq!(unreserved_ports(&based, "4243", "0"), (9000, 9002));
-    // port-range=40000-40063: job 4242 × 16 mod 16 slots = slot 0.
+    // port-range=40000-40063: 16 slots, so the multiplier is 17 (the first
+    // from 16 up sharing no factor with 16): job 4242 × 17 mod 16 = slot 2.
     let mut ranged = both.clone();
     ranged.set("port-range", "40000-40063").unwrap();
-    assert_eq!(unreserved_ports(&ranged, "4242", "0"), (40000, 40002));
-    assert_eq!(unreserved_ports(&ranged, "4242", "3"), (40012, 40014));
+    assert_eq!(unreserved_ports(&ranged, "4242", "0"), (40008, 40010));
+    assert_eq!(unreserved_ports(&ranged, "4242", "3"), (40020, 40022));
 }
 
 /// A reservation smaller than the fullest node needs is refused by srun
@@ -1364,19 +1366,20 @@ fn ray_runs_with_the_steps_token_or_not_at_all() {
 
 /// Without a reservation, a Ray step takes a block of 64 ports (16 slots):
 /// job 4242, step 0 of the default range 20000-29499 (2,375 slots, 148
-/// blocks of 16 slots): block 4242 × 16 mod 148 = 88, from port
-/// 20000 + 88 × 64 = 25632 to 25695.
+/// blocks of 16 slots, multiplier 17, the first from 16 up sharing no
+/// factor with 148): block 4242 × 17 mod 148 = 38, from port
+/// 20000 + 38 × 64 = 22432 to 22495.
 #[test]
 fn ray_without_reserved_ports_takes_a_block_of_its_own() {
     let task = ray_task(0, None, "4242");
-    assert_eq!(task.get("RAY_ADDRESS"), Some("n1-ib:25632"));
+    assert_eq!(task.get("RAY_ADDRESS"), Some("n1-ib:22432"));
     assert_eq!(
         task.get("TF_CLUSTER_RAY_HEAD_ARGS"),
-        Some("--port=25632 --ray-client-server-port=25639 --dashboard-port=25640")
+        Some("--port=22432 --ray-client-server-port=22439 --dashboard-port=22440")
     );
     let args = task.get("TF_CLUSTER_RAY_ARGS").unwrap();
     assert!(
-        args.contains("--min-worker-port=25641 --max-worker-port=25695"),
+        args.contains("--min-worker-port=22441 --max-worker-port=22495"),
         "{args}"
     );
 }
