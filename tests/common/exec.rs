@@ -58,6 +58,15 @@ pub fn on(host: &str, cmd: &[&str]) -> Output {
     }
 }
 
+/// [`on`] with a longer limit than its 120 s.
+pub fn on_for(host: &str, seconds: u32, cmd: &[&str]) -> Output {
+    if host == "ctl" {
+        run_in(&["admin"], seconds, cmd)
+    } else {
+        run_in(&["node-exec", host], seconds, cmd)
+    }
+}
+
 /// Every container of the testbed: the submit host first.
 pub const HOSTS: [&str; 4] = ["ctl", "node1", "node2", "node3"];
 
