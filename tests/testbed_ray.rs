@@ -497,7 +497,13 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     let targets = format!("{mark}/targets.json");
     let attack = format!("/opt/ray/bin/python {mark}/attack.py {targets} 1");
     // Each refused attempt may wait out its 60 s: 3 of them.
-    let as_bob = |cmd: &str| on_for("ctl", 400, &["runuser", "-u", "bob", "--", "bash", "-c", cmd]);
+    let as_bob = |cmd: &str| {
+        on_for(
+            "ctl",
+            400,
+            &["runuser", "-u", "bob", "--", "bash", "-c", cmd],
+        )
+    };
     let from_login = as_bob(&format!("cd /tmp && {attack}"));
     let from_job = as_bob(&format!(
         "cd /tmp && srun -N1 -w node1 --resv-ports=64 --ray-cluster --tf-host-template='{{}}-ib' {attack}"

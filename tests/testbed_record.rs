@@ -478,26 +478,32 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
         "{told:?}"
     );
     // postmortem: alice's run, not bob's sibling, and no escape sequence.
-    let pm = exec(&[
-        "timeout",
-        "20",
-        "tf-cluster",
-        "postmortem",
-        &format!("{job}.0"),
-        "--tf-record",
-        &shared,
-    ]);
-    let pm_text = String::from_utf8_lossy(&pm.stdout).into_owned();
-    let pm_ctx = format!("{pm_text}{}", String::from_utf8_lossy(&pm.stderr));
-    assert!(pm.status.success(), "{pm_ctx}");
+    // postmortem of alice's run: its stdout, and stdout and stderr; it
+    // succeeds and shows neither bob's sibling nor an escape sequence.
+    let postmortem = || {
+        let pm = exec(&[
+            "timeout",
+            "20",
+            "tf-cluster",
+            "postmortem",
+            &format!("{job}.0"),
+            "--tf-record",
+            &shared,
+        ]);
+        let pm_text = String::from_utf8_lossy(&pm.stdout).into_owned();
+        let pm_ctx = format!("{pm_text}{}", String::from_utf8_lossy(&pm.stderr));
+        assert!(pm.status.success(), "{pm_ctx}");
+        assert!(
+            !pm_text.contains("evil") && !pm_ctx.contains('\x1b'),
+            "{pm_ctx}"
+        );
+        (pm_text, pm_ctx)
+    };
+    let (pm_text, pm_ctx) = postmortem();
     assert!(
         pm_text.starts_with(&format!(
             "run {job}.0: 1 rank(s) recorded of 1 on 1 node(s); record {run0}\n"
         )),
-        "{pm_ctx}"
-    );
-    assert!(
-        !pm_text.contains("evil") && !pm_ctx.contains('\x1b'),
         "{pm_ctx}"
     );
     assert!(
@@ -516,22 +522,7 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
             ),
         ],
     );
-    let pm = exec(&[
-        "timeout",
-        "20",
-        "tf-cluster",
-        "postmortem",
-        &format!("{job}.0"),
-        "--tf-record",
-        &shared,
-    ]);
-    let pm_text = String::from_utf8_lossy(&pm.stdout).into_owned();
-    let pm_ctx = format!("{pm_text}{}", String::from_utf8_lossy(&pm.stderr));
-    assert!(pm.status.success(), "{pm_ctx}");
-    assert!(
-        !pm_text.contains("evil") && !pm_ctx.contains('\x1b'),
-        "{pm_ctx}"
-    );
+    let (pm_text, pm_ctx) = postmortem();
     assert!(
         pm_text.contains(&format!("{run0}/node2.jsonl is not yours: skipped")),
         "{pm_ctx}"

@@ -223,7 +223,7 @@ impl Early {
                 )
             }
         }
-        early.secret = secret(field("secret")).map_err(|why| bad(why))?;
+        early.secret = secret(field("secret")).map_err(&bad)?;
         match fields.next() {
             None => Ok(Some(early)),
             Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
@@ -507,7 +507,7 @@ impl Handoff {
         if let Some(k) = value(field("restart"))? {
             handoff.restart_count = parse_u32(k).ok_or_else(|| bad("restart is not a count"))?;
         }
-        handoff.secret = secret(field("secret")).map_err(|why| bad(why))?;
+        handoff.secret = secret(field("secret")).map_err(&bad)?;
         match fields.next() {
             None => Ok(Some(handoff)),
             Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
