@@ -28,6 +28,7 @@ use super::bounded_io::{self, Failed, Ids};
 use super::handle::Spank;
 use crate::core::Node;
 use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name, user_dir_name};
+use crate::core::settings::Settings;
 
 /// What `task_exit` needs to append a task's end.
 pub struct Record {
@@ -151,12 +152,17 @@ fn write_node(
     let (dir_c, user_c, run_c) = (c(dir_path)?, c(Path::new(&user_dir))?, c(Path::new(run))?);
     let file_name = c(Path::new(&name))?;
     let lines = node_lines(node, run_id);
+    // Root makes the user's directory only in the site's own record
+    // directory, never in one the step named.
+    let site_way = Settings::from_admin_args(spank.args().map_err(|e| e.to_string())?)
+        .is_ok_and(|site| site.record.as_deref() == Some(dir));
     let write = bounded_io::Write {
         dirs: &dirs,
         under: Some(bounded_io::Under {
             dir: &dir_c,
             user_dir: &user_c,
             run: &run_c,
+            site_way: site_way.then_some(dirs.as_slice()),
         }),
         file: &file_name,
         create: true,
