@@ -374,7 +374,7 @@ mod tests {
         assert_eq!(runs_under(alice, 0o755, alice), Runs::InDir);
         assert_eq!(runs_under(alice, 0o700, alice), Runs::InDir);
         // Shared as /tmp (root's or the user's own, 1777), or the admin's
-        // (0755, users' directories made by the admin): one per user.
+        // (0755, users' directories made as root by the plugin): one per user.
         assert_eq!(runs_under(0, 0o1777, alice), Runs::PerUser);
         assert_eq!(runs_under(alice, 0o1777, alice), Runs::PerUser);
         assert_eq!(runs_under(0, 0o755, alice), Runs::PerUser);
