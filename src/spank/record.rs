@@ -11,7 +11,11 @@
 //!   0700); each directory below `DIR` is made and opened relative to the
 //!   one above without following a link, and a directory or node file that
 //!   is not the user's own is never written into (the step runs without a
-//!   record, and one line says why);
+//!   record, and one line says why). In the site's own record directory
+//!   alone (plugstack.conf's `record=`, root's, writable by no one else, on
+//!   a path of root's with no link) a missing `DIR/<uid>` is made as root
+//!   and given to the user (super::bounded_io::Under::site_way): slurmstepd
+//!   runs `user_init` with the user's effective uid and root's saved one;
 //! - `task_exit` (slurmstepd as root, once per task) appends the task's end
 //!   from a child that first takes the job's user's ids and groups, then
 //!   opens the node's file without `O_CREAT`: what it may write is what the
