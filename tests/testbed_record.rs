@@ -532,3 +532,114 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
         &["rm", "-rf", &shared, &shared2, &admins, &trap, &home],
     );
 }
+
+/// The site's record directory (`record=DIR` in plugstack.conf, root's,
+/// 0755, as admin.md has it) with no directory made for anyone: the plugin
+/// makes alice's (`DIR/1000`, 0700, alice's and her group's) as root,
+/// without following a link, and writes her run in it as alice. A link
+/// root's own hand put where alice's directory goes (to another directory
+/// of root's), and then a directory of bob's there, are refused: one line,
+/// the step runs, the link's target stays root's and empty. A `--tf-record`
+/// of alice's naming another directory of root's (not the site's) gets
+/// nothing made there.
+///
+/// Cost: four one-task steps, each its own allocation on node1.
+#[test]
+fn the_plugin_makes_each_users_directory_in_the_sites_record_directory() {
+    let bed = common::exclusive();
+    let pid = std::process::id();
+    let site = format!("/home/tfc-site-{pid}");
+    let target = format!("/home/tfc-roots-{pid}");
+    let other = format!("/home/tfc-other-{pid}");
+    let root = |script: &str| {
+        let out = common::on("ctl", &["sh", "-c", &format!("set -e; {script}")]);
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    root(&format!(
+        "mkdir -m 755 {site} {target} {other}; ln -s {target} {site}/1000"
+    ));
+    bed.plugstack(&format!("required {} record={site}\n", common::PLUGIN));
+    let step = |extra: &[&str]| {
+        let mut args = vec!["srun", "-N1", "-n1", "-w", "node1", "--tf-cluster"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["sh", "-c", "echo TFC_JOB $SLURM_JOB_ID"]);
+        let out = exec(&args);
+        let all = text(&out);
+        assert!(out.status.success(), "the step did not run:\n{all}");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let job = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("TFC_JOB "))
+            .unwrap_or_else(|| panic!("no job id:\n{all}"))
+            .trim()
+            .to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let told: Vec<String> = messages(&stderr).into_iter().map(String::from).collect();
+        (job, told, all)
+    };
+    // A link where alice's directory goes: not followed, nothing chowned.
+    let (_, told, all) = step(&[]);
+    assert!(
+        told.len() == 1
+            && told[0].contains("no record of step")
+            && told[0].contains(&format!("{site}/1000 is not yours")),
+        "{told:?}\n{all}"
+    );
+    assert_eq!(
+        root(&format!("stat -c '%U %a' {target}; ls -A {target}")).trim(),
+        "root 755",
+        "the link's target was touched:\n{all}"
+    );
+    // A directory of bob's there: refused, left as it is.
+    root(&format!(
+        "rm {site}/1000; mkdir -m 700 {site}/1000; chown 1001:1001 {site}/1000"
+    ));
+    let (_, told, all) = step(&[]);
+    assert!(
+        told.len() == 1 && told[0].contains(&format!("{site}/1000 is not yours")),
+        "{told:?}\n{all}"
+    );
+    assert_eq!(
+        root(&format!("stat -c '%U %a' {site}/1000; ls -A {site}/1000")).trim(),
+        "bob 700",
+        "{all}"
+    );
+    // Nothing there: the plugin makes alice's directory.
+    root(&format!("rmdir {site}/1000"));
+    let (job, told, all) = step(&[]);
+    assert!(told.is_empty(), "{told:?}\n{all}");
+    let made = root(&format!(
+        "stat -c '%U %G %a %F' {site}/1000; stat -c '%U %F' {site}/1000/{job}.0/node1.jsonl"
+    ));
+    assert_eq!(
+        made.lines().collect::<Vec<_>>(),
+        ["alice alice 700 directory", "alice regular file"],
+        "{all}"
+    );
+    let pm = exec(&[
+        "timeout",
+        "20",
+        "tf-cluster",
+        "postmortem",
+        &format!("{job}.0"),
+        "--tf-record",
+        &site,
+    ]);
+    assert!(
+        String::from_utf8_lossy(&pm.stdout).starts_with(&format!(
+            "run {job}.0: 1 rank(s) recorded of 1 on 1 node(s); record {site}/1000/{job}.0\n"
+        )),
+        "{}",
+        text(&pm)
+    );
+    // Another directory of root's, named by alice: nothing made there.
+    let (_, told, all) = step(&["--tf-record", &other]);
+    assert!(
+        told.len() == 1 && told[0].contains("no record of step"),
+        "{told:?}\n{all}"
+    );
+    assert_eq!(root(&format!("ls -A {other}")).trim(), "", "{all}");
+    drop(bed);
+    root(&format!("rm -rf {site} {target} {other}"));
+}

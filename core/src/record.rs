@@ -157,6 +157,21 @@ pub fn only_theirs(owner: u32, mode: u32, uid: u32) -> bool {
     owner == uid && mode & OTHERS_WRITE == 0
 }
 
+/// Whether a directory of owner `owner` and mode `mode` is the admin's
+/// own: root's, writable by no one else. Only there, and only where it is
+/// the site's configured record directory, does the plugin make a user's
+/// directory as root (no one but root could have made what is in it).
+pub fn admins_own(owner: u32, mode: u32) -> bool {
+    owner == 0 && mode & OTHERS_WRITE == 0
+}
+
+/// Whether a directory on the way to the admin's own (opened without
+/// following a link) lets no one but root rename or replace what is in
+/// it: root's, and writable by no one else or sticky (as `/`, `/tmp`).
+pub fn roots_way(owner: u32, mode: u32) -> bool {
+    owner == 0 && (mode & OTHERS_WRITE == 0 || mode & STICKY != 0)
+}
+
 /// The per-user directory's name under a shared `DIR`: the user's id.
 pub fn user_dir_name(uid: u32) -> String {
     uid.to_string()
@@ -359,7 +374,7 @@ mod tests {
         assert_eq!(runs_under(alice, 0o755, alice), Runs::InDir);
         assert_eq!(runs_under(alice, 0o700, alice), Runs::InDir);
         // Shared as /tmp (root's or the user's own, 1777), or the admin's
-        // (0755, users' directories made by the admin): one per user.
+        // (0755, users' directories made as root by the plugin): one per user.
         assert_eq!(runs_under(0, 0o1777, alice), Runs::PerUser);
         assert_eq!(runs_under(alice, 0o1777, alice), Runs::PerUser);
         assert_eq!(runs_under(0, 0o755, alice), Runs::PerUser);
@@ -377,6 +392,22 @@ mod tests {
         assert!(!only_theirs(alice, 0o1777, alice));
         assert!(!only_theirs(alice, 0o770, alice));
         assert_eq!(user_dir_name(alice), "1000");
+    }
+
+    #[test]
+    fn root_makes_a_users_directory_only_in_roots_own() {
+        assert!(admins_own(0, 0o755));
+        assert!(admins_own(0, 0o711));
+        assert!(!admins_own(0, 0o1777), "anyone may make a name first");
+        assert!(!admins_own(0, 0o775));
+        assert!(!admins_own(1000, 0o755));
+        // On the way: sticky directories of root's (/tmp) hold root's
+        // entries safely; a group's or a user's directory does not.
+        assert!(roots_way(0, 0o755));
+        assert!(roots_way(0, 0o1777));
+        assert!(!roots_way(0, 0o777));
+        assert!(!roots_way(0, 0o775));
+        assert!(!roots_way(1000, 0o755));
     }
 
     #[test]

@@ -245,7 +245,7 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "record",
         arg: "DIR",
-        help: "write a record of the step under DIR (an absolute directory, made as the job's user): every rank's host, address, ports, GPUs, interface and role, and how each task ended; read it with tf-cluster postmortem (default: none)",
+        help: "write a record of the step under DIR (an absolute directory): every rank's host, address, ports, GPUs, interface and role, and how each task ended, in DIR/JOB.STEP where DIR is the user's own private directory, else (a shared directory, or the site's) in DIR/<uid>/JOB.STEP, the user's own; read it with tf-cluster postmortem (default: none)",
         set: |s, v| {
             s.record = Some(record_dir(v)?);
             Ok(())

@@ -12,7 +12,7 @@ use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
 use crate::core::os::{MAX_USER_FILE, not_a_regular_file, user_file_refused, user_file_text};
-use crate::core::record::{Runs, only_theirs, runs_under};
+use crate::core::record::{Runs, admins_own, only_theirs, roots_way, runs_under};
 
 /// Whose ids the child takes before it touches the file (slurmstepd's
 /// `task_exit` runs as root); `None` where slurmstepd already is the user.
@@ -45,6 +45,13 @@ pub struct Under<'a> {
     /// The user's directory's name in a shared `dir`.
     pub user_dir: &'a CString,
     pub run: &'a CString,
+    /// Given only where `dir` is the site's configured record directory:
+    /// every directory from `/` to `dir`. Where each is root's (opened
+    /// without following a link, none writable by others but a sticky
+    /// one's) and `dir` is the admin's own (root's, writable by no one
+    /// else), a missing user's directory in it is made as root, given to
+    /// the user, and the rest goes on as the user.
+    pub site_way: Option<&'a [CString]>,
 }
 
 /// Which of a write's places is not the user's own (the child's word's
@@ -90,6 +97,8 @@ const WRITE: u8 = 5;
 const READ: u8 = 6;
 /// A place not the user's own: the value says which ([`PLACE_FILE`]…).
 const NOT_YOURS: u8 = 7;
+/// The user's directory in the admin's own could not be made as root.
+const ROOT: u8 = 8;
 
 /// Writes in a child, as `ids` when given; waits at most `limit`. Whether
 /// the run's directory is under the user's own directory of a shared
@@ -115,6 +124,13 @@ pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<bool, Fail
             None => format!("{file} is not yours: not written"),
         },
         IDS => format!("cannot take the job's user's ids: {os}"),
+        ROOT => match &w.under {
+            Some(u) => format!(
+                "cannot make {} as root: {os}",
+                place(u, true, PLACE_USER_DIR, w.file)
+            ),
+            None => format!("cannot act as root: {os}"),
+        },
         MKDIR => format!("cannot make the directories of {file}: {os}"),
         // ENXIO: a FIFO that no one reads (or a device), opened without
         // blocking.
@@ -379,8 +395,9 @@ fn own_dir_at(
         );
         if fd < 0 {
             let e = *libc::__errno_location();
-            // A link, or not a directory.
-            if e == libc::ELOOP || e == libc::ENOTDIR {
+            // A link, not a directory, or a directory of another's that
+            // the user may not open.
+            if e == libc::ELOOP || e == libc::ENOTDIR || e == libc::EACCES {
                 return Err(not_yours(which));
             }
             return Err(fail(OPEN));
@@ -423,6 +440,13 @@ fn run_dir_fd(u: &Under) -> Result<(libc::c_int, u32), u32> {
                 return Err(not_yours(PLACE_SHARED_DIR));
             }
             Runs::PerUser => {
+                if let Some(way) = u.site_way
+                    && admins_own(owner, mode)
+                    && let Err(code) = make_as_root(dir, way, u.user_dir)
+                {
+                    libc::close(dir);
+                    return Err(code);
+                }
                 let mine = own_dir_at(dir, u.user_dir, 0o700, PLACE_USER_DIR | PER_USER);
                 libc::close(dir);
                 (mine?, PER_USER)
@@ -431,6 +455,105 @@ fn run_dir_fd(u: &Under) -> Result<(libc::c_int, u32), u32> {
         let run = own_dir_at(base, u.run, 0o755, PLACE_RUN_DIR | per_user);
         libc::close(base);
         Ok((run?, per_user))
+    }
+}
+
+/// Whether `dir` is the end of `way` (`/` first), each directory of it
+/// opened without following a link and root's all along
+/// (crate::core::record::roots_way), the last the admin's own.
+fn on_roots_way(dir: libc::c_int, way: &[CString]) -> bool {
+    // SAFETY: system calls on values made before the fork.
+    unsafe {
+        let mut end: libc::stat = std::mem::zeroed();
+        if way.is_empty() || libc::fstat(dir, &mut end) != 0 {
+            return false;
+        }
+        for (i, step) in way.iter().enumerate() {
+            let fd = libc::open(
+                step.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return false;
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            let stat_ok = libc::fstat(fd, &mut st) == 0;
+            libc::close(fd);
+            let mode = st.st_mode & 0o7777;
+            let last = i + 1 == way.len();
+            let ok = stat_ok
+                && if last {
+                    admins_own(st.st_uid, mode)
+                        && (st.st_dev, st.st_ino) == (end.st_dev, end.st_ino)
+                } else {
+                    roots_way(st.st_uid, mode)
+                };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// In the admin's own record directory `dir` (see [`Under::site_way`]):
+/// makes the user's directory `name` (0700) as root where it is missing and
+/// gives it to the user (the child's effective ids), then is the user again.
+/// Only a directory just made, opened without following a link, is given:
+/// nothing that was there before is touched (the user's own check follows).
+/// slurmstepd's `user_init` runs with the user's effective uid and root's
+/// saved one, which the child takes back for this alone.
+fn make_as_root(dir: libc::c_int, way: &[CString], name: &CString) -> Result<(), u32> {
+    // SAFETY: system calls on values made before the fork.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) == 0
+            || *libc::__errno_location() != libc::ENOENT
+            || !on_roots_way(dir, way)
+        {
+            return Ok(());
+        }
+        let (uid, gid) = (libc::geteuid(), libc::getegid());
+        let (mut real, mut effective, mut saved) = (0, 0, 0);
+        if libc::getresuid(&mut real, &mut effective, &mut saved) != 0 {
+            return Err(fail(ROOT));
+        }
+        if saved != 0 {
+            return Err(fail_with(ROOT, libc::EPERM));
+        }
+        if libc::seteuid(0) != 0 {
+            return Err(fail(ROOT));
+        }
+        let mut result = Ok(());
+        if libc::mkdirat(dir, name.as_ptr(), 0o700) != 0 {
+            // Made meanwhile (another step of the user's): the user's own
+            // check decides.
+            if *libc::__errno_location() != libc::EEXIST {
+                result = Err(fail(ROOT));
+            }
+        } else {
+            let fd = libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                result = Err(fail(ROOT));
+            } else {
+                let given = match dir_stat(fd) {
+                    Ok((0, _)) => libc::fchown(fd, uid, gid) == 0 && libc::fchmod(fd, 0o700) == 0,
+                    _ => false,
+                };
+                if !given {
+                    result = Err(fail(ROOT));
+                }
+                libc::close(fd);
+            }
+        }
+        if libc::seteuid(uid) != 0 || libc::geteuid() != uid {
+            return Err(fail(IDS));
+        }
+        result
     }
 }
 
@@ -854,6 +977,7 @@ mod under_tests {
                 dir: &dir_c,
                 user_dir: &user,
                 run: &run,
+                site_way: None,
             }),
             file: &file,
             create: true,

@@ -11,7 +11,11 @@
 //!   0700); each directory below `DIR` is made and opened relative to the
 //!   one above without following a link, and a directory or node file that
 //!   is not the user's own is never written into (the step runs without a
-//!   record, and one line says why);
+//!   record, and one line says why). In the site's own record directory
+//!   alone (plugstack.conf's `record=`, root's, writable by no one else, on
+//!   a path of root's with no link) a missing `DIR/<uid>` is made as root
+//!   and given to the user (super::bounded_io::Under::site_way): slurmstepd
+//!   runs `user_init` with the user's effective uid and root's saved one;
 //! - `task_exit` (slurmstepd as root, once per task) appends the task's end
 //!   from a child that first takes the job's user's ids and groups, then
 //!   opens the node's file without `O_CREAT`: what it may write is what the
@@ -28,6 +32,7 @@ use super::bounded_io::{self, Failed, Ids};
 use super::handle::Spank;
 use crate::core::Node;
 use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name, user_dir_name};
+use crate::core::settings::Settings;
 
 /// What `task_exit` needs to append a task's end.
 pub struct Record {
@@ -151,12 +156,17 @@ fn write_node(
     let (dir_c, user_c, run_c) = (c(dir_path)?, c(Path::new(&user_dir))?, c(Path::new(run))?);
     let file_name = c(Path::new(&name))?;
     let lines = node_lines(node, run_id);
+    // Root makes the user's directory only in the site's own record
+    // directory, never in one the step named.
+    let site_way = Settings::from_admin_args(spank.args().map_err(|e| e.to_string())?)
+        .is_ok_and(|site| site.record.as_deref() == Some(dir));
     let write = bounded_io::Write {
         dirs: &dirs,
         under: Some(bounded_io::Under {
             dir: &dir_c,
             user_dir: &user_c,
             run: &run_c,
+            site_way: site_way.then_some(dirs.as_slice()),
         }),
         file: &file_name,
         create: true,

@@ -117,9 +117,10 @@ pub(super) fn check_plugin(
 }
 
 /// The site's `record=DIR`: each user's runs go in `DIR/<uid>`, made by the
-/// user in a sticky directory others may write (1777), or by the admin in
-/// one of root's (0755); one others may write without the sticky bit gets
-/// no record (crate tf_cluster_core::record::runs_under).
+/// user in a sticky directory others may write (1777), or by the plugin as
+/// root in one of root's (0755) on a path of root's own directories with no
+/// link; one others may write without the sticky bit gets no record (crate
+/// tf_cluster_core::record::runs_under, admins_own, roots_way).
 fn check_record_dir(report: &mut Report, host: &mut dyn Host, dir: &str) {
     let shown = tf_cluster_core::record::printable(dir);
     match host.directory(dir) {
@@ -127,7 +128,7 @@ fn check_record_dir(report: &mut Report, host: &mut dyn Host, dir: &str) {
             Level::Warn,
             &[dir],
             format!(
-                "record={shown} does not exist: a user's first step would make it theirs, and others could not write in it; make it root's with mode 1777 (`install -d -m 1777 {shown}`)"
+                "record={shown} does not exist: a user's first step would make it theirs, and others could not write in it; make it root's with mode 0755 (`install -d -m 0755 {shown}`)"
             ),
         ),
         Err(e) => report.add_about(
@@ -139,7 +140,7 @@ fn check_record_dir(report: &mut Report, host: &mut dyn Host, dir: &str) {
             Level::Fail,
             &[dir],
             format!(
-                "record={shown} has mode {mode:04o}: others may write it without the sticky bit, so no step writes a record there (anyone could rename a user's directory); `chmod 1777 {shown}`"
+                "record={shown} has mode {mode:04o}: others may write it without the sticky bit, so no step writes a record there (anyone could rename a user's directory); `chmod 0755 {shown}`"
             ),
         ),
         Ok((owner, mode)) if owner != 0 => report.add_about(
@@ -152,14 +153,52 @@ fn check_record_dir(report: &mut Report, host: &mut dyn Host, dir: &str) {
         Ok((_, mode)) if mode & 0o002 != 0 => report.add(
             Level::Ok,
             format!(
-                "record={shown}: mode {mode:04o}, each user's runs in {shown}/<uid> (0700), made on their first step"
+                "record={shown}: mode {mode:04o}, each user's runs in {shown}/<uid> (0700), made on their first step (another user can make it first and deny them a record: mode 0755 leaves nothing to make first)"
             ),
         ),
-        Ok((_, mode)) => report.add(
-            Level::Ok,
-            format!(
-                "record={shown}: mode {mode:04o}, each user's runs in {shown}/<uid>, which the admin makes (`install -d -m 0700 -o USER {shown}/UID`): a user without one gets no record"
+        Ok((_, mode)) => match off_roots_way(host, dir) {
+            None => report.add(
+                Level::Ok,
+                format!(
+                    "record={shown}: mode {mode:04o}, each user's runs in {shown}/<uid> (0700), made by the plugin as root on their first step"
+                ),
             ),
-        ),
+            Some(why) => report.add_about(
+                Level::Warn,
+                &[dir],
+                format!(
+                    "record={shown}: mode {mode:04o}, but {why}: the plugin makes a user's directory there only on a path of root's own directories with no link, so a user without {shown}/<uid> gets no record; give it such a path, or make each user's (`install -d -m 0700 -o USER -g GROUP {shown}/UID`)"
+                ),
+            ),
+        },
     }
+}
+
+/// Why the plugin would not make users' directories as root in `dir`: the
+/// first directory from `dir` up to `/` that is a link, missing, or not
+/// root's as the plugin requires; `None` where it would.
+fn off_roots_way(host: &mut dyn Host, dir: &str) -> Option<String> {
+    use tf_cluster_core::record::{admins_own, printable, roots_way};
+    for (i, p) in std::path::Path::new(dir)
+        .ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .enumerate()
+    {
+        let path = p.to_string_lossy();
+        let shown = printable(&path);
+        match host.directory_here(&path) {
+            Err(e) => return Some(format!("{shown}{}", said(&e))),
+            Ok((owner, mode))
+                if !(if i == 0 {
+                    admins_own(owner, mode)
+                } else {
+                    roots_way(owner, mode)
+                }) =>
+            {
+                return Some(format!("{shown} is uid {owner}'s (mode {mode:04o})"));
+            }
+            Ok(_) => {}
+        }
+    }
+    None
 }

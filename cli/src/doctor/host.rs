@@ -34,6 +34,12 @@ pub trait Host {
         let _ = path;
         Err(std::io::Error::other("not looked at"))
     }
+    /// As [`Host::directory`], the last component not followed: an error
+    /// where it is a link.
+    fn directory_here(&mut self, path: &str) -> std::io::Result<(u32, u32)> {
+        let _ = path;
+        Err(std::io::Error::other("not looked at"))
+    }
     /// The path a file is known by, for reading each file once (symbolic
     /// links and `..` resolved where the file exists; else the path).
     fn canonical(&mut self, path: &str) -> String {

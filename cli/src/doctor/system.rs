@@ -36,6 +36,18 @@ impl Host for System {
         Ok((meta.uid(), meta.mode() & 0o7777))
     }
 
+    fn directory_here(&mut self, path: &str) -> std::io::Result<(u32, u32)> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)?;
+        if meta.file_type().is_symlink() {
+            return Err(invalid("is a link"));
+        }
+        if !meta.is_dir() {
+            return Err(invalid("is not a directory"));
+        }
+        Ok((meta.uid(), meta.mode() & 0o7777))
+    }
+
     fn canonical(&mut self, path: &str) -> String {
         std::fs::canonicalize(path)
             .map(|p| p.to_string_lossy().into_owned())

@@ -16,6 +16,8 @@ struct Fake {
     reads: HashMap<String, usize>,
     /// Directories: owner uid and mode.
     dirs: HashMap<String, (u32, u32)>,
+    /// Paths that are links (to the directory `dirs` has for them).
+    links: std::collections::HashSet<String>,
 }
 
 impl Fake {
@@ -28,6 +30,7 @@ impl Fake {
             slurm: Some(0x180b05),
             reads: HashMap::new(),
             dirs: HashMap::new(),
+            links: Default::default(),
         };
         f.file(
             "/etc/slurm/slurm.conf",
@@ -110,6 +113,15 @@ impl Host for Fake {
             .get(path)
             .copied()
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))
+    }
+    fn directory_here(&mut self, path: &str) -> std::io::Result<(u32, u32)> {
+        if self.links.contains(path) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "is a link",
+            ));
+        }
+        self.directory(path)
     }
 }
 
@@ -477,9 +489,10 @@ fn never_ok_and_fail_for_the_same_thing() {
     }
 }
 
-/// The site's record directory: 1777 or root's 0755 (with the users'
-/// directories made by the admin) are sound; others' write without the
-/// sticky bit fails (no step writes there); missing or a user's warns.
+/// The site's record directory: 1777 or root's 0755 (on a path of root's
+/// with no link, where the plugin makes the users' directories) are sound;
+/// others' write without the sticky bit fails (no step writes there);
+/// missing, a user's, or a link or a user's directory on the way warns.
 #[test]
 fn the_record_directory_matches_the_per_user_layout() {
     let conf = "/etc/slurm/plugstack.conf.d/tf-cluster.conf";
@@ -498,12 +511,50 @@ fn the_record_directory_matches_the_per_user_layout() {
         "{}",
         r.render()
     );
-    let r = with_record(Some((0, 0o755)));
+    // Root's 0755 on a path of root's: the plugin makes each user's
+    // directory; a link or a user's directory on the way: it does not.
+    let roots_way = |f: &mut Fake| {
+        for d in ["/", "/scratch"] {
+            f.dirs.insert(d.into(), (0, 0o755));
+        }
+    };
+    let conf_with = |f: &mut Fake| {
+        f.file(conf, &format!("required {SO} record=/scratch/records\n"));
+        f.dirs.insert("/scratch/records".into(), (0, 0o755));
+    };
+    let mut f = Fake::healthy();
+    conf_with(&mut f);
+    roots_way(&mut f);
+    let r = f.run();
     assert_eq!(r.worst(), Level::Ok, "{}", r.render());
     assert!(
-        r.render().contains("which the admin makes"),
+        r.render().contains("record=/scratch/records: mode 0755, each user's runs in /scratch/records/<uid> (0700), made by the plugin as root on their first step"),
         "{}",
         r.render()
+    );
+    let mut f = Fake::healthy();
+    conf_with(&mut f);
+    roots_way(&mut f);
+    f.links.insert("/scratch".into());
+    let r = f.run();
+    let w = warns(&r);
+    assert!(
+        w.iter().any(|w| w.contains("/scratch is a link")
+            && w.contains("a user without /scratch/records/<uid> gets no record")),
+        "{w:?}"
+    );
+    let mut f = Fake::healthy();
+    conf_with(&mut f);
+    roots_way(&mut f);
+    f.dirs.insert("/scratch".into(), (1000, 0o755));
+    let w = warns(&f.run())
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("/scratch is uid 1000's (mode 0755)")),
+        "{w:?}"
     );
     for mode in [0o777, 0o775, 0o2770] {
         let r = with_record(Some((0, mode)));
