@@ -12,6 +12,13 @@ include!("slurm_version.rs");
 
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    // cargo reruns this script when a header named below is newer than its
+    // last run, so headers of another Slurm copied into the same directory
+    // with their package's older time would leave the plugin built for the
+    // previous ones. The scripts that build (packaging/, docker/matrix.sh)
+    // pass the headers' content digest (packaging/slurm-headers.sh): another
+    // content is another value, and cargo reruns this script for it.
+    println!("cargo:rerun-if-env-changed=TFC_SLURM_HEADERS_DIGEST");
     let include = env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into());
     let header = PathBuf::from(&include).join("slurm/spank.h");
     if !header.exists() {

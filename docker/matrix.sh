@@ -12,9 +12,10 @@
 #        base image debian:S (debootstrap when absent), node image tfc-node:S, and
 #        the /usr/include/slurm of the image's libslurm-dev copied out; the
 #        suites' images build side by side
-#   2. SLURM_INCLUDE_DIR=target/slurm-S/include \
+#   2. SLURM_INCLUDE_DIR=target/slurm-S/include TFC_SLURM_HEADERS_DIGEST=… \
 #        cargo build --release --lib --features fault-injection, then
-#        packaging/deb.sh target/slurm-S/deb
+#        packaging/deb.sh target/slurm-S/deb (each .so's plugin_version checked
+#        against the headers': packaging/slurm-headers.sh)
 #        the fault-injection build tests/testbed_hardening.rs loads (kept as
 #        target/slurm-S/release/libtf_cluster_fault.so), and the Debian package
 #        of the plugin and CLI for that Slurm, which every container of the
@@ -76,6 +77,8 @@ if [ -z "${STAGES_FILE:-}" ]; then
 fi
 # shellcheck source=tests/stages.sh
 source tests/stages.sh
+# shellcheck source=packaging/slurm-headers.sh
+source packaging/slurm-headers.sh
 
 # Builds the image of suite $1 and copies its Slurm headers out, holding the
 # suite's image lock: a suite of the matrix started while `--images` still
@@ -170,11 +173,13 @@ done
 # once), each .so and the CLI copied out of cargo's way into $dir/release, laid
 # out as a target dir's release/ (tests/testbed_prefix.rs installs from it).
 build_plugin() {
-    local suite=$1 dir=target/slurm-$1 v
+    local suite=$1 dir=target/slurm-$1 v why
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
     log "$suite" "plugin for Slurm $((v >> 16)).$(printf %02d $(((v >> 8) & 255))).$((v & 255))"
     mkdir -p "$dir/release"
-    SLURM_INCLUDE_DIR="$dir/include" cargo build --release --lib --features fault-injection || return 1
+    SLURM_INCLUDE_DIR="$dir/include" TFC_SLURM_HEADERS_DIGEST=$(headers_digest "$dir/include") \
+        cargo build --release --lib --features fault-injection || return 1
+    why=$(plugin_mismatch target/release/libtf_cluster.so "$v") || { log "$suite" "error: $why"; return 1; }
     install -m 755 target/release/libtf_cluster.so "$dir/release/libtf_cluster_fault.so"
     SLURM_INCLUDE_DIR="$dir/include" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
     install -m 755 target/release/libtf_cluster.so target/release/tf-cluster "$dir/release/"

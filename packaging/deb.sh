@@ -21,8 +21,9 @@
 #
 # Environment: SLURM_INCLUDE_DIR (/usr/include: the headers to build against,
 # as build.rs reads them), CARGO_TARGET_DIR (target), TFC_DEB_NO_BUILD=1
-# (package what $CARGO_TARGET_DIR/release already holds; it must have been
-# built against the same headers). Needs cargo, dpkg-deb, cc, objdump.
+# (package what $CARGO_TARGET_DIR/release already holds). The .so's
+# plugin_version must be the headers' SLURM_VERSION_NUMBER, or no package is
+# made. Needs cargo, dpkg-deb, cc, binutils (objdump, nm, readelf).
 set -euo pipefail
 umask 022
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +32,8 @@ out=${1:-target/deb}
 include=${SLURM_INCLUDE_DIR:-/usr/include}
 target=${CARGO_TARGET_DIR:-target}
 die() { echo "deb: error: $*" >&2; exit 1; }
+# shellcheck source=packaging/slurm-headers.sh
+source packaging/slurm-headers.sh
 
 version_h=$include/slurm/slurm_version.h
 [ -f "$version_h" ] || die "$version_h not found: install libslurm-dev or set SLURM_INCLUDE_DIR"
@@ -49,10 +52,13 @@ plugin_dir=/usr/lib/$multiarch/slurm-wlm
 
 if [ "${TFC_DEB_NO_BUILD:-0}" != 1 ]; then
     echo "deb: building tf-cluster against Slurm $slurm ($include)" >&2
-    SLURM_INCLUDE_DIR=$include CARGO_TARGET_DIR=$target cargo build --release --quiet
+    SLURM_INCLUDE_DIR=$include TFC_SLURM_HEADERS_DIGEST=$(headers_digest "$include") \
+        CARGO_TARGET_DIR=$target cargo build --release --quiet
 fi
 so=$target/release/libtf_cluster.so cli=$target/release/tf-cluster
 [ -f "$so" ] && [ -f "$cli" ] || die "$so or $cli is missing"
+# The package names the headers' release: it holds a plugin of theirs or none.
+why=$(plugin_mismatch "$so" "$v") || die "$why (the headers in $include)"
 # The version the build carries (buildinfo.rs: Cargo.toml's, with the revision
 # for a development build), as `tf-cluster --version` prints it.
 build_version=$("$cli" --version | awk '{ print $2 }')

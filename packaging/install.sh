@@ -35,6 +35,8 @@ umask 022
 LC_ALL=C
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 die() { echo "install: error: $*" >&2; exit 1; }
+# shellcheck source=packaging/slurm-headers.sh
+source "$repo/packaging/slurm-headers.sh"
 usage() {
     echo "usage: bash packaging/install.sh --slurm-prefix DIR [--sysconfdir DIR] [--prefix DIR]"
     echo "           [--plugin-dir DIR] [--destdir DIR] [--no-build] [--dry-run]"
@@ -154,26 +156,10 @@ cd "$repo"
 target=${CARGO_TARGET_DIR:-target}
 so=$target/release/libtf_cluster.so cli=$target/release/tf-cluster
 if [ "$build" = 1 ]; then
-    run env SLURM_INCLUDE_DIR="$include" "${CARGO:-cargo}" build --release --quiet \
-        -p tf-cluster -p tf-cluster-cli
+    run env SLURM_INCLUDE_DIR="$include" TFC_SLURM_HEADERS_DIGEST="$(headers_digest "$include")" \
+        "${CARGO:-cargo}" build --release --quiet -p tf-cluster -p tf-cluster-cli
 fi
 
-# The plugin's plugin_version, read from the file: the u32 its .dynsym entry
-# points at (file offset from the LOAD segment holding that address).
-plugin_version() {
-    local addr off vaddr filesz
-    addr=$(nm -D --defined-only "$1" | awk '$3 == "plugin_version" { print $1 }')
-    [ -n "$addr" ] || return 1
-    addr=$((16#$addr))
-    while read -r off vaddr filesz; do
-        if ((addr >= vaddr && addr < vaddr + filesz)); then
-            od -An -tu4 -j $((addr - vaddr + off)) -N4 "$1" | tr -d ' '
-            return
-        fi
-    done < <(readelf -lW "$1" | awk '$1 == "LOAD" { print $2, $3, $5 }' |
-        while read -r o va fs; do echo $((o)) $((va)) $((fs)); done)
-    return 1
-}
 # The build checked against the headers: before the install, and with
 # --dry-run too where there is a build to check (with --no-build).
 check_build() {
