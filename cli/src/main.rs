@@ -62,14 +62,12 @@ enum Command {
     /// through the environment, for launchers that write their own sbatch
     /// script (TorchX, submitit, NeMo-Run), for this node's plugstack.conf.
     LauncherEnv(Options),
-    /// After a step ran with --tf-record=DIR: print every rank (host,
-    /// address, ports, GPUs, interface, role), how each task ended, and
-    /// which rank failed first.
     /// In a step started with srun --ray-cluster, one task per node: start
     /// Ray's head on rank 0's node and run CMD there as the driver, a Ray
-    /// worker node elsewhere, every port, the node's address and the temp
-    /// directory from the plugin's variables; the step ends with CMD's exit
-    /// code, and only this step's Ray processes are stopped.
+    /// worker node elsewhere, every port, the node's address, the temp
+    /// directory and the step's token from the plugin's variables; the step
+    /// ends with CMD's exit code, and only this step's Ray processes are
+    /// stopped.
     #[command(after_help = RAY_HELP, after_long_help = RAY_HELP)]
     Ray {
         /// More `ray start` flags for every node (--num-gpus=0,
@@ -80,6 +78,9 @@ enum Command {
         #[arg(last = true, value_name = "CMD")]
         cmd: Vec<String>,
     },
+    /// After a step ran with --tf-record=DIR: print every rank (host,
+    /// address, ports, GPUs, interface, role), how each task ended, and
+    /// which rank failed first.
     Postmortem {
         /// The job (every recorded step), JOB.STEP (its latest
         /// incarnation) or a run id JOB.STEP.rN.

@@ -346,6 +346,23 @@ fn help_names_every_framework_gpus_and_the_network() {
     assert!(!about.contains("CUDA_VISIBLE_DEVICES"), "{about}");
 }
 
+/// Each command's line in `--help` says what that command does (`ray`
+/// once showed postmortem's text, and `postmortem` none).
+#[test]
+fn each_command_has_its_own_line_in_help() {
+    let out = cli(&["--help"], &[]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    let line = |command: &str| {
+        help.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{command} ")))
+            .unwrap_or_else(|| panic!("no line for {command}:\n{help}"))
+            .to_string()
+    };
+    assert!(line("ray").contains("--ray-cluster"), "{help}");
+    assert!(!line("ray").contains("--tf-record"), "{help}");
+    assert!(line("postmortem").contains("--tf-record=DIR"), "{help}");
+}
+
 /// A task of a two-task step, job 4242 step 0, with srun's hand-off `word`
 /// (its fields after the map) in SLURM_TF_CLUSTER.
 fn handed_task(procid: &'static str, word: &str) -> Vec<(&'static str, String)> {
