@@ -414,17 +414,9 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
         );
     }
     // Nothing of bob's holds anything of alice's.
-    let bobs = common::on(
-        "ctl",
-        &[
-            "sh",
-            "-c",
-            &format!(
-                "find {shared} {shared2} {trap} -user bob -type f -size +0 | grep -v '{job}.0.r1/'; ls -A {trap} {shared2}/1000"
-            ),
-        ],
-    );
-    let bobs = String::from_utf8_lossy(&bobs.stdout).into_owned();
+    let bobs = ctl_stdout(&format!(
+        "find {shared} {shared2} {trap} -user bob -type f -size +0 | grep -v '{job}.0.r1/'; ls -A {trap} {shared2}/1000"
+    ));
     assert_eq!(
         bobs.lines()
             .filter(|l| !l.is_empty() && !l.ends_with(':'))
@@ -438,15 +430,9 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
         stdout.contains(&format!("TFC_PET={run0}/rank0.torchrun\n")),
         "torchrun's log directory is not in alice's own directory:\n{ctx}"
     );
-    let owners = common::on(
-        "ctl",
-        &[
-            "sh",
-            "-c",
-            &format!("stat -c '%U %a %F' {shared}/1000 {run0} {run0}/node1.jsonl"),
-        ],
-    );
-    let owners = String::from_utf8_lossy(&owners.stdout).into_owned();
+    let owners = ctl_stdout(&format!(
+        "stat -c '%U %a %F' {shared}/1000 {run0} {run0}/node1.jsonl"
+    ));
     let lines: Vec<&str> = owners.lines().collect();
     assert_eq!(lines.len(), 3, "{owners}\n{ctx}");
     assert!(
@@ -477,19 +463,10 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
         told.iter().any(|m| m.contains(&format!("{shared2}/1000"))),
         "{told:?}"
     );
-    // postmortem: alice's run, not bob's sibling, and no escape sequence.
     // postmortem of alice's run: its stdout, and stdout and stderr; it
     // succeeds and shows neither bob's sibling nor an escape sequence.
     let postmortem = || {
-        let pm = exec(&[
-            "timeout",
-            "20",
-            "tf-cluster",
-            "postmortem",
-            &format!("{job}.0"),
-            "--tf-record",
-            &shared,
-        ]);
+        let pm = postmortem_of(&format!("{job}.0"), &shared);
         let pm_text = String::from_utf8_lossy(&pm.stdout).into_owned();
         let pm_ctx = format!("{pm_text}{}", String::from_utf8_lossy(&pm.stderr));
         assert!(pm.status.success(), "{pm_ctx}");
@@ -617,15 +594,7 @@ fn the_plugin_makes_each_users_directory_in_the_sites_record_directory() {
         ["alice alice 700 directory", "alice regular file"],
         "{all}"
     );
-    let pm = exec(&[
-        "timeout",
-        "20",
-        "tf-cluster",
-        "postmortem",
-        &format!("{job}.0"),
-        "--tf-record",
-        &site,
-    ]);
+    let pm = postmortem_of(&format!("{job}.0"), &site);
     assert!(
         String::from_utf8_lossy(&pm.stdout).starts_with(&format!(
             "run {job}.0: 1 rank(s) recorded of 1 on 1 node(s); record {site}/1000/{job}.0\n"
@@ -642,4 +611,23 @@ fn the_plugin_makes_each_users_directory_in_the_sites_record_directory() {
     assert_eq!(root(&format!("ls -A {other}")).trim(), "", "{all}");
     drop(bed);
     root(&format!("rm -rf {site} {target} {other}"));
+}
+
+/// What `sh -c SCRIPT` prints, run as root on the submit host.
+fn ctl_stdout(script: &str) -> String {
+    let out = common::on("ctl", &["sh", "-c", script]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `tf-cluster postmortem RUN --tf-record DIR` as alice, within 20 s.
+fn postmortem_of(run: &str, dir: &str) -> std::process::Output {
+    exec(&[
+        "timeout",
+        "20",
+        "tf-cluster",
+        "postmortem",
+        run,
+        "--tf-record",
+        dir,
+    ])
 }

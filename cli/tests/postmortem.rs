@@ -157,15 +157,9 @@ fn huge_sparse_files_are_not_read() {
     record(&dir, "42.0", "node1", 2);
     let run = dir.join("42.0");
     for i in 0..8 {
-        std::fs::File::create(run.join(format!("big{i}.jsonl")))
-            .unwrap()
-            .set_len(64 << 20)
-            .unwrap();
+        sparse(&run.join(format!("big{i}.jsonl")), 64 << 20);
     }
-    std::fs::File::create(run.join("huge.jsonl"))
-        .unwrap()
-        .set_len(1 << 40)
-        .unwrap();
+    sparse(&run.join("huge.jsonl"), 1 << 40);
     let ran = postmortem(&dir, "42.0", Duration::from_secs(60));
     let ctx = text(&ran);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -202,10 +196,7 @@ fn the_bytes_read_in_all_are_bounded() {
     record(&dir, "42.0", "node1", 2);
     let run = dir.join("42.0");
     for i in 0..12 {
-        std::fs::File::create(run.join(format!("z{i:02}.jsonl")))
-            .unwrap()
-            .set_len((8 << 20) - 1)
-            .unwrap();
+        sparse(&run.join(format!("z{i:02}.jsonl")), (8 << 20) - 1);
     }
     let ran = postmortem(&dir, "42.0", Duration::from_secs(60));
     let ctx = text(&ran);
@@ -292,4 +283,9 @@ fn escape_sequences_are_shown_escaped() {
         "{ctx}"
     );
     assert!(ctx.contains("rank1.nccl.\\x1b[31mred.log"), "{ctx}");
+}
+
+/// A sparse file of `len` bytes at `path`.
+fn sparse(path: &std::path::Path, len: u64) {
+    std::fs::File::create(path).unwrap().set_len(len).unwrap();
 }
