@@ -346,8 +346,8 @@ fn help_names_every_framework_gpus_and_the_network() {
     assert!(!about.contains("CUDA_VISIBLE_DEVICES"), "{about}");
 }
 
-/// Each command's line in `--help` says what that command does (`ray`
-/// once showed postmortem's text, and `postmortem` none).
+/// Each command's line in `--help` says what that command does, not
+/// another's: `ray`'s names --ray-cluster and not --tf-record, `postmortem`'s --tf-record.
 #[test]
 fn each_command_has_its_own_line_in_help() {
     let out = cli(&["--help"], &[]);
