@@ -37,7 +37,7 @@ srun --tf-cluster --tf-requeue-on=43 bash -c 'echo "RUN $TF_CLUSTER_RUN_ID"; cas
 
 /// Two nodes whose tasks exit 43 in every incarnation, at most one requeue.
 const ALWAYS_SCRIPT: &str = r#"#!/bin/bash
-srun -N2 --ntasks-per-node=1 --tf-cluster --tf-requeue-on=43 --tf-requeue-max=1 bash -c 'echo "RUN $TF_CLUSTER_RUN_ID"; exit 43'
+srun -N2 --ntasks-per-node=1 --tf-cluster --tf-requeue-on=43 --tf-requeue-max=1 bash -c 'echo "RUN $TF_CLUSTER_RUN_ID"; sleep 2; exit 43'
 "#;
 
 /// Submits SCRIPT with `args` from a folder of its own (`tag`); waits until the job has ended for good;
