@@ -25,6 +25,8 @@ pub mod frameworks;
 pub mod gpus;
 pub mod handoff;
 pub mod het;
+#[cfg(test)]
+mod het_tests;
 pub mod hostlist;
 mod injection;
 pub mod layout;
@@ -32,21 +34,31 @@ mod limits;
 pub mod network;
 pub mod node;
 pub mod node_plan;
+#[cfg(test)]
+mod node_tests;
 pub mod number;
 pub mod os;
 pub mod ports;
+#[cfg(test)]
+mod ports_tests;
 pub mod preflight;
 pub mod record;
 pub mod rendezvous;
 pub mod roles;
+#[cfg(test)]
+mod run_id_tests;
 pub mod runs;
 pub mod secret;
 pub mod settings;
+#[cfg(test)]
+mod settings_tests;
 pub mod source;
 pub mod step;
 pub mod step_layout;
 pub mod task_map;
 pub mod tasks_per_node;
+#[cfg(test)]
+mod test_support;
 pub mod tf_config;
 
 pub use error::{Error, Kind, Result};

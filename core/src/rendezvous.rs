@@ -59,3 +59,70 @@ impl Rendezvous {
         Ok(Rendezvous::Elastic { min, max_restarts })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// `--torch-cluster=VALUE` as srun reads it: MIN at least 1 (the step's
+    /// node count when not given), RESTARTS 3 when not given.
+    #[test]
+    fn torch_rendezvous_values() {
+        use super::Rendezvous::{self, Elastic, Static};
+        let site = Elastic {
+            min: Some(2),
+            max_restarts: 1,
+        };
+        for (value, want) in [
+            ("", Static),
+            ("static", Static),
+            (
+                "elastic",
+                Elastic {
+                    min: None,
+                    max_restarts: 3,
+                },
+            ),
+            (
+                "elastic:2",
+                Elastic {
+                    min: Some(2),
+                    max_restarts: 3,
+                },
+            ),
+            (
+                "elastic:1:0",
+                Elastic {
+                    min: Some(1),
+                    max_restarts: 0,
+                },
+            ),
+            (
+                "elastic:4:10",
+                Elastic {
+                    min: Some(4),
+                    max_restarts: 10,
+                },
+            ),
+        ] {
+            assert_eq!(Rendezvous::parse(value, Static).unwrap(), want, "{value}");
+        }
+        // The bare option keeps the site's default.
+        assert_eq!(Rendezvous::parse("", site).unwrap(), site);
+        assert_eq!(Rendezvous::parse("static", site).unwrap(), Static);
+        for (value, why) in [
+            ("elastic:0", "MIN, the fewest nodes, must be 1 or more"),
+            ("elastic:", "MIN, the fewest nodes, is not a number"),
+            ("elastic:-1", "MIN, the fewest nodes, is not a number"),
+            ("elastic:two", "MIN, the fewest nodes, is not a number"),
+            ("elastic:2:", "RESTARTS is not a number"),
+            ("elastic:2:+1", "RESTARTS is not a number"),
+            ("elastic:1:2:3", "at most elastic:MIN:RESTARTS"),
+            ("static:1", "use static, elastic"),
+            ("Elastic", "use static, elastic"),
+            ("elastic2", "use static, elastic"),
+        ] {
+            let e = Rendezvous::parse(value, Static).unwrap_err().to_string();
+            let want = format!("--torch-cluster=\"{value}\": {why}");
+            assert!(e.starts_with(&want), "{value}: {e}");
+        }
+    }
+}

@@ -204,4 +204,10 @@ impl Settings {
 }
 
 #[cfg(test)]
-mod tests;
+mod pytorch_tests;
+#[cfg(test)]
+mod ray_tests;
+#[cfg(test)]
+mod table_tests;
+#[cfg(test)]
+mod tensorflow_tests;

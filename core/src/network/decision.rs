@@ -305,7 +305,7 @@ mod tests {
     /// the user's: the step's environment, what the tasks really receive,
     /// decides. With the variable there (plain export, or
     /// `--export=NCCL_SOCKET_IFNAME=eth0`) it is the user's and kept (what
-    /// the frameworks then set: frameworks/tests.rs).
+    /// the frameworks then set: frameworks/table_tests.rs).
     #[test]
     fn a_users_variable_is_kept_only_where_the_tasks_receive_it() {
         let eth1 = || Some(Network::parse("eth1").ok());

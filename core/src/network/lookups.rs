@@ -3,8 +3,9 @@
 //! threads of the core, run in srun only (slurmstepd never resolves a name).
 
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result, bail};
 
@@ -48,10 +49,31 @@ const POLL: Duration = Duration::from_millis(50);
 /// (getaddrinfo): one still running when srun gives up is left behind, its
 /// thread detached, and its answer dropped.
 pub fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr>>> {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::mpsc;
-    let start = std::time::Instant::now();
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (started, answers) = start_workers(names, lookups, &stop);
+    if started == 0 && !names.is_empty() {
+        bail!("cannot start a thread to look the host template's names up");
+    }
+    let found = wait_for_answers(names.len(), lookups, start, &answers);
+    if found.is_err() {
+        // The workers still running take no further name.
+        stop.store(true, Ordering::Relaxed);
+    }
+    found
+}
+
+/// One name's answer, with the name's index in the caller's list.
+type Answer = (usize, Result<Vec<IpAddr>>);
+
+/// Starts up to `lookups.parallel` worker threads (at most one per name)
+/// that take names from one queue until it is empty or `stop` is set,
+/// sending each answer; how many started, and where the answers come.
+fn start_workers(
+    names: &[String],
+    lookups: &Lookups,
+    stop: &Arc<AtomicBool>,
+) -> (usize, mpsc::Receiver<Answer>) {
     let queue = Arc::new(Mutex::new(
         names
             .iter()
@@ -60,8 +82,7 @@ pub fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr
             .collect::<Vec<_>>()
             .into_iter(),
     ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (send, answers) = mpsc::channel::<(usize, Result<Vec<IpAddr>>)>();
+    let (send, answers) = mpsc::channel::<Answer>();
     let workers = lookups.parallel.clamp(1, names.len().max(1));
     let mut started = 0;
     for _ in 0..workers {
@@ -87,42 +108,45 @@ pub fn resolve_all(names: &[String], lookups: &Lookups) -> Result<Vec<Vec<IpAddr
             started += 1;
         }
     }
-    drop(send);
-    if started == 0 && !names.is_empty() {
-        bail!("cannot start a thread to look the host template's names up");
-    }
-    let mut found: Vec<Option<Vec<IpAddr>>> = vec![None; names.len()];
-    let mut left = names.len();
-    let give_up = |why: String| -> Result<Vec<Vec<IpAddr>>> {
-        stop.store(true, Ordering::Relaxed);
-        Err(Error::new(why))
-    };
+    (started, answers)
+}
+
+/// The `count` names' addresses, in order, as the workers answer: the
+/// first failed lookup, the deadline (counted from `start`) or an
+/// interrupt ends the wait with an error.
+fn wait_for_answers(
+    count: usize,
+    lookups: &Lookups,
+    start: Instant,
+    answers: &mpsc::Receiver<Answer>,
+) -> Result<Vec<Vec<IpAddr>>> {
+    let mut found: Vec<Option<Vec<IpAddr>>> = vec![None; count];
+    let mut left = count;
     while left > 0 {
         if (lookups.interrupted)() {
-            stop.store(true, Ordering::Relaxed);
             return Err(Error::interrupted(format!(
                 "interrupted while looking up the host template's names ({} of {} answered)",
-                names.len() - left,
-                names.len()
+                count - left,
+                count
             )));
         }
         let Some(remaining) = lookups.deadline.checked_sub(start.elapsed()) else {
-            return give_up(format!(
+            return Err(Error::new(format!(
                 "the host template's names did not all resolve within {:?} ({} of {} answered; srun waits at most that long for all of them)",
                 lookups.deadline,
-                names.len() - left,
-                names.len()
-            ));
+                count - left,
+                count
+            )));
         };
         match answers.recv_timeout(remaining.min(POLL)) {
             Ok((i, Ok(addrs))) => {
                 found[i] = Some(addrs);
                 left -= 1;
             }
-            Ok((_, Err(e))) => return give_up(e.to_string()),
+            Ok((_, Err(e))) => return Err(Error::new(e.to_string())),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return give_up("a host-template lookup ended without an answer".into());
+                return Err(Error::new("a host-template lookup ended without an answer"));
             }
         }
     }

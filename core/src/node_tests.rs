@@ -1,0 +1,92 @@
+//! The node's share, made once, against each task resolved alone.
+
+use std::collections::HashMap;
+
+use crate::frameworks::{Frameworks, jax, pytorch};
+use crate::node::resolve;
+use crate::settings::Settings;
+use crate::step::Step;
+use crate::test_support::given;
+
+/// The node's share is made once, without any task's own variables (as
+/// slurmstepd's user_init sees the step), and serves each of its tasks:
+/// every rank gets what it would have resolved alone; a rank the layout
+/// puts on another node, or as another local task, is refused.
+#[test]
+fn a_node_prepared_once_serves_each_of_its_tasks() {
+    let node_vars = [
+        ("SLURM_STEP_NUM_TASKS", "5"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_DISTRIBUTION", "cyclic"),
+        ("SLURMD_NODENAME", "n2"),
+        ("SLURM_STEP_RESV_PORTS", "12000-12003"),
+        ("CUDA_VISIBLE_DEVICES", "4,5,6,7"),
+    ];
+    let settings = Settings {
+        frameworks: Frameworks::TENSORFLOW
+            .with(&pytorch::FRAMEWORK)
+            .with(&jax::FRAMEWORK),
+        ..Settings::default()
+    };
+    let gather = |extra: &[(&'static str, &str)]| {
+        let vars = node_vars
+            .iter()
+            .chain(extra)
+            .map(|&(k, v)| (k, v.to_string()))
+            .collect();
+        Step::gather(&settings, &mut given(vars))
+            .unwrap()
+            .step()
+            .unwrap()
+    };
+    let node = crate::node::Node::prepare(settings.clone(), gather(&[])).unwrap();
+    // n2 runs ranks 1 and 4, as its local tasks 0 and 1.
+    for (rank, local) in [(1, 0), (4, 1)] {
+        let procid = rank.to_string();
+        let alone = resolve(&settings, &gather(&[("SLURM_PROCID", &procid)])).unwrap();
+        assert_eq!(node.task(rank, Some(local), None).unwrap(), alone);
+        let tf: serde_json::Value = serde_json::from_str(alone.get("TF_CONFIG").unwrap()).unwrap();
+        assert_eq!(tf["task"]["index"], rank);
+    }
+    for (rank, local) in [(0, 0), (3, 1), (4, 0)] {
+        let e = node.task(rank, Some(local), None).unwrap_err().to_string();
+        assert!(
+            e.starts_with("the task layout on n2 is not the one Slurm made"),
+            "{e}"
+        );
+    }
+}
+
+/// A node's tasks rendered ahead are each rank's own variables; past the
+/// budget, or with this node unknown, none are.
+#[test]
+fn a_nodes_tasks_rendered_ahead() {
+    let vars = [
+        ("SLURM_STEP_NUM_TASKS", "5"),
+        ("SLURM_STEP_NODELIST", "n[1-3]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2),1"),
+        ("SLURM_DISTRIBUTION", "cyclic"),
+        ("SLURMD_NODENAME", "n2"),
+    ];
+    let vars: HashMap<_, _> = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    let settings = Settings::default();
+    let step = Step::gather(&settings, &mut given(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    let node = crate::node::Node::prepare(settings.clone(), step.clone()).unwrap();
+    let here = node.render_here(1 << 20).unwrap();
+    assert_eq!(here.iter().map(|(r, _)| *r).collect::<Vec<_>>(), [1, 4]);
+    for (local, (rank, injection)) in (0..).zip(&here) {
+        assert_eq!(
+            injection.as_ref().unwrap(),
+            &node.task(*rank, Some(local), None).unwrap()
+        );
+    }
+    assert!(node.render_here(100).is_none());
+    let mut elsewhere = step;
+    elsewhere.nodename = None;
+    let node = crate::node::Node::prepare(settings, elsewhere).unwrap();
+    assert!(node.render_here(1 << 20).is_none());
+}

@@ -1,0 +1,448 @@
+//! No production function is longer than 70 lines: every `fn` with a body in
+//! the core (core/src), the SPANK shell (src/) and the CLI (cli/src), from the
+//! line of its `fn` to the line of its closing brace.
+//!
+//! Test code is not production code: `#[cfg(test)]` items (a `mod tests { … }`,
+//! a helper), the files such a `#[cfg(test)] mod x;` declares, and files named
+//! tests.rs or *_tests.rs are skipped; build scripts are outside these folders.
+//! The files are read by a small scanner: comments, strings and char literals
+//! blanked (their lines kept), then braces counted from each `fn`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The longest a production function may be, in lines.
+const MAX_LINES: usize = 70;
+
+/// A function longer than allowed: its name, the line of its `fn`, its lines.
+#[derive(Debug, PartialEq)]
+struct Long {
+    name: String,
+    line: usize,
+    lines: usize,
+}
+
+/// The text with comments, string and char literals blanked (newlines kept),
+/// so a brace in a message or a comment counts for nothing.
+fn strip(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, s: &[char]| {
+        out.extend(s.iter().map(|&ch| if ch == '\n' { '\n' } else { ' ' }));
+    };
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut i = 0;
+    while i < c.len() {
+        let at = |k: usize| c.get(i + k).copied();
+        let end = if at(0) == Some('/') && at(1) == Some('/') {
+            Some(
+                c[i..]
+                    .iter()
+                    .position(|&ch| ch == '\n')
+                    .unwrap_or(c.len() - i),
+            )
+        } else if at(0) == Some('/') && at(1) == Some('*') {
+            Some(block_comment(&c[i..]))
+        } else if let Some(len) = raw_string(&c[i..], i == 0 || !ident(c[i - 1]) || c[i - 1] == 'b')
+        {
+            Some(len)
+        } else if at(0) == Some('"') {
+            let mut j = 1;
+            while i + j < c.len() && c[i + j] != '"' {
+                j += if c[i + j] == '\\' { 2 } else { 1 };
+            }
+            Some((j + 1).min(c.len() - i))
+        } else if at(0) == Some('\'') {
+            char_literal(&c[i..])
+        } else {
+            None
+        };
+        match end {
+            Some(len) => {
+                blank(&mut out, &c[i..i + len]);
+                i += len;
+            }
+            None => {
+                out.push(c[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The length of the (nested) block comment at the start of `c`.
+fn block_comment(c: &[char]) -> usize {
+    let (mut depth, mut j) = (0, 0);
+    while j < c.len() {
+        if c[j] == '/' && c.get(j + 1) == Some(&'*') {
+            depth += 1;
+            j += 2;
+        } else if c[j] == '*' && c.get(j + 1) == Some(&'/') {
+            depth -= 1;
+            j += 2;
+            if depth == 0 {
+                return j;
+            }
+        } else {
+            j += 1;
+        }
+    }
+    c.len()
+}
+
+/// The length of the raw string (`r"…"`, `r#"…"#`) at the start of `c`, if
+/// one starts there (`starts`: not in the middle of an identifier).
+fn raw_string(c: &[char], starts: bool) -> Option<usize> {
+    if !starts || c.first() != Some(&'r') {
+        return None;
+    }
+    let hashes = c[1..].iter().take_while(|&&ch| ch == '#').count();
+    if c.get(1 + hashes) != Some(&'"') {
+        return None;
+    }
+    let body = 2 + hashes;
+    let closes = |j: usize| c[j] == '"' && (1..=hashes).all(|k| c.get(j + k) == Some(&'#'));
+    Some(
+        (body..c.len())
+            .find(|&j| closes(j))
+            .map_or(c.len(), |j| j + 1 + hashes),
+    )
+}
+
+/// The length of the char literal (`'x'`, `'\n'`, `'\u{7f}'`) at the start of
+/// `c`; None for a lifetime or a label (`'a`).
+fn char_literal(c: &[char]) -> Option<usize> {
+    if c.get(1) == Some(&'\\') {
+        // Past the escaped character, which may itself be a quote ('\'').
+        c.get(3..)?.iter().position(|&ch| ch == '\'').map(|p| p + 4)
+    } else if c.get(2) == Some(&'\'') {
+        Some(3)
+    } else {
+        None
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Token {
+    Ident(String),
+    Punct(char),
+}
+
+/// The stripped text's identifiers and punctuation, each with its line.
+fn tokens(stripped: &str) -> Vec<(Token, usize)> {
+    let c: Vec<char> = stripped.chars().collect();
+    let (mut out, mut line, mut i) = (Vec::new(), 1, 0);
+    while i < c.len() {
+        if c[i] == '\n' {
+            line += 1;
+            i += 1;
+        } else if c[i].is_whitespace() {
+            i += 1;
+        } else if c[i].is_alphanumeric() || c[i] == '_' {
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                i += 1;
+            }
+            out.push((Token::Ident(c[start..i].iter().collect()), line));
+        } else {
+            out.push((Token::Punct(c[i]), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is(t: Option<&(Token, usize)>, want: &str) -> bool {
+    match t {
+        Some((Token::Ident(s), _)) => s == want,
+        Some((Token::Punct(p), _)) => want.len() == 1 && want.starts_with(*p),
+        None => false,
+    }
+}
+
+/// The index just past the item starting at `i`: at its `;` or its closing
+/// brace, whichever comes first outside parentheses and brackets.
+fn item_end(toks: &[(Token, usize)], i: usize) -> usize {
+    let mut depth = 0i64;
+    let mut j = i;
+    while j < toks.len() {
+        match toks[j].0 {
+            Token::Punct('(' | '[') => depth += 1,
+            Token::Punct(')' | ']') => depth -= 1,
+            Token::Punct(';') if depth == 0 => return j + 1,
+            Token::Punct('{') if depth == 0 => return matching(toks, j) + 1,
+            _ => {}
+        }
+        j += 1;
+    }
+    toks.len()
+}
+
+/// The index of the brace that closes the one at `open`.
+fn matching(toks: &[(Token, usize)], open: usize) -> usize {
+    let mut depth = 0i64;
+    for (j, (t, _)) in toks.iter().enumerate().skip(open) {
+        match t {
+            Token::Punct('{') => depth += 1,
+            Token::Punct('}') => {
+                depth -= 1;
+                if depth == 0 {
+                    return j;
+                }
+            }
+            _ => {}
+        }
+    }
+    toks.len() - 1
+}
+
+/// `#[cfg(test)]` starting at `i`: its length in tokens.
+fn cfg_test(toks: &[(Token, usize)], i: usize) -> Option<usize> {
+    let want = ["#", "[", "cfg", "(", "test", ")", "]"];
+    want.iter()
+        .enumerate()
+        .all(|(k, w)| is(toks.get(i + k), w))
+        .then_some(want.len())
+}
+
+/// What one file holds: the functions longer than `max` lines outside test
+/// code, and the modules it declares `#[cfg(test)] mod x;` (their files are
+/// test code too).
+fn scan(text: &str, max: usize) -> (Vec<Long>, Vec<String>) {
+    let toks = tokens(&strip(text));
+    let (mut long, mut test_mods) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < toks.len() {
+        if let Some(len) = cfg_test(&toks, i) {
+            // Past the attribute, any further attributes, then the item.
+            let mut j = i + len;
+            while is(toks.get(j), "#") {
+                j = item_end_of_attribute(&toks, j);
+            }
+            let end = item_end(&toks, j);
+            if let Some(name) = declared_mod(&toks[j..end]) {
+                test_mods.push(name);
+            }
+            i = end;
+            continue;
+        }
+        if is(toks.get(i), "fn")
+            && let Some((Token::Ident(name), _)) = toks.get(i + 1)
+        {
+            let end = item_end(&toks, i);
+            let (first, last) = (toks[i].1, toks[end - 1].1);
+            let lines = last - first + 1;
+            if is(toks.get(end - 1), "}") && lines > max {
+                long.push(Long {
+                    name: name.clone(),
+                    line: first,
+                    lines,
+                });
+            }
+        }
+        i += 1;
+    }
+    (long, test_mods)
+}
+
+/// The index just past the attribute (`#[…]`) at `i`.
+fn item_end_of_attribute(toks: &[(Token, usize)], i: usize) -> usize {
+    let mut depth = 0i64;
+    for (j, (t, _)) in toks.iter().enumerate().skip(i + 1) {
+        match t {
+            Token::Punct('[') => depth += 1,
+            Token::Punct(']') => {
+                depth -= 1;
+                if depth == 0 {
+                    return j + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    toks.len()
+}
+
+/// `mod x;` (with any visibility): x.
+fn declared_mod(item: &[(Token, usize)]) -> Option<String> {
+    let at = item.iter().position(|t| is(Some(t), "mod"))?;
+    match (item.get(at + 1), item.get(at + 2)) {
+        (Some((Token::Ident(name), _)), Some((Token::Punct(';'), _))) => Some(name.clone()),
+        _ => None,
+    }
+}
+
+fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// The file of module `name` that `parent` declares.
+fn child_files(parent: &Path, name: &str) -> [PathBuf; 2] {
+    let dir = parent.parent().unwrap();
+    let stem = parent.file_stem().unwrap().to_string_lossy();
+    let base = if ["mod", "lib", "main"].contains(&stem.as_ref()) {
+        dir.to_path_buf()
+    } else {
+        dir.join(stem.as_ref())
+    };
+    [
+        base.join(format!("{name}.rs")),
+        base.join(name).join("mod.rs"),
+    ]
+}
+
+/// Every production function over `MAX_LINES` under the three source trees,
+/// as `path:line name (N lines)`.
+fn long_functions(root: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    for dir in ["core/src", "src", "cli/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    files.sort();
+    let mut scanned = Vec::new();
+    let mut test_files = BTreeSet::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_string_lossy();
+        if name == "tests.rs" || name.ends_with("_tests.rs") || name == "build.rs" {
+            continue;
+        }
+        let (long, test_mods) = scan(&std::fs::read_to_string(file).unwrap(), MAX_LINES);
+        for m in test_mods {
+            test_files.extend(child_files(file, &m));
+        }
+        scanned.push((file, long));
+    }
+    let mut out = Vec::new();
+    for (file, long) in scanned {
+        if test_files.contains(file) {
+            continue;
+        }
+        let shown = file.strip_prefix(root).unwrap().display().to_string();
+        for l in long {
+            out.push(format!("{shown}:{} {} ({} lines)", l.line, l.name, l.lines));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_production_function_is_longer_than_70_lines() {
+    let long = long_functions(Path::new(env!("CARGO_MANIFEST_DIR")));
+    assert!(
+        long.is_empty(),
+        "{} production function(s) longer than {MAX_LINES} lines:\n  {}",
+        long.len(),
+        long.join("\n  ")
+    );
+}
+
+/// A function of `lines` lines (its `fn` line, `lines - 2` statements, its
+/// closing brace), its body's lines given by `line(k)`.
+fn function(name: &str, lines: usize, line: impl Fn(usize) -> String) -> String {
+    let mut text = format!("pub fn {name}() -> u32 {{\n");
+    for k in 0..lines - 2 {
+        text.push_str(&line(k));
+        text.push('\n');
+    }
+    text.push_str("}\n");
+    text
+}
+
+fn names(text: &str) -> Vec<(String, usize)> {
+    scan(text, MAX_LINES)
+        .0
+        .into_iter()
+        .map(|l| (l.name, l.lines))
+        .collect()
+}
+
+#[test]
+fn a_71_line_function_is_reported_a_70_line_one_is_not() {
+    let plain = |k| format!("    let x{k} = {k};");
+    let text = function("seventy", 70, plain) + &function("seventy_one", 71, plain);
+    assert_eq!(names(&text), [("seventy_one".to_string(), 71)]);
+    // Its line is the `fn`'s, past the 70-line one and a doc comment.
+    let text = function("seventy", 70, plain) + "/// Doc.\n" + &function("long", 72, plain);
+    assert_eq!(scan(&text, MAX_LINES).0[0].line, 72);
+}
+
+#[test]
+fn test_code_is_not_counted() {
+    let plain = |k| format!("    let x{k} = {k};");
+    let long = function("helper", 80, plain);
+    let indented: String = long.lines().map(|l| format!("    {l}\n")).collect();
+    let text = format!(
+        "#[cfg(test)]\nmod tests {{\n    use super::*;\n{indented}}}\n\n#[cfg(test)]\n#[allow(dead_code)]\n{long}"
+    );
+    assert!(names(&text).is_empty(), "{:?}", names(&text));
+    // After a test module, code is production again.
+    let text = format!(
+        "#[cfg(test)]\nmod tests {{\n{indented}}}\n{}",
+        function("after", 71, plain)
+    );
+    assert_eq!(names(&text), [("after".to_string(), 71)]);
+    // Declared test modules are named, for their files to be skipped.
+    let (_, mods) = scan("#[cfg(test)]\nmod plan_tests;\npub mod plan;\n", MAX_LINES);
+    assert_eq!(mods, ["plan_tests"]);
+    // A file of test code: skipped by name or by its declaration.
+    let root = std::env::temp_dir().join(format!("tfc-function-length-{}", std::process::id()));
+    let src = root.join("core/src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("cli/src")).unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "#[cfg(test)]\nmod support;\npub mod a;\n",
+    )
+    .unwrap();
+    for file in ["support.rs", "a_tests.rs", "tests.rs", "a.rs"] {
+        std::fs::write(src.join(file), function("f", 71, plain)).unwrap();
+    }
+    let found = long_functions(&root);
+    std::fs::remove_dir_all(&root).unwrap();
+    assert_eq!(found, ["core/src/a.rs:1 f (71 lines)"]);
+}
+
+#[test]
+fn nested_functions_closures_strings_and_chars_do_not_confuse_it() {
+    let tricky = [
+        "    let s = \"}}} { \\\" }\";",
+        "    let r = r#\"}\" }\"#;",
+        "    let c = '}';",
+        "    let o = '{';",
+        "    let e = '\\'';",
+        "    let b = b'}';",
+        "    // }",
+        "    /* } /* nested } */ } */",
+        "    let f = |x: u32| { x + 1 };",
+        "    fn inner<'a>(x: &'a str) -> &'a str { x }",
+        "    let t: [u8; 2] = [1, 2];",
+        "    'outer: loop { break 'outer; }",
+    ];
+    let line = |k: usize| tricky[k % tricky.len()].to_string();
+    // 70 lines with every trick in it, then a 71-line one.
+    let text = function("seventy", 70, line) + &function("seventy_one", 71, line);
+    assert_eq!(names(&text), [("seventy_one".to_string(), 71)]);
+    // A nested function long on its own is reported as itself, and its
+    // outer function with all its lines.
+    let inner = function("inner", 71, |k| format!("        let y{k} = {k};"));
+    let text = format!("fn outer() {{\n{inner}    let z = 1;\n}}\n");
+    assert_eq!(
+        names(&text),
+        [("outer".to_string(), 74), ("inner".to_string(), 71)]
+    );
+    // A signature with `;` in its types, a declaration without a body, a
+    // function pointer type: none ends or starts a function early.
+    let text = String::from("trait T {\n    fn declared(&self) -> [u8; 3];\n}\n")
+        + "type P = fn(u32) -> u32;\n"
+        + &function("after", 71, |_| "    let a: [u8; 1] = [0];".into());
+    assert_eq!(names(&text), [("after".to_string(), 71)]);
+}
