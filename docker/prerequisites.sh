@@ -28,9 +28,10 @@ command -v cargo >/dev/null || { echo "prerequisites: cargo (Rust ≥ 1.85) is n
 command -v docker >/dev/null || { echo "prerequisites: docker is not installed" >&2; exit 1; }
 
 # The daemon. A machine may start dockerd just before this runs (a CI machine's
-# init, under load) or not at all: wait for it up to TFC_DOCKER_WAIT seconds
-# (120), and where no dockerd runs and this is root, start one (systemd's unit,
-# else dockerd detached, logging to /var/log/dockerd.log).
+# init, under load): wait for it up to TFC_DOCKER_WAIT seconds (120). Where no
+# dockerd runs, this script starts one only when asked (TFC_DOCKER_START=1, as
+# root: systemd's unit, else dockerd detached, logging to /var/log/dockerd.log);
+# otherwise it says how and stops.
 start_dockerd() {
     if [ -d /run/systemd/system ]; then
         systemctl start docker || true
@@ -47,9 +48,12 @@ wait_for_dockerd() {
             echo "prerequisites: the Docker daemon is not reachable after $limit s${started:+ (dockerd started)}: ${why:-docker info failed}" >&2
             exit 1
         fi
-        if [ -z "$started" ] && [ "$(id -u)" = 0 ] && command -v dockerd >/dev/null &&
-            ! pgrep -x dockerd >/dev/null; then
-            echo "prerequisites: no dockerd runs: starting it" >&2
+        if [ -z "$started" ] && command -v dockerd >/dev/null && ! pgrep -x dockerd >/dev/null; then
+            if [ "${TFC_DOCKER_START:-0}" != 1 ] || [ "$(id -u)" != 0 ]; then
+                echo "prerequisites: no Docker daemon runs: start it (systemctl start docker), or run this as root with TFC_DOCKER_START=1 to let it start one" >&2
+                exit 1
+            fi
+            echo "prerequisites: no dockerd runs: starting it (TFC_DOCKER_START=1)" >&2
             start_dockerd
             started=1
         elif [ -z "$said" ]; then
@@ -64,12 +68,11 @@ wait_for_dockerd
 # Docker's storage driver. Some machines' Docker is set to fuse-overlayfs, where every
 # file a container opens goes through a FUSE daemon and each image layer's commit walks
 # the whole tree: the testbeds' Python frameworks open thousands of files each, and that
-# driver was about a tenth of the suite's CPU (docs/testing.md). Where the kernel's own
-# overlay mounts on Docker's data root, the daemon is restarted with overlay2, and
-# only while it holds no image and no container (a fresh machine: nothing to hide, since
-# a driver sees only the images built under it). TFC_DOCKER_DRIVER=keep leaves the
-# daemon as it is; TFC_DOCKER_DRIVER=overlay2 switches with images there too (they stay
-# on disk, seen again once the driver is set back).
+# driver was about a tenth of the suite's CPU (docs/testing.md). Changing it restarts
+# Docker, so only when asked: TFC_DOCKER_DRIVER=overlay2 (as root, where the kernel's
+# own overlay mounts on Docker's data root) sets overlay2 in /etc/docker/daemon.json,
+# the old file kept beside it, and restarts the daemon; images built under the other
+# driver stay on disk, seen again once it is set back. Without it, one line says so.
 docker_driver() { docker info --format '{{.Driver}}' 2>/dev/null; }
 restart_dockerd() {
     if [ -d /run/systemd/system ]; then
@@ -113,11 +116,10 @@ json.dump(d, open(p, "w"), indent=2)' "$conf"
     cp "$conf.tfc-fuse-overlayfs" "$conf"
     restart_dockerd || { echo "prerequisites: the Docker daemon did not come back" >&2; exit 1; }
 }
-if [ "$(docker_driver)" = fuse-overlayfs ] && [ "${TFC_DOCKER_DRIVER:-}" != keep ] && [ "$(id -u)" = 0 ]; then
-    if [ "${TFC_DOCKER_DRIVER:-}" = overlay2 ] ||
-        [ -z "$(docker images -aq)$(docker ps -aq)" ]; then
+if [ "$(docker_driver)" = fuse-overlayfs ]; then
+    if [ "${TFC_DOCKER_DRIVER:-}" = overlay2 ] && [ "$(id -u)" = 0 ]; then
         switch_to_overlay2
     else
-        echo "prerequisites: Docker stays on fuse-overlayfs: it holds images or containers (TFC_DOCKER_DRIVER=overlay2 switches anyway)" >&2
+        echo "prerequisites: Docker uses fuse-overlayfs, which makes the testbeds slower; TFC_DOCKER_DRIVER=overlay2 (as root) switches it to overlay2 and restarts Docker" >&2
     fi
 fi

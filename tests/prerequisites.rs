@@ -1,8 +1,10 @@
 //! docker/prerequisites.sh and the Docker daemon: a machine may start dockerd
 //! just before the tests (or not at all), so the script waits for a daemon
-//! that is coming up, starts one where none runs, and fails with one clear
-//! line when none answers in its time. Run against stand-ins of `docker`,
-//! `dockerd`, `systemctl`, `pgrep` and `dpkg-query` first on PATH, so the
+//! that is coming up, fails with one clear line when none answers in its
+//! time, and changes nothing of the machine's Docker unasked: it starts a
+//! daemon only with `TFC_DOCKER_START=1` and switches the storage driver
+//! only with `TFC_DOCKER_DRIVER=overlay2`. Run against stand-ins of `docker`,
+//! `dockerd`, `systemctl`, `pgrep`, `mount` and `dpkg-query` first on PATH, so the
 //! real daemon is never touched.
 
 use std::os::unix::fs::PermissionsExt;
@@ -36,7 +38,7 @@ impl Stubs {
 [ \"$1\" = info ] || exit 0
 n=$(wc -l <{d}/calls)
 if [ -e {d}/up ] || {{ [ -e {d}/after ] && [ \"$n\" -ge \"$(cat {d}/after)\" ]; }}; then
-    case \"$*\" in *Driver*) echo overlay2 ;; *) echo ok ;; esac
+    case \"$*\" in *Driver*) cat {d}/driver 2>/dev/null || echo overlay2 ;; *) echo ok ;; esac
     exit 0
 fi
 echo 'Cannot connect to the Docker daemon at unix:///var/run/docker.sock.' >&2
@@ -46,6 +48,9 @@ exit 1"
         write("dockerd", format!("touch {d}/up {d}/started"));
         write("systemctl", format!("touch {d}/up {d}/started"));
         write("pgrep", format!("[ -e {d}/running ]"));
+        // A script that would switch the storage driver stops at its probe
+        // mount, before it could touch the machine's /etc/docker.
+        write("mount", "exit 1".into());
         Stubs { dir }
     }
 
@@ -56,6 +61,11 @@ exit 1"
     /// Runs the script (one package to check, answered as installed) with a
     /// wait of `wait` seconds; its exit status, stderr and wall time.
     fn run(&self, wait: u32) -> (bool, String, Duration) {
+        self.run_with(wait, &[])
+    }
+
+    /// [`Stubs::run`] with more variables.
+    fn run_with(&self, wait: u32, vars: &[(&str, &str)]) -> (bool, String, Duration) {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker/prerequisites.sh");
         let path = format!("{}:{}", self.dir.display(), std::env::var("PATH").unwrap());
         let t0 = Instant::now();
@@ -64,7 +74,9 @@ exit 1"
             .arg("hostname")
             .env("PATH", path)
             .env("TFC_DOCKER_WAIT", wait.to_string())
-            .env("TFC_DOCKER_DRIVER", "keep")
+            .env_remove("TFC_DOCKER_DRIVER")
+            .env_remove("TFC_DOCKER_START")
+            .envs(vars.iter().copied())
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -92,13 +104,33 @@ fn a_daemon_still_starting_is_waited_for() {
     );
 }
 
+/// No dockerd process at all: unasked, the script says how to start one and
+/// stops at once, starting nothing.
 #[test]
-fn a_daemon_not_running_is_started() {
+fn a_daemon_not_running_is_not_started_unasked() {
     let stubs = Stubs::new("absent");
-    // No dockerd process at all: the script starts one (this runs as root
-    // on the testbed's hosts; elsewhere it can only wait).
+    let (ok, err, took) = stubs.run(60);
+    assert!(!ok, "passed without a daemon: {err}");
+    assert!(
+        !stubs.dir.join("started").exists(),
+        "started a daemon unasked: {err}"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "waited {took:?} for a daemon no one starts"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("TFC_DOCKER_START=1"), "{err}");
+}
+
+/// With `TFC_DOCKER_START=1`, as root (the testbed's hosts and CI), the
+/// script starts one; elsewhere it cannot.
+#[test]
+fn a_daemon_not_running_is_started_when_asked() {
+    let stubs = Stubs::new("asked");
     let root = unsafe { libc::geteuid() } == 0;
-    let (ok, err, _) = stubs.run(if root { 60 } else { 2 });
+    let (ok, err, _) = stubs.run_with(if root { 60 } else { 2 }, &[("TFC_DOCKER_START", "1")]);
     if root {
         assert!(ok, "no daemon was started: {err}");
         assert!(
@@ -108,6 +140,28 @@ fn a_daemon_not_running_is_started() {
     } else {
         assert!(!ok && !stubs.dir.join("started").exists(), "{err}");
     }
+}
+
+/// A Docker on fuse-overlayfs, holding nothing: unasked, the script leaves
+/// it (no restart) and says in one line how to switch.
+#[test]
+fn the_storage_driver_is_not_switched_unasked() {
+    let stubs = Stubs::new("fuse");
+    stubs.touch("running", "");
+    stubs.touch("up", "");
+    stubs.touch("driver", "fuse-overlayfs\n");
+    let (ok, err, _) = stubs.run(10);
+    assert!(ok, "{err}");
+    assert!(
+        !stubs.dir.join("started").exists(),
+        "Docker was restarted unasked: {err}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("fuse-overlayfs") && lines[0].contains("TFC_DOCKER_DRIVER=overlay2"),
+        "{err}"
+    );
 }
 
 #[test]

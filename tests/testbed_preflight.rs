@@ -3,7 +3,8 @@
 //! removed: each step is refused within seconds in one line naming the node
 //! and the check, on every node, and no node leaves service; 100 healthy
 //! steps in one allocation are never refused; `--tf-preflight=false` turns
-//! the checks off.
+//! the checks off. The link is read in the node's own network namespace,
+//! whatever sysfs shows.
 //!
 //! Cost: one step per fault (each ends in about 2 s) and one allocation of
 //! 100 short steps.
@@ -68,15 +69,23 @@ struct NoCarrier {
 }
 
 impl NoCarrier {
-    /// node3's interface on the fast network (Docker may have renamed it),
-    /// then its peer by the interface's iflink.
-    fn node3() -> (NoCarrier, String) {
+    /// node3's interface on the fast network (Docker may have renamed it)
+    /// and its veth peer on the host, by the interface's iflink (both read
+    /// through `ip`, from node3's own namespace).
+    fn node3_link() -> (String, String) {
         let iface = sh_on(
             "node3",
             "a=$(getent hosts node3-ib | awk '{print $1}'); ip -o -4 addr show | awk -v a=\"$a\" '{split($4, p, \"/\"); if (p[1] == a) print $2}'",
         );
         assert!(!iface.is_empty(), "node3 has no fast interface");
-        let index = sh_on("node3", &format!("cat /sys/class/net/{iface}/iflink"));
+        // `25: eth1@if26: <…>`: the peer's index follows "@if".
+        let shown = sh_on("node3", &format!("ip -o link show {iface}"));
+        let index = shown
+            .split_once("@if")
+            .and_then(|(_, rest)| rest.split(':').next())
+            .unwrap_or_default()
+            .to_string();
+        assert!(!index.is_empty(), "node3's {iface} has no peer");
         let links = Command::new("ip").args(["-o", "link"]).output().unwrap();
         let links = String::from_utf8_lossy(&links.stdout);
         let peer = links
@@ -86,12 +95,22 @@ impl NoCarrier {
                 (i == index).then(|| rest.split(['@', ':']).next().unwrap().to_string())
             })
             .unwrap_or_else(|| panic!("no host link {index}:\n{links}"));
+        (iface, peer)
+    }
+
+    /// node3's fast interface without its carrier, until dropped.
+    fn node3() -> (NoCarrier, String) {
+        let (iface, peer) = NoCarrier::node3_link();
+        (NoCarrier::set(peer), iface)
+    }
+
+    fn set(peer: String) -> NoCarrier {
         let down = Command::new("ip")
             .args(["link", "set", &peer, "down"])
             .status()
             .unwrap();
         assert!(down.success());
-        (NoCarrier { peer }, iface)
+        NoCarrier { peer }
     }
 }
 
@@ -133,6 +152,80 @@ fn a_link_without_carrier_is_refused_naming_the_node() {
     );
     assert_refused(
         "no carrier",
+        &ended,
+        &format!("node3: {iface} has no carrier"),
+    );
+}
+
+/// node3's /sys/class/net replaced by that of another network namespace
+/// (a new one, gone with the mount's command: it lists no interface), as a slurmd in a network namespace of its
+/// own sees where /sys was not mounted again; undone when dropped. Mounted
+/// from the host into node3's mount namespace (the nodes are unprivileged).
+struct OtherSysfs {
+    pid: String,
+}
+
+impl OtherSysfs {
+    fn node3() -> OtherSysfs {
+        let container = format!("{}-node3", common::prefix());
+        let out = Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Pid}}", &container])
+            .output()
+            .unwrap();
+        let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success() && !pid.is_empty(),
+            "{container}: no pid"
+        );
+        let mount = "mkdir -p /run/tfc-othersys && unshare -n mount -t sysfs sysfs /run/tfc-othersys && mount --bind /run/tfc-othersys/class/net /sys/class/net";
+        let ok = Command::new("nsenter")
+            .args(["-t", &pid, "-m", "sh", "-c", mount])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mounting another namespace's sysfs in node3");
+        OtherSysfs { pid }
+    }
+}
+
+impl Drop for OtherSysfs {
+    fn drop(&mut self) {
+        let undo = "umount /sys/class/net; umount /run/tfc-othersys; rmdir /run/tfc-othersys";
+        let ok = Command::new("nsenter")
+            .args(["-t", &self.pid, "-m", "sh", "-c", undo])
+            .status();
+        if !ok.is_ok_and(|s| s.success()) && !std::thread::panicking() {
+            panic!("could not restore node3's /sys/class/net");
+        }
+    }
+}
+
+/// The link is read in node3's own network namespace, not from a sysfs
+/// that shows another's: with node3's /sys/class/net another namespace's
+/// (its fast interface not listed there), a healthy step runs, and the same
+/// interface without its carrier is still refused as such. Measured with
+/// the link read from sysfs: both steps refused with "node3: IFACE is gone".
+#[test]
+fn the_link_is_read_in_the_nodes_own_namespace_not_from_sysfs() {
+    let _alone = exclusive();
+    let subnet = fast_subnet();
+    let (iface, peer) = NoCarrier::node3_link();
+    let _sys = OtherSysfs::node3();
+    let listed = sh_on("node3", "ls /sys/class/net");
+    assert!(
+        !listed.lines().any(|l| l == iface),
+        "node3's sysfs should be the other namespace's: {listed}"
+    );
+    let net = format!("--tf-network={subnet}");
+    let healthy = exec(&["srun", "-N3", "-n3", "--torch-cluster", &net, "true"]);
+    let stderr = String::from_utf8_lossy(&healthy.stderr);
+    assert!(
+        healthy.status.success() && messages(&stderr).is_empty(),
+        "a healthy step on a node whose sysfs is another namespace's: {stderr}"
+    );
+    let _off = NoCarrier::set(peer);
+    let ended = srun_timed(&["-N3", "-n3", "--torch-cluster", &net], PAYLOAD);
+    assert_refused(
+        "no carrier, sysfs of another namespace",
         &ended,
         &format!("node3: {iface} has no carrier"),
     );

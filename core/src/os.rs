@@ -127,6 +127,37 @@ const MAX_INTERFACE_ENTRIES: usize = 4096;
 /// one netlink dump of the kernel's own tables, no DNS, no fork. An
 /// interface without an address is listed with none.
 pub fn node_interfaces() -> Result<Vec<Interface>> {
+    let entries = ifaddrs_entries()?;
+    interfaces_from(entries.into_iter().map(|e| e.map(|e| (e.name, e.addr))))
+}
+
+/// The flags (IFF_*, as `SIOCGIFFLAGS` gives them, IFF_LOWER_UP included) of
+/// interface `name` in this process's network namespace, from getifaddrs(3);
+/// `None` where the namespace has no such interface. Unlike /sys/class/net,
+/// which shows the namespace of whoever mounted it, this is always the
+/// caller's own namespace.
+pub fn interface_flags(name: &str) -> Result<Option<u32>> {
+    let entries = ifaddrs_entries()?;
+    if entries.len() > MAX_INTERFACE_ENTRIES {
+        return Err(too_many_interface_entries());
+    }
+    Ok(entries
+        .into_iter()
+        .flatten()
+        .find(|e| e.name == name)
+        .map(|e| e.flags))
+}
+
+/// One entry of getifaddrs's list.
+struct IfEntry {
+    name: String,
+    addr: Option<IpAddr>,
+    flags: u32,
+}
+
+/// getifaddrs's entries (`None`: an entry without a name), at most one past
+/// [`MAX_INTERFACE_ENTRIES`], so that a caller can tell the bound was passed.
+fn ifaddrs_entries() -> Result<Vec<Option<IfEntry>>> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list freed below.
     if unsafe { libc::getifaddrs(&mut list) } != 0 {
@@ -135,41 +166,53 @@ pub fn node_interfaces() -> Result<Vec<Interface>> {
             "cannot list the network interfaces: {e}"
         )));
     }
+    let mut out = Vec::new();
     let mut entry = list;
-    let entries = std::iter::from_fn(|| {
-        if entry.is_null() {
-            return None;
-        }
+    while !entry.is_null() && out.len() <= MAX_INTERFACE_ENTRIES {
         // SAFETY: a non-null entry of getifaddrs's list, alive until freeifaddrs.
         let e = unsafe { &*entry };
         entry = e.ifa_next;
-        if e.ifa_name.is_null() {
-            return Some(None);
-        }
-        // SAFETY: ifa_name is a NUL-terminated interface name.
-        let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: ifa_addr, when set, points at a sockaddr of its family's size.
-        let addr: Option<IpAddr> = unsafe {
-            match e.ifa_addr.as_ref().map(|a| i32::from(a.sa_family)) {
-                Some(libc::AF_INET) => {
-                    let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
-                    Some(IpAddr::V4(u32::from_be(sin.sin_addr.s_addr).into()))
-                }
-                Some(libc::AF_INET6) => {
-                    let sin6 = &*(e.ifa_addr as *const libc::sockaddr_in6);
-                    Some(IpAddr::V6(sin6.sin6_addr.s6_addr.into()))
-                }
-                _ => None,
-            }
-        };
-        Some(Some((name, addr)))
-    });
-    let out = interfaces_from(entries);
+        out.push(if_entry(e));
+    }
     // SAFETY: the list getifaddrs returned, freed once.
     unsafe { libc::freeifaddrs(list) };
-    out
+    Ok(out)
+}
+
+/// A getifaddrs entry as values (`None` without a name).
+fn if_entry(e: &libc::ifaddrs) -> Option<IfEntry> {
+    if e.ifa_name.is_null() {
+        return None;
+    }
+    // SAFETY: ifa_name is a NUL-terminated interface name.
+    let name = unsafe { std::ffi::CStr::from_ptr(e.ifa_name) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: ifa_addr, when set, points at a sockaddr of its family's size.
+    let addr: Option<IpAddr> = unsafe {
+        match e.ifa_addr.as_ref().map(|a| i32::from(a.sa_family)) {
+            Some(libc::AF_INET) => {
+                let sin = &*(e.ifa_addr as *const libc::sockaddr_in);
+                Some(IpAddr::V4(u32::from_be(sin.sin_addr.s_addr).into()))
+            }
+            Some(libc::AF_INET6) => {
+                let sin6 = &*(e.ifa_addr as *const libc::sockaddr_in6);
+                Some(IpAddr::V6(sin6.sin6_addr.s6_addr.into()))
+            }
+            _ => None,
+        }
+    };
+    Some(IfEntry {
+        name,
+        addr,
+        flags: e.ifa_flags,
+    })
+}
+
+fn too_many_interface_entries() -> Error {
+    Error::new(format!(
+        "this node lists more than {MAX_INTERFACE_ENTRIES} interface addresses; tf-cluster reads at most {MAX_INTERFACE_ENTRIES}: name the network with --tf-network on a node with fewer, or leave --tf-network out"
+    ))
 }
 
 /// The interfaces of getifaddrs's entries (`None`: an entry without a
@@ -180,9 +223,7 @@ fn interfaces_from(
     let mut entries = entries.into_iter();
     let listed: Vec<_> = entries.by_ref().take(MAX_INTERFACE_ENTRIES).collect();
     if entries.next().is_some() {
-        return Err(Error::new(format!(
-            "this node lists more than {MAX_INTERFACE_ENTRIES} interface addresses; tf-cluster reads at most {MAX_INTERFACE_ENTRIES}: name the network with --tf-network on a node with fewer, or leave --tf-network out"
-        )));
+        return Err(too_many_interface_entries());
     }
     let mut out: Vec<Interface> = Vec::new();
     for (name, addr) in listed.into_iter().flatten() {
@@ -301,6 +342,16 @@ mod tests {
         let list = node_interfaces().unwrap();
         let lo = list.iter().find(|i| i.name == "lo").expect("lo");
         assert!(lo.addrs.contains(&IpAddr::from([127, 0, 0, 1])), "{lo:?}");
+    }
+
+    /// Loopback is up with a carrier in every namespace; a name the
+    /// namespace lacks has no flags.
+    #[test]
+    fn an_interfaces_flags_come_from_this_namespace() {
+        let lo = interface_flags("lo").unwrap().expect("lo");
+        assert_eq!(lo & 0x1, 0x1, "IFF_UP: {lo:#x}");
+        assert_eq!(lo & 0x1_0000, 0x1_0000, "IFF_LOWER_UP: {lo:#x}");
+        assert_eq!(interface_flags("tfc-absent0").unwrap(), None);
     }
 
     #[test]

@@ -86,6 +86,24 @@ pub enum Link {
     Up,
 }
 
+/// IFF_UP: administratively up.
+const IFF_UP: u32 = 0x1;
+/// IFF_LOWER_UP: the driver reports a carrier (what sysfs's `carrier` shows).
+const IFF_LOWER_UP: u32 = 0x1_0000;
+
+impl Link {
+    /// The link from the interface's flags in the node's own network
+    /// namespace (`None`: no such interface there).
+    pub fn of_flags(flags: Option<u32>) -> Link {
+        match flags {
+            None => Link::Absent,
+            Some(f) if f & IFF_UP == 0 => Link::Down,
+            Some(f) if f & IFF_LOWER_UP == 0 => Link::NoCarrier,
+            Some(_) => Link::Up,
+        }
+    }
+}
+
 /// A GPU's device node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Device {
@@ -260,6 +278,18 @@ mod tests {
             ..healthy()
         };
         check(&bare, &mut host).unwrap();
+    }
+
+    /// The flags as `ip link` shows them: `<BROADCAST,MULTICAST,UP,LOWER_UP>`
+    /// (0x11003) is up; `<NO-CARRIER,BROADCAST,MULTICAST,UP>` (0x1003) has no
+    /// carrier; `<BROADCAST,MULTICAST>` (0x1002) is down, carrier or not.
+    #[test]
+    fn the_link_follows_the_interfaces_own_flags() {
+        assert_eq!(Link::of_flags(Some(0x11003)), Link::Up);
+        assert_eq!(Link::of_flags(Some(0x1003)), Link::NoCarrier);
+        assert_eq!(Link::of_flags(Some(0x1002)), Link::Down);
+        assert_eq!(Link::of_flags(Some(0x11002)), Link::Down);
+        assert_eq!(Link::of_flags(None), Link::Absent);
     }
 
     #[test]

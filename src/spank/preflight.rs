@@ -1,13 +1,13 @@
 //! slurmstepd's side of the preflight (crate::core::preflight decides what
 //! to check): in `user_init`, once per node, as the job's user, on the host
 //! before any container plugin runs. Each answer is a few system calls: the
-//! interface's flags and carrier from sysfs, one socket bound and closed per
+//! interface's flags and carrier from getifaddrs (the node's own network
+//! namespace), one socket bound and closed per
 //! port, one stat per GPU device node; nothing waits on the network, so the
 //! whole check takes well under a millisecond per node. A failure becomes
 //! the step's refusal, carried to each task (never a failure of
 //! `user_init`, which would drain the node of a batch job).
 
-use std::io::ErrorKind;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
@@ -26,31 +26,16 @@ pub fn run(spank: &Spank, node: &Node) -> Result<()> {
 
 struct OnHost;
 
-/// IFF_UP in sysfs's `flags`.
-const IFF_UP: u32 = 0x1;
-
 impl Host for OnHost {
+    /// From getifaddrs, in the namespace slurmstepd runs in: /sys/class/net
+    /// shows whichever namespace mounted it, which for a slurmd in a network
+    /// namespace of its own (a container, some test and cloud setups) is not
+    /// the step's.
     fn link(&mut self, interface: &str) -> Link {
-        // A name from getifaddrs; one with a '/' or a dot name is no
-        // interface sysfs lists.
-        if interface.contains('/') || interface.starts_with('.') {
-            return Link::Up;
-        }
-        let dir = Path::new("/sys/class/net").join(interface);
-        let flags = match std::fs::read_to_string(dir.join("flags")) {
-            Ok(text) => u32::from_str_radix(text.trim().trim_start_matches("0x"), 16).ok(),
-            Err(e) if e.kind() == ErrorKind::NotFound => return Link::Absent,
-            // sysfs not mounted or not this namespace's: the kernel does not say.
-            Err(_) => return Link::Up,
-        };
-        if flags.is_some_and(|f| f & IFF_UP == 0) {
-            return Link::Down;
-        }
-        match std::fs::read_to_string(dir.join("carrier")) {
-            Ok(text) if text.trim() == "0" => Link::NoCarrier,
-            // EINVAL: the interface is down.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Link::Down,
-            _ => Link::Up,
+        match crate::core::os::interface_flags(interface) {
+            Ok(flags) => Link::of_flags(flags),
+            // The kernel does not say: the step's own connections will.
+            Err(_) => Link::Up,
         }
     }
 
