@@ -7,7 +7,7 @@
 //! `plugin_name` of the .so that plugstack.conf loads (`plugin_get_name`), not
 //! its file name, and every character of both names that is not a letter or
 //! a digit becomes `_` (`_opt_env_name`). The .so is found as the doctor finds
-//! it: the same plugstack.conf walk.
+//! it: the same plugstack.conf walk (crate::site).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -16,10 +16,10 @@ use tf_cluster_core::Result;
 use tf_cluster_core::frameworks::{self, FRAMEWORKS};
 use tf_cluster_core::settings::SETTINGS;
 
-use crate::doctor::plugstack::{dirname, walk};
-use crate::doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_show_config, parse_slurm_conf};
-use crate::doctor::{DEFAULT_PLUGIN_DIRS, Host, PLUGIN_NAME, PluginFile, Report};
 use crate::options::Options;
+use crate::report::Report;
+use crate::site::plugstack::{plugin_file, walk};
+use crate::site::{Conf, Host, PLUGIN_NAME, PluginFile, conf_path};
 
 /// Slurm's prefix of an option handed to sbatch, salloc or srun in the
 /// environment: `SLURM_SPANK_` + SPANK_OPTION_ENV_PREFIX (`_SLURM_SPANK_OPTION_`).
@@ -50,40 +50,17 @@ pub struct SitePlugin {
 /// The line of the site's plugstack.conf (includes followed) that loads
 /// tf-cluster, and the name Slurm knows it by; Err says why none does.
 pub fn site_plugin(host: &mut dyn Host) -> std::result::Result<SitePlugin, String> {
-    let conf_path = host
-        .env("SLURM_CONF")
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
-    let conf = match host.read(&conf_path) {
-        Ok(text) => parse_slurm_conf(&text),
-        Err(_) => host
-            .show_config()
-            .map(|text| parse_show_config(&text))
-            .unwrap_or_default(),
-    };
-    let setting = |key: &str| {
-        conf.get(key)
-            .filter(|v| !v.is_empty() && *v != "(null)")
-            .cloned()
-    };
-    let plugstack = setting("plugstackconfig")
-        .unwrap_or_else(|| format!("{}/plugstack.conf", dirname(&conf_path)));
-    let plugin_dirs: Vec<String> = match setting("plugindir") {
-        Some(dirs) => dirs.split(':').map(str::to_string).collect(),
-        None => DEFAULT_PLUGIN_DIRS.map(str::to_string).to_vec(),
-    };
+    let conf_path = conf_path(host);
+    let conf = Conf::read(host, &conf_path)
+        .or_else(|_| Conf::show_config(host))
+        .unwrap_or_default();
+    let (plugstack, _) = conf.plugstack(&conf_path);
+    let plugin_dirs = conf.plugin_dirs();
     let mut report = Report::default();
     let mut lines = Vec::new();
     walk(host, &plugstack, 0, &mut report, &mut lines);
     for line in lines {
-        let path = if line.path.starts_with('/') {
-            Some(line.path.clone())
-        } else {
-            plugin_dirs
-                .iter()
-                .map(|d| format!("{d}/{}", line.path))
-                .find(|p| host.plugin(p).is_some())
-        };
+        let path = plugin_file(host, &plugin_dirs, &line.path);
         let Some((path, file)) = path.and_then(|p| Some((p.clone(), host.plugin(&p)?))) else {
             continue;
         };

@@ -1,26 +1,28 @@
 //! The CLI twin of the plugin: reads one task's Slurm variables from its own
 //! environment, exactly as the plugin does in slurmstepd, and prints what the
 //! plugin would set (`env`) or the whole cluster (`explain`); `doctor` checks
-//! a node's installation for admins.
+//! a node's installation for admins. This file parses the arguments and
+//! hands each command to its module.
 
 mod doctor;
 mod elf;
+mod env_explain;
 mod launcher_env;
 mod options;
 mod postmortem;
 mod preview;
 mod ray;
+mod render;
+mod report;
+mod site;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tf_cluster_core::os::ProcessEnv;
-use tf_cluster_core::secret::{self, Secret};
-use tf_cluster_core::{self as core, Error, Gathered, Node, Result, Settings, Step};
 
+use env_explain::StepArgs;
 use options::Options;
-use preview::{Place, Shape};
 
 #[derive(Parser)]
 #[command(
@@ -91,15 +93,6 @@ enum Command {
     },
 }
 
-/// `env` and `explain`: the plugin's options and srun's shape options.
-#[derive(clap::Args)]
-struct StepArgs {
-    #[command(flatten)]
-    options: Options,
-    #[command(flatten)]
-    shape: Shape,
-}
-
 /// Where the facts come from, in `--help` (a macro: `concat!` takes
 /// literals only).
 macro_rules! where_help {
@@ -158,220 +151,6 @@ Examples:
     where_help!()
 );
 
-/// What `env` or `explain` prints: stdout, then notes for stderr (`env`).
-struct Output {
-    out: String,
-    notes: Vec<String>,
-}
-
-fn run(command: &Command) -> Result<Output> {
-    let (Command::Env(args) | Command::Explain(args)) = command else {
-        unreachable!("doctor, launcher-env and postmortem are run by main");
-    };
-    let settings = args.options.settings()?;
-    let explain = matches!(command, Command::Explain(_));
-    let place = preview::place(&mut ProcessEnv)?;
-    if settings.frameworks.is_empty() {
-        let why = args.options.why_off();
-        return Ok(match explain {
-            true => Output {
-                out: format!("no framework for this step ({why}): the plugin sets nothing"),
-                notes: vec![],
-            },
-            false => Output {
-                out: "{}".into(),
-                notes: vec![],
-            },
-        });
-    }
-    if place == Place::Step && !args.shape.given() {
-        if args.shape.rank.is_some() {
-            return Err(Error::new(
-                "--rank is for a preview: inside a step, env prints this task's variables (SLURM_PROCID)",
-            ));
-        }
-        // srun's word applied as slurmstepd applies it: the options are the
-        // ones given here.
-        let gathered = Step::gather(&settings, &mut ProcessEnv)?;
-        return render(explain, gathered, None, Vec::new());
-    }
-    let preview = preview::preview(&args.shape, &mut ProcessEnv, place)?;
-    let first_port = preview::reserved_range_start();
-    preview::check(&settings, &preview, &args.shape.command, first_port)?;
-    if !explain && preview.rank >= preview.tasks {
-        return Err(Error::new(format!(
-            "--rank {}: the step has {} task(s)",
-            preview.rank, preview.tasks
-        )));
-    }
-    let mut notes = vec![match place {
-        Place::Allocation => format!(
-            "preview: the step srun would start in this allocation{}",
-            if args.shape.given() {
-                " with these options"
-            } else {
-                ""
-            }
-        ),
-        Place::Step => {
-            "preview: another step srun would start in this job with these options".into()
-        }
-        Place::Login => {
-            "preview: the step srun would start with these options (not inside a job)".into()
-        }
-    }];
-    notes.extend(preview.notes.iter().cloned());
-    notes.push(ports_note(&settings));
-    // This machine's network is not the nodes': the network is judged on
-    // each node at launch, and only the addresses keep the host template.
-    let mut gather = settings.clone();
-    if let Some(network) = gather.network.take() {
-        notes.push(format!(
-            "--tf-network={network}: judged on each node at launch (each node's interface on it goes to the frameworks), not on this machine"
-        ));
-    } else if let Some(template) = &settings.host_template {
-        notes.push(format!(
-            "--tf-host-template={template}: the network of these names is found on each node at launch"
-        ));
-    }
-    gather.host_template = None;
-    let mut source = preview::Synthesised {
-        preview: &preview,
-        rank: Some(preview.rank),
-    };
-    let mut handed = Step::gather(&gather, &mut source)?.handed()?;
-    handed.settings = settings;
-    // The job's restart count as srun reads it: the ids shown are those the
-    // step's tasks get.
-    handed.step.restart_count = core::step::restart_count(&mut ProcessEnv)?;
-    // srun draws the step's secret at launch: a preview shows zeros.
-    if handed
-        .settings
-        .frameworks
-        .contains(&core::frameworks::ray::FRAMEWORK)
-    {
-        handed.step.secret = Some(Secret::from_bytes([0; secret::LEN]));
-        notes.push(
-            "--ray-cluster: RAY_AUTH_TOKEN and the name of the step's private directory come from a secret srun draws for each step at launch (zeros here)".into(),
-        );
-    }
-    render(
-        explain,
-        Gathered::Step(Box::new(handed)),
-        Some(preview.rank),
-        notes,
-    )
-}
-
-/// What the ports shown are. A preview knows no step id: without an
-/// explicit port base it shows the default base + each task's index, where
-/// the step will take its block of the port range (or, where slurm.conf
-/// (SLURM_CONF, else its default place) has MpiParams=ports=…, as `doctor`
-/// reads it, the ports Slurm reserves).
-fn ports_note(settings: &Settings) -> String {
-    use doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_slurm_conf};
-    let shown = settings
-        .port_base
-        .unwrap_or(tf_cluster_core::settings::DEFAULT_PORT_BASE);
-    let unreserved = match settings.port_base {
-        Some(base) => format!("the port base ({base}) + each task's index on its node"),
-        None => format!(
-            "each step's own block of the port range {}-{}, placed by its job and step ids at launch (a preview knows no step id: the port base ({shown}) + each task's index is shown)",
-            settings.port_range.first, settings.port_range.last
-        ),
-    };
-    let path = std::env::var("SLURM_CONF")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return format!(
-            "ports: {unreserved}; where Slurm reserves the step's ports (MpiParams=ports), the task's index picks one of those at launch instead"
-        );
-    };
-    match parse_slurm_conf(&text)
-        .get("mpiparams")
-        .filter(|m| m.contains("ports="))
-    {
-        Some(m) => format!(
-            "ports: Slurm reserves each step's ports at launch (MpiParams={m} in {path}): the task's index on its node (the port shown - {shown}) picks one of them instead of the port shown"
-        ),
-        None => format!("ports: {unreserved} ({path} reserves no ports: no MpiParams=ports)"),
-    }
-}
-
-/// `env` (the variables of `step.procid`) or `explain` (every rank) of a
-/// step, real or previewed; `notes` after the table, or on stderr for env.
-fn render(
-    explain: bool,
-    gathered: Gathered,
-    preview_rank: Option<u32>,
-    notes: Vec<String>,
-) -> Result<Output> {
-    let node = match gathered {
-        Gathered::Step(handed) => Node::prepare_handed(*handed)?,
-        Gathered::Refused => return Err(Error::new("srun refused this step")),
-        Gathered::Skip => None,
-    };
-    // srun left the step alone or left out each framework it asks for.
-    let Some(node) = node else {
-        return Ok(Output {
-            out: match explain {
-                true => "srun leaves this step alone: the plugin sets nothing".into(),
-                false => "{}".into(),
-            },
-            notes,
-        });
-    };
-    if !explain {
-        let Some(rank) = node.step().procid else {
-            return Err(Error::new(
-                "SLURM_PROCID is not set: not inside a Slurm step?",
-            ));
-        };
-        let injection = node.task(rank, None, None)?;
-        let vars: serde_json::Map<String, serde_json::Value> = injection
-            .vars()
-            .map(|(name, value)| (name.to_string(), value.into()))
-            .collect();
-        let mut notes = notes;
-        if let Some(rank) = preview_rank {
-            notes.insert(0, format!("the variables of rank {rank}"));
-        }
-        return Ok(Output {
-            out: serde_json::Value::Object(vars).to_string(),
-            notes,
-        });
-    }
-    let explained = node.rank_table()?;
-    let mut out = table(explained.rows);
-    for line in explained.summaries.iter().chain(&notes) {
-        out.push('\n');
-        out.push_str(line);
-    }
-    Ok(Output { out, notes: vec![] })
-}
-
-/// Rows as columns padded to their widest cell; the first row is the header.
-fn table(rows: Vec<Vec<String>>) -> String {
-    let columns = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out.pop();
-    out
-}
-
 /// The exit code of a command-line usage error, for every command: 64
 /// (sysexits' EX_USAGE), not clap's 2, which `doctor` and `launcher-env`
 /// use for "works, with warnings".
@@ -403,13 +182,22 @@ fn main() -> ExitCode {
             return ExitCode::from(USAGE_ERROR);
         }
     };
-    if let Command::Doctor = cli.command {
-        let report = doctor::diagnose(&mut doctor::System, env!("TF_CLUSTER_BUILD_ID"));
-        print!("{}", report.render());
-        return ExitCode::from(report.exit_code());
-    }
-    if let Command::Postmortem { step, dir } = &cli.command {
-        return match postmortem::postmortem(dir, step) {
+    match cli.command {
+        Command::Env(args) => print_step(env_explain::run(&args, false)),
+        Command::Explain(args) => print_step(env_explain::run(&args, true)),
+        Command::Doctor => {
+            let report = doctor::diagnose(&mut site::System, env!("TF_CLUSTER_BUILD_ID"));
+            print!("{}", report.render());
+            ExitCode::from(report.exit_code())
+        }
+        Command::LauncherEnv(options) => {
+            let (out, errors, code) = launcher_env::main(&options, &mut site::System);
+            errors.iter().for_each(|e| eprintln!("tf-cluster: {e}"));
+            print!("{out}");
+            ExitCode::from(code)
+        }
+        Command::Ray { ray_args, cmd } => ExitCode::from(ray::main(&ray_args, &cmd)),
+        Command::Postmortem { step, dir } => match postmortem::postmortem(&dir, &step) {
             Ok(text) => {
                 print!("{text}");
                 ExitCode::SUCCESS
@@ -418,18 +206,13 @@ fn main() -> ExitCode {
                 eprintln!("tf-cluster: {e}");
                 ExitCode::from(1)
             }
-        };
+        },
     }
-    if let Command::Ray { ray_args, cmd } = &cli.command {
-        return ExitCode::from(ray::main(ray_args, cmd));
-    }
-    if let Command::LauncherEnv(options) = &cli.command {
-        let (out, errors, code) = launcher_env::main(options, &mut doctor::System);
-        errors.iter().for_each(|e| eprintln!("tf-cluster: {e}"));
-        print!("{out}");
-        return ExitCode::from(code);
-    }
-    match run(&cli.command) {
+}
+
+/// `env` or `explain`: the output on stdout, its notes on stderr.
+fn print_step(output: tf_cluster_core::Result<render::Output>) -> ExitCode {
+    match output {
         Ok(output) => {
             println!("{}", output.out);
             for note in output.notes {

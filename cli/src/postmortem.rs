@@ -162,44 +162,7 @@ fn matching_runs(
         _ => {}
     }
     if parts.len() < 3 {
-        let mut listed = 0;
-        if let Ok(entries) = std::fs::read_dir(base) {
-            for entry in entries.flatten() {
-                if listed == MAX_ENTRIES {
-                    notes.push(format!(
-                        "(the listing of {} stopped at {MAX_ENTRIES} entries: some runs may not be shown)",
-                        shown(base)
-                    ));
-                    break;
-                }
-                listed += 1;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let p: Vec<&str> = name.split('.').collect();
-                let (job, step, restart) = match p.as_slice() {
-                    [j, s] => (j.parse().ok(), s.parse().ok(), Some(0)),
-                    [j, s, r] => (
-                        j.parse().ok(),
-                        s.parse().ok(),
-                        r.strip_prefix('r').and_then(|r| r.parse().ok()),
-                    ),
-                    _ => continue,
-                };
-                let (Some(job), Some(step), Some(restart)) = (job, step, restart) else {
-                    continue;
-                };
-                // Only the names a run id has (no `42.00`, no `42.0.r01`).
-                let canonical = if restart == 0 && p.len() == 2 {
-                    format!("{job}.{step}")
-                } else {
-                    format!("{job}.{step}.r{restart}")
-                };
-                let keep =
-                    name == canonical && job == parts[0] && parts.get(1).is_none_or(|&s| s == step);
-                if keep && !names.iter().any(|n| n.3 == name) {
-                    names.push((job, step, restart, name));
-                }
-            }
-        }
+        listed_runs(base, parts, notes, &mut names);
     }
     names.sort();
     let mut found = Vec::new();
@@ -222,6 +185,55 @@ fn matching_runs(
         .collect()
 }
 
+/// The runs of job `parts[0]` (and step `parts[1]`, where given) that a
+/// listing of `base` finds, by the names a run id has, added to `names`
+/// (job, step, restart, name) once each.
+fn listed_runs(
+    base: &Path,
+    parts: &[u32],
+    notes: &mut Vec<String>,
+    names: &mut Vec<(u32, u32, u32, String)>,
+) {
+    let mut listed = 0;
+    if let Ok(entries) = std::fs::read_dir(base) {
+        for entry in entries.flatten() {
+            if listed == MAX_ENTRIES {
+                notes.push(format!(
+                    "(the listing of {} stopped at {MAX_ENTRIES} entries: some runs may not be shown)",
+                    shown(base)
+                ));
+                break;
+            }
+            listed += 1;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let p: Vec<&str> = name.split('.').collect();
+            let (job, step, restart) = match p.as_slice() {
+                [j, s] => (j.parse().ok(), s.parse().ok(), Some(0)),
+                [j, s, r] => (
+                    j.parse().ok(),
+                    s.parse().ok(),
+                    r.strip_prefix('r').and_then(|r| r.parse().ok()),
+                ),
+                _ => continue,
+            };
+            let (Some(job), Some(step), Some(restart)) = (job, step, restart) else {
+                continue;
+            };
+            // Only the names a run id has (no `42.00`, no `42.0.r01`).
+            let canonical = if restart == 0 && p.len() == 2 {
+                format!("{job}.{step}")
+            } else {
+                format!("{job}.{step}.r{restart}")
+            };
+            let keep =
+                name == canonical && job == parts[0] && parts.get(1).is_none_or(|&s| s == step);
+            if keep && !names.iter().any(|n| n.3 == name) {
+                names.push((job, step, restart, name));
+            }
+        }
+    }
+}
+
 /// The lines of a run's record files: the user's regular files only, each
 /// of at most [`MAX_FILE`] bytes, [`MAX_TOTAL`] in all, within
 /// [`MAX_TIME`]; what is skipped is said in `notes`.
@@ -233,6 +245,39 @@ fn read_run(
     notes: &mut Vec<String>,
 ) -> Vec<String> {
     let mut lines = Vec::new();
+    let (mut over_total, mut over_time) = (0, 0);
+    for file in &record_files(run_dir, notes) {
+        if start.elapsed() > MAX_TIME {
+            over_time += 1;
+            continue;
+        }
+        match read_record_file(file, uid, *total) {
+            Ok(bytes) => {
+                *total += bytes.len() as u64;
+                lines.extend(String::from_utf8_lossy(&bytes).lines().map(str::to_string));
+            }
+            Err(Skipped::OverTotal) => over_total += 1,
+            Err(Skipped::Because(why)) => notes.push(format!("{} {why}: skipped", shown(file))),
+        }
+    }
+    if over_total > 0 {
+        notes.push(format!(
+            "({over_total} file(s) not read: the record's files exceed {} MiB in all)",
+            MAX_TOTAL >> 20
+        ));
+    }
+    if over_time > 0 {
+        notes.push(format!(
+            "({over_time} file(s) not read: reading took over {MAX_TIME:?})"
+        ));
+    }
+    lines
+}
+
+/// The record files (`*.jsonl`) of a run's directory, sorted; at most
+/// [`MAX_ENTRIES`] entries are listed, and a listing cut short is said in
+/// `notes`.
+fn record_files(run_dir: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
     let mut files = Vec::new();
     match std::fs::read_dir(run_dir) {
         Ok(entries) => {
@@ -253,72 +298,53 @@ fn read_run(
         Err(e) => notes.push(format!("(cannot read {}: {e})", shown(run_dir))),
     }
     files.sort();
-    let (mut over_total, mut over_time) = (0, 0);
-    for file in &files {
-        if start.elapsed() > MAX_TIME {
-            over_time += 1;
-            continue;
-        }
-        let skipped = |why: &str| format!("{} {why}: skipped", shown(file));
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(file);
-        let f = match opened {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                notes.push(skipped("is a link"));
-                continue;
-            }
-            Err(e) => {
-                notes.push(skipped(&format!("cannot be opened ({e})")));
-                continue;
-            }
-        };
-        let Ok(meta) = f.metadata() else {
-            notes.push(skipped("cannot be read"));
-            continue;
-        };
-        if !meta.is_file() {
-            notes.push(skipped("is not a regular file"));
-            continue;
-        }
-        if meta.uid() != uid {
-            notes.push(skipped("is not yours"));
-            continue;
-        }
-        if meta.len() > MAX_FILE {
-            notes.push(skipped(&format!("is larger than {} MiB", MAX_FILE >> 20)));
-            continue;
-        }
-        if *total + meta.len() > MAX_TOTAL {
-            over_total += 1;
-            continue;
-        }
-        let mut bytes = Vec::new();
-        if let Err(e) = f.take(MAX_FILE + 1).read_to_end(&mut bytes) {
-            notes.push(skipped(&format!("cannot be read ({e})")));
-            continue;
-        }
-        if bytes.len() as u64 > MAX_FILE {
-            notes.push(skipped(&format!("is larger than {} MiB", MAX_FILE >> 20)));
-            continue;
-        }
-        *total += bytes.len() as u64;
-        lines.extend(String::from_utf8_lossy(&bytes).lines().map(str::to_string));
+    files
+}
+
+/// Why a record file is not read.
+enum Skipped {
+    /// It would take the bytes read over [`MAX_TOTAL`] (counted, said once).
+    OverTotal,
+    /// Said after the file's name: `is a link`, `is not yours`…
+    Because(String),
+}
+
+/// A record file's bytes, `total` read before it: the user's own regular
+/// file, not a link, at most [`MAX_FILE`] bytes.
+fn read_record_file(file: &Path, uid: u32, total: u64) -> std::result::Result<Vec<u8>, Skipped> {
+    let skipped = |why: &str| Skipped::Because(why.to_string());
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(file);
+    let f = match opened {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(skipped("is a link")),
+        Err(e) => return Err(skipped(&format!("cannot be opened ({e})"))),
+    };
+    let Ok(meta) = f.metadata() else {
+        return Err(skipped("cannot be read"));
+    };
+    if !meta.is_file() {
+        return Err(skipped("is not a regular file"));
     }
-    if over_total > 0 {
-        notes.push(format!(
-            "({over_total} file(s) not read: the record's files exceed {} MiB in all)",
-            MAX_TOTAL >> 20
-        ));
+    if meta.uid() != uid {
+        return Err(skipped("is not yours"));
     }
-    if over_time > 0 {
-        notes.push(format!(
-            "({over_time} file(s) not read: reading took over {MAX_TIME:?})"
-        ));
+    if meta.len() > MAX_FILE {
+        return Err(skipped(&format!("is larger than {} MiB", MAX_FILE >> 20)));
     }
-    lines
+    if total + meta.len() > MAX_TOTAL {
+        return Err(Skipped::OverTotal);
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = f.take(MAX_FILE + 1).read_to_end(&mut bytes) {
+        return Err(skipped(&format!("cannot be read ({e})")));
+    }
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(skipped(&format!("is larger than {} MiB", MAX_FILE >> 20)));
+    }
+    Ok(bytes)
 }
 
 /// One rank as the record has it.
@@ -328,39 +354,71 @@ struct Rank {
     end: Option<Value>,
 }
 
-/// The report of one run from its record's lines (any order, any node's).
-pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
-    let mut ranks: BTreeMap<u64, Rank> = BTreeMap::new();
-    let mut nodes = Vec::new();
-    let mut total = None;
-    let mut skipped = 0;
+/// The lines of one run's record, by kind.
+#[derive(Default)]
+struct Record {
+    ranks: BTreeMap<u64, Rank>,
+    /// Its nodes' lines.
+    nodes: usize,
+    /// The step's tasks, as a node's line says.
+    total: Option<u64>,
+    /// Lines not of the record's format (or of a later one).
+    skipped: usize,
+}
+
+/// A run's record from its lines (any order, any node's).
+fn parse_record(lines: &[String]) -> Record {
+    let mut record = Record::default();
     for line in lines {
         let Ok(v) = serde_json::from_str::<Value>(line) else {
-            skipped += 1;
+            record.skipped += 1;
             continue;
         };
         if v["record"].as_u64().is_none_or(|r| r > VERSION as u64) {
-            skipped += 1;
+            record.skipped += 1;
             continue;
         }
         let rank = v["rank"].as_u64();
         match (v["kind"].as_str(), rank) {
             (Some("node"), _) => {
-                total = v["tasks"].as_u64().or(total);
-                nodes.push(v);
+                record.total = v["tasks"].as_u64().or(record.total);
+                record.nodes += 1;
             }
-            (Some("rank"), Some(r)) => ranks.entry(r).or_default().given = Some(v),
-            (Some("exit"), Some(r)) => ranks.entry(r).or_default().end = Some(v),
-            _ => skipped += 1,
+            (Some("rank"), Some(r)) => record.ranks.entry(r).or_default().given = Some(v),
+            (Some("exit"), Some(r)) => record.ranks.entry(r).or_default().end = Some(v),
+            _ => record.skipped += 1,
         }
     }
+    record
+}
+
+/// The report of one run from its record's lines (any order, any node's).
+pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
+    let Record {
+        ranks,
+        nodes,
+        total,
+        skipped,
+    } = parse_record(lines);
     let mut out = format!(
         "run {run}: {} rank(s) recorded{} on {} node(s); record {}\n",
         ranks.len(),
         total.map_or(String::new(), |t| format!(" of {t}")),
-        nodes.len(),
+        nodes,
         shown(path)
     );
+    out.push_str(&table(&rank_rows(&ranks)));
+    out.push_str(&first_failure(&ranks, path));
+    if skipped > 0 {
+        out.push_str(&format!(
+            "({skipped} line(s) not read: not of record format {VERSION})\n"
+        ));
+    }
+    out
+}
+
+/// The table of every rank: where it ran, what it was given, how it ended.
+fn rank_rows(ranks: &BTreeMap<u64, Rank>) -> Vec<Vec<String>> {
     let mut rows = vec![
         [
             "RANK",
@@ -376,7 +434,7 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
         .map(String::from)
         .to_vec(),
     ];
-    for (rank, r) in &ranks {
+    for (rank, r) in ranks {
         let g = r.given.as_ref();
         let text = |k: &str| printable(g.and_then(|g| g[k].as_str()).unwrap_or("-"));
         let ports = g
@@ -411,7 +469,13 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
                 .map_or("-".into(), clock),
         ]);
     }
-    out.push_str(&table(&rows));
+    rows
+}
+
+/// Which rank failed first (by the time its end was recorded), its node's
+/// record and its logs; else that none failed.
+fn first_failure(ranks: &BTreeMap<u64, Rank>, path: &Path) -> String {
+    let mut out = String::new();
     let mut failed: Vec<(u64, u64, &Value)> = ranks
         .iter()
         .filter_map(|(&rank, r)| {
@@ -452,11 +516,6 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
             out.push_str("no failure: every rank exited 0\n")
         }
         None => out.push_str("no failure recorded; some ranks have no end\n"),
-    }
-    if skipped > 0 {
-        out.push_str(&format!(
-            "({skipped} line(s) not read: not of record format {VERSION})\n"
-        ));
     }
     out
 }

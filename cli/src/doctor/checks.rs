@@ -3,9 +3,11 @@
 
 use tf_cluster_core::Settings;
 
-use super::host::{Host, PluginFile, said};
-use super::plugstack::Loaded;
-use super::report::{Level, Report};
+use crate::elf::PluginInfo;
+use crate::report::{Level, Report};
+use crate::site::host::said;
+use crate::site::plugstack::Loaded;
+use crate::site::{Host, PluginFile};
 
 /// `24.11.5` from 0x180b05.
 pub fn version_text(v: u32) -> String {
@@ -59,6 +61,25 @@ pub(super) fn check_plugin(
             format!("{path} is not readable by every user: srun, run by the user, cannot load it"),
         );
     }
+    check_version(report, path, info, installed);
+    if !line.required {
+        report.add(
+            Level::Warn,
+            format!("{at}: optional: Slurm ignores the plugin's errors, so a step it refuses runs without TF_CONFIG; write `required`"),
+        );
+    }
+    check_site_args(report, host, line);
+    check_build(report, path, info, own_build_id);
+}
+
+/// The Slurm the plugin was built for against the one installed (0xMMmmuu
+/// and where it was read): Slurm loads only its own major.minor.
+fn check_version(
+    report: &mut Report,
+    path: &str,
+    info: &PluginInfo,
+    installed: Option<&(u32, String)>,
+) {
     match (info.version, installed) {
         (None, _) => report.add_about(Level::Fail, &[path], format!("{path} exports no plugin_version: Slurm refuses it")),
         (Some(v), Some((slurm, from))) if v >> 8 == slurm >> 8 => report.add(
@@ -81,12 +102,11 @@ pub(super) fn check_plugin(
             format!("built for Slurm {}; cannot tell this node's Slurm (no working `srun --version`, no slurm_version.h)", version_text(v)),
         ),
     }
-    if !line.required {
-        report.add(
-            Level::Warn,
-            format!("{at}: optional: Slurm ignores the plugin's errors, so a step it refuses runs without TF_CONFIG; write `required`"),
-        );
-    }
+}
+
+/// The line's site arguments, as the plugin reads them.
+fn check_site_args(report: &mut Report, host: &mut dyn Host, line: &Loaded) {
+    let at = &line.at;
     match Settings::from_admin_args(line.args.iter().map(String::as_str)) {
         Ok(_) if line.args.is_empty() => {
             report.add(Level::Ok, "site arguments: none (built-in defaults)")
@@ -106,6 +126,10 @@ pub(super) fn check_plugin(
             format!("{at}: {e}: srun refuses every --tf-cluster step"),
         ),
     }
+}
+
+/// The plugin's build id against this CLI's.
+fn check_build(report: &mut Report, path: &str, info: &PluginInfo, own_build_id: &str) {
     match info.build_id.as_deref() {
         Some(id) if id == own_build_id => report.add(Level::Ok, format!("same build as this CLI ({id})")),
         Some(id) => report.add(

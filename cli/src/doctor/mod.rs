@@ -5,72 +5,102 @@
 //! this CLI, and whether Slurm reserves ports for steps.
 //!
 //! [`diagnose`] is pure: it sees the machine through [`Host`], which
-//! [`System`] implements with real files and commands.
+//! [`crate::site::System`] implements with real files and commands; what the
+//! installation is (slurm.conf, plugstack.conf, the .so files) is read by
+//! [`crate::site`], and judged here.
 
 mod checks;
-mod host;
-pub(crate) mod plugstack;
-mod report;
-pub(crate) mod slurm_conf;
-mod system;
 #[cfg(test)]
 mod tests;
 
 use std::path::Path;
 use tf_cluster_core::Settings;
 
+use crate::report::{Level, Report};
+use crate::site::host::said;
+use crate::site::plugstack::{Loaded, plugin_file, walk};
+use crate::site::{Conf, Host, PLUGIN_NAME, PluginFile, conf_path};
 use checks::check_plugin;
-use host::said;
-pub use host::{Host, PluginFile};
-use plugstack::{dirname, walk};
-pub use report::{Level, Report};
-use slurm_conf::{DEFAULT_SLURM_CONF, parse_show_config, parse_slurm_conf};
-pub use system::System;
-
-/// Where a relative plugstack path is searched when slurm.conf has no
-/// PluginDir: Debian's and the RHEL family's plugin directories.
-pub const DEFAULT_PLUGIN_DIRS: [&str; 3] = [
-    "/usr/lib/x86_64-linux-gnu/slurm-wlm",
-    "/usr/lib64/slurm",
-    "/usr/lib/slurm",
-];
-
-/// The plugin's `plugin_name`.
-pub const PLUGIN_NAME: &str = "tf_cluster";
 
 /// Checks the installation; `own_build_id` is this CLI's.
 pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
     let mut report = Report::default();
-
     // slurm.conf: where plugstack.conf is, the plugin directory, MpiParams.
-    let conf_path = host
-        .env("SLURM_CONF")
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
-    // srun and scontrol read the same files: on a file that is no regular
-    // file of a sane size they would block or grow without end, so they are
-    // not run then (and every command the doctor runs is time-limited).
-    let mut commands_safe = true;
-    let conf = match host.read(&conf_path) {
-        Ok(text) => Some((parse_slurm_conf(&text), conf_path.clone())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match host.show_config() {
-            Ok(text) => {
+    let conf_path = conf_path(host);
+    let (conf, mut commands_safe) = read_conf(host, &conf_path, &mut report);
+    let none = Conf::default();
+    let settings = conf.as_ref().map_or(&none, |(c, _)| c);
+    let (plugstack, why) = settings.plugstack(&conf_path);
+    report.add_about(
+        Level::Ok,
+        &[&plugstack],
+        format!("plugstack.conf: {plugstack} ({why})"),
+    );
+
+    // The plugstack lines, includes followed.
+    let mut loaded = Vec::new();
+    commands_safe &= walk(host, &plugstack, 0, &mut report, &mut loaded);
+
+    let (installed, srun_problem) = host.slurm_version(commands_safe);
+    if let Some(why) = srun_problem {
+        report.add(Level::Warn, format!("Slurm's version: {why}"));
+    }
+    let ours = our_lines(host, loaded, &settings.plugin_dirs(), &mut report);
+    loaded_once(&mut report, &plugstack, &ours);
+    for (line, path, file) in &ours {
+        check_plugin(
+            &mut report,
+            host,
+            line,
+            path,
+            file.as_ref(),
+            installed.as_ref(),
+            own_build_id,
+        );
+    }
+    let site = ours
+        .first()
+        .and_then(|(line, _, _)| {
+            Settings::from_admin_args(line.args.iter().map(String::as_str)).ok()
+        })
+        .unwrap_or_default();
+    check_ports(
+        &mut report,
+        conf.as_ref().map(|(c, from)| (c, from.as_str())),
+        &site,
+    );
+    report
+}
+
+/// slurm.conf's settings and where they came from (the file, or `scontrol
+/// show config` where there is none), and whether Slurm's commands are safe
+/// to run: srun and scontrol read the same files, and on a file that is no
+/// regular file of a sane size they would block or grow without end, so
+/// they are not run then (and every command the doctor runs is time-limited).
+fn read_conf(
+    host: &mut dyn Host,
+    conf_path: &str,
+    report: &mut Report,
+) -> (Option<(Conf, String)>, bool) {
+    match Conf::read(host, conf_path) {
+        Ok(conf) => (Some((conf, conf_path.to_string())), true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match Conf::show_config(host) {
+            Ok(conf) => {
                 report.add(
                     Level::Ok,
                     format!("slurm.conf {conf_path}: {e}; settings from `scontrol show config`"),
                 );
-                Some((parse_show_config(&text), "scontrol show config".to_string()))
+                (Some((conf, "scontrol show config".to_string())), true)
             }
             Err(why) => {
                 report.add(
                     Level::Warn,
                     format!("slurm.conf {conf_path}: {e}, and {why}"),
                 );
-                None
+                (None, true)
             }
         },
         Err(e) => {
-            commands_safe = false;
             report.add(
                 Level::Fail,
                 format!(
@@ -78,50 +108,26 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
                     said(&e)
                 ),
             );
-            None
+            (None, false)
         }
-    };
-    let setting = |key: &str| conf.as_ref().and_then(|(c, _)| c.get(key).cloned());
-    let (plugstack, why) =
-        match setting("plugstackconfig").filter(|p| !p.is_empty() && p != "(null)") {
-            Some(p) => (p, "PlugStackConfig"),
-            None => (
-                format!("{}/plugstack.conf", dirname(&conf_path)),
-                "Slurm's default, beside slurm.conf",
-            ),
-        };
-    report.add_about(
-        Level::Ok,
-        &[&plugstack],
-        format!("plugstack.conf: {plugstack} ({why})"),
-    );
-    let plugin_dirs: Vec<String> = match setting("plugindir") {
-        Some(dirs) if !dirs.is_empty() && dirs != "(null)" => {
-            dirs.split(':').map(str::to_string).collect()
-        }
-        _ => DEFAULT_PLUGIN_DIRS.map(str::to_string).to_vec(),
-    };
-
-    // The plugstack lines, includes followed.
-    let mut loaded = Vec::new();
-    commands_safe &= walk(host, &plugstack, 0, &mut report, &mut loaded);
-
-    // Which lines load tf-cluster: by plugin_name, or by file name when unreadable.
-    let (installed, srun_problem) = host.slurm_version(commands_safe);
-    if let Some(why) = srun_problem {
-        report.add(Level::Warn, format!("Slurm's version: {why}"));
     }
+}
+
+/// A plugstack line that loads tf-cluster, the .so it names and that file.
+type Ours = (Loaded, String, Option<PluginFile>);
+
+/// The lines that load tf-cluster: by plugin_name, or by file name when
+/// unreadable; a required line of another plugin whose file is missing
+/// fails srun all the same.
+fn our_lines(
+    host: &mut dyn Host,
+    loaded: Vec<Loaded>,
+    plugin_dirs: &[String],
+    report: &mut Report,
+) -> Vec<Ours> {
     let mut ours = Vec::new();
     for line in loaded {
-        let path = if line.path.starts_with('/') {
-            line.path.clone()
-        } else {
-            plugin_dirs
-                .iter()
-                .map(|d| format!("{d}/{}", line.path))
-                .find(|p| host.plugin(p).is_some())
-                .unwrap_or_else(|| line.path.clone())
-        };
+        let path = plugin_file(host, plugin_dirs, &line.path).unwrap_or_else(|| line.path.clone());
         let file = host.plugin(&path);
         let named_ours = Path::new(&path)
             .file_name()
@@ -133,7 +139,6 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
         if is_ours {
             ours.push((line, path, file));
         } else if file.is_none() && line.required {
-            // Another plugin, but srun fails all the same.
             report.add(
                 Level::Fail,
                 format!(
@@ -143,11 +148,15 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
             );
         }
     }
+    ours
+}
 
+/// tf-cluster must be loaded exactly once.
+fn loaded_once(report: &mut Report, plugstack: &str, ours: &[Ours]) {
     match ours.len() {
         0 => report.add_about(
             Level::Fail,
-            &[&plugstack],
+            &[plugstack],
             format!("no line of {plugstack} (includes followed) loads {PLUGIN_NAME}: --tf-cluster is unknown to srun"),
         ),
         1 => {}
@@ -160,50 +169,39 @@ pub fn diagnose(host: &mut dyn Host, own_build_id: &str) -> Report {
             ),
         ),
     }
-    for (line, path, file) in &ours {
-        check_plugin(
-            &mut report,
-            host,
-            line,
-            path,
-            file.as_ref(),
-            installed.as_ref(),
-            own_build_id,
-        );
-    }
+}
 
-    // Ports: with MpiParams=ports every step gets its own; without, the
-    // step's block of the port range, unless the site fixed a port base.
-    let site = ours
-        .first()
-        .and_then(|(line, _, _)| {
-            Settings::from_admin_args(line.args.iter().map(String::as_str)).ok()
-        })
-        .unwrap_or_default();
-    match &conf {
-        Some((_, from)) => match setting("mpiparams").filter(|m| m.contains("ports=")) {
-            Some(m) => report.add(
-                Level::Ok,
-                format!("Slurm reserves ports for every step (MpiParams={m} in {from}): concurrent steps on a node never clash"),
+/// Ports: with MpiParams=ports every step gets its own; without, the
+/// step's block of the port range, unless the site fixed a port base.
+/// `conf`: slurm.conf's settings and where they came from.
+fn check_ports(report: &mut Report, conf: Option<(&Conf, &str)>, site: &Settings) {
+    let Some((conf, from)) = conf else {
+        report.add(
+            Level::Warn,
+            "cannot tell whether Slurm reserves ports (no slurm.conf)",
+        );
+        return;
+    };
+    match conf.reserved_ports() {
+        Some(ports) => report.add(
+            Level::Ok,
+            format!("Slurm reserves ports for every step (MpiParams={} in {from}): concurrent steps on a node never clash", ports.setting),
+        ),
+        None => match site.port_base {
+            Some(base) => report.add(
+                Level::Warn,
+                format!("no MpiParams=ports=… in {from}, and the site argument port-base={base}: concurrent steps on one node take the same ports ({base}…); remove port-base= so that each step takes its own ports from the port range, or set MpiParams=ports=12000-12999"),
             ),
-            None => match site.port_base {
-                Some(base) => report.add(
-                    Level::Warn,
-                    format!("no MpiParams=ports=… in {from}, and the site argument port-base={base}: concurrent steps on one node take the same ports ({base}…); remove port-base= so that each step takes its own ports from the port range, or set MpiParams=ports=12000-12999"),
+            None => report.add(
+                Level::Ok,
+                format!(
+                    "no MpiParams=ports=… in {from}: Slurm reserves no ports (and refuses srun --resv-ports); each step takes its own ports from the range {}-{}, placed by its job and step ids: two steps on one node share a port with a chance of about 1 in {} (never when their job ids are less than {} apart); MpiParams=ports=12000-12999 makes Slurm reserve them",
+                    site.port_range.first,
+                    site.port_range.last,
+                    site.port_range.slots(),
+                    site.port_range.slots() / tf_cluster_core::ports::STEPS,
                 ),
-                None => report.add(
-                    Level::Ok,
-                    format!(
-                        "no MpiParams=ports=… in {from}: Slurm reserves no ports (and refuses srun --resv-ports); each step takes its own ports from the range {}-{}, placed by its job and step ids: two steps on one node share a port with a chance of about 1 in {} (never when their job ids are less than {} apart); MpiParams=ports=12000-12999 makes Slurm reserve them",
-                        site.port_range.first,
-                        site.port_range.last,
-                        site.port_range.slots(),
-                        site.port_range.slots() / tf_cluster_core::ports::STEPS,
-                    ),
-                ),
-            },
+            ),
         },
-        None => report.add(Level::Warn, "cannot tell whether Slurm reserves ports (no slurm.conf)"),
     }
-    report
 }

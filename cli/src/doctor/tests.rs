@@ -1,9 +1,10 @@
 use std::collections::HashMap;
 
 use super::checks::version_text;
-use super::system::{parse_srun_version, parse_version_header};
 use super::*;
 use crate::elf::PluginInfo;
+use crate::site::slurm_conf::parse_show_config;
+use crate::site::system::{parse_srun_version, parse_version_header};
 
 const ID: &str = "0.1.0 slurm 24.11.5 src 0123456789abcdef";
 const SO: &str = "/usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so";

@@ -345,20 +345,6 @@ pub fn check(
     gpus::check_before_launch(settings, gpu_rules(settings.frameworks), &request, most)
 }
 
-/// The first port of slurm.conf's `MpiParams=ports=FIRST-LAST` (SLURM_CONF,
-/// else its default place), where Slurm reserves every step's ports.
-pub fn reserved_range_start() -> Option<u16> {
-    use crate::doctor::slurm_conf::{DEFAULT_SLURM_CONF, parse_slurm_conf};
-    let path = std::env::var("SLURM_CONF")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_string());
-    let text = std::fs::read_to_string(path).ok()?;
-    let mpi = parse_slurm_conf(&text).remove("mpiparams")?;
-    let ports = mpi.split(',').find_map(|p| p.strip_prefix("ports="))?;
-    ports.split('-').next()?.parse().ok()
-}
-
 /// Slurm's reservation for a step of `most` tasks on its fullest node: one
 /// port more than its tasks.
 fn reservation(first: u16, most: u32) -> String {

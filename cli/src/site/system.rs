@@ -1,4 +1,4 @@
-//! The real machine the doctor reads: files, glob(3), the plugin's ELF
+//! The real machine the doctor and launcher-env read: files, glob(3), the plugin's ELF
 //! symbols, `srun --version`, `scontrol show config`.
 
 use super::host::{Host, PluginFile};

@@ -1,4 +1,5 @@
-//! The doctor's findings, how they print and the exit code they give.
+//! Findings about the installation (the doctor's, and the plugstack walk's), how
+//! they print and the exit code they give.
 
 use std::fmt::Write as _;
 
@@ -24,14 +25,14 @@ pub struct Report {
 }
 
 impl Report {
-    pub(super) fn add(&mut self, level: Level, text: impl Into<String>) {
+    pub fn add(&mut self, level: Level, text: impl Into<String>) {
         self.add_about(level, &[], text);
     }
 
     /// A finding about `about` (files, plugstack lines): a failure of one of
     /// them takes back what was found ok about it, and once one has failed
     /// nothing more is ok about it; the failure names it.
-    pub(super) fn add_about(&mut self, level: Level, about: &[&str], text: impl Into<String>) {
+    pub fn add_about(&mut self, level: Level, about: &[&str], text: impl Into<String>) {
         let shares = |f: &Finding| f.about.iter().any(|a| about.contains(&a.as_str()));
         match level {
             Level::Fail => self.findings.retain(|f| f.level != Level::Ok || !shares(f)),

@@ -1,5 +1,6 @@
-//! The machine as the doctor sees it: [`Host`], which the checks read
-//! through and `System` (system.rs) implements with real files and commands.
+//! The machine as the CLI reads the installation: [`Host`], which the
+//! doctor's checks and launcher-env see it through and `System` (system.rs)
+//! implements with real files and commands.
 
 use crate::elf::PluginInfo;
 
@@ -12,7 +13,7 @@ pub struct PluginFile {
     pub info: Result<PluginInfo, String>,
 }
 
-/// The machine as the doctor sees it.
+/// The machine as the doctor and launcher-env see it.
 pub trait Host {
     fn env(&mut self, name: &str) -> Option<String>;
     fn read(&mut self, path: &str) -> std::io::Result<String>;
@@ -49,7 +50,7 @@ pub trait Host {
 
 /// An error reading a file, after its path: ` is not a regular file` (the
 /// doctor's own refusals say what the file is), else `: No such file…`.
-pub(crate) fn said(e: &std::io::Error) -> String {
+pub fn said(e: &std::io::Error) -> String {
     if e.kind() == std::io::ErrorKind::InvalidData {
         format!(" {e}")
     } else {

@@ -1,7 +1,12 @@
-//! The plugstack.conf walk: its lines as Slurm parses them, includes followed.
+//! plugstack.conf: its lines as Slurm parses them, the walk through its
+//! includes, and the .so each plugin line names.
 
 use super::host::{Host, said};
-use super::report::{Level, Report};
+use super::slurm_conf::dirname;
+use crate::report::{Level, Report};
+
+/// The plugin's `plugin_name`.
+pub const PLUGIN_NAME: &str = "tf_cluster";
 
 /// Includes nested deeper than this are reported as a loop.
 const MAX_INCLUDE_DEPTH: usize = 8;
@@ -44,26 +49,32 @@ pub fn parse_plugstack(text: &str) -> Vec<(usize, StackLine)> {
 
 /// A plugin line with where it was found.
 #[derive(Debug, Clone)]
-pub(crate) struct Loaded {
-    pub(crate) at: String,
-    pub(super) required: bool,
-    pub(crate) path: String,
-    pub(super) args: Vec<String>,
+pub struct Loaded {
+    /// `FILE:LINE`.
+    pub at: String,
+    pub required: bool,
+    /// As written: absolute, or relative to the plugin directories.
+    pub path: String,
+    pub args: Vec<String>,
 }
 
-pub(crate) fn dirname(path: &str) -> &str {
-    match path.rfind('/') {
-        Some(0) => "/",
-        Some(i) => &path[..i],
-        None => ".",
+/// The .so a plugin line names: its absolute path, else the first of
+/// `plugin_dirs` (slurm.conf's PluginDir) that holds it; None when none does.
+pub fn plugin_file(host: &mut dyn Host, plugin_dirs: &[String], path: &str) -> Option<String> {
+    if path.starts_with('/') {
+        return Some(path.to_string());
     }
+    plugin_dirs
+        .iter()
+        .map(|d| format!("{d}/{path}"))
+        .find(|p| host.plugin(p).is_some())
 }
 
 /// Most files of a plugstack tree read (Slurm's own trees hold a handful).
-pub(crate) const MAX_FILES: usize = 256;
+pub const MAX_FILES: usize = 256;
 
 /// Most bytes of a plugstack tree read, all files together.
-pub(crate) const MAX_TOTAL_BYTES: usize = 16 << 20;
+pub const MAX_TOTAL_BYTES: usize = 16 << 20;
 
 /// What a walk has read so far: each file once (by canonical path), within
 /// the caps, and the repeats seen, told in one line each at the end.
@@ -85,7 +96,7 @@ struct Walk {
 /// one Slurm's commands would block or grow on (no regular file, too large).
 /// Each file is read once, at most [`MAX_FILES`] files and
 /// [`MAX_TOTAL_BYTES`] bytes, includes at most [`MAX_INCLUDE_DEPTH`] deep.
-pub(crate) fn walk(
+pub fn walk(
     host: &mut dyn Host,
     file: &str,
     depth: usize,
