@@ -54,10 +54,13 @@ where_sources() {
     fi
 }
 
-where_check() {
-    local known=" $1 " list=$2 errors=() binary unit suites lane name t
-    local -A line_of=() whole=() modular=() tests_of=() unit_tests=() on_suites=()
-    local targets
+# where_check's parts share its variables (bash's dynamic scope): errors, the
+# known suites, and what each part learns for the next.
+
+# The file's lines: fields, lanes, suites; whole[B] or modular[B] per binary,
+# line_of["B UNIT"] its lane; every test target under tests/ with a line.
+where_check_lines() {
+    local binary unit suites lane t targets
     targets=" $(where_targets | tr '\n' ' ') "
     while read -r binary unit suites lane; do
         [ -n "$lane" ] || { errors+=("line '$binary $unit $suites': four fields"); continue; }
@@ -73,14 +76,14 @@ where_check() {
             done
         fi
         if [[ "$unit" == *::* ]]; then
-            [ "$lane" = - ] || errors+=("$binary $unit: a test's line has lane -")
+            [ "$lane" = - ] || errors+=("$binary $unit: a test's lane is its module's: -, not $lane")
             continue
         fi
         [ "$lane" != - ] || errors+=("$binary $unit: a module or binary has a lane")
         if [ "$unit" = - ]; then whole[$binary]=1; else modular[$binary]=1; fi
         # Several lines of one unit: each on its own suites.
         local each=${suites//,/ }
-        [ "$suites" != all ] || each=$1
+        [ "$suites" != all ] || each=$known
         for t in $each; do
             [ -z "${on_suites[$binary $unit $t]:-}" ] || errors+=("$binary $unit: two lines for suite $t")
             on_suites[$binary $unit $t]=1
@@ -95,8 +98,12 @@ where_check() {
     for binary in "${!whole[@]}"; do
         [ -z "${modular[$binary]:-}" ] || errors+=("$binary: a line for the whole binary and lines for its modules")
     done
-    # Every test of a testbed binary under a line; every line with a test.
-    local ignored
+}
+
+# Every test of a testbed binary under a line, none ignored: tests_of["B TEST"],
+# unit_tests["B UNIT"] for the units that hold one.
+where_check_tests() {
+    local binary name ignored
     while IFS=$'\t' read -r binary name ignored; do
         [ -z "$ignored" ] || { errors+=("$binary $name: #[ignore]d ($where_file says where a test runs)"); continue; }
         tests_of[$binary $name]=1
@@ -108,6 +115,12 @@ where_check() {
             errors+=("$binary $name: no line in $where_file")
         fi
     done <"$list"
+}
+
+# Every line names a test, module or binary that has a test; lane alt, and only
+# alt, brings the testbed up in another configuration (calls testbed_with_*).
+where_check_units() {
+    local binary unit suites lane calls
     while read -r binary unit suites lane; do
         [ "$lane" != host ] || continue
         if [[ "$unit" == *::* ]]; then
@@ -116,9 +129,7 @@ where_check() {
             continue
         fi
         [ -n "${unit_tests[$binary $unit]:-}" ] || errors+=("$binary $unit: no test")
-        # The lane and the configuration agree: alt, and only alt, brings the testbed up
-        # in another configuration.
-        local calls=0
+        calls=0
         # shellcheck disable=SC2046 # the files: words
         ! grep -q 'testbed_with_' $(where_sources "$binary" "$unit") 2>/dev/null || calls=1
         if [ "$lane" = alt ] && [ $calls = 0 ]; then
@@ -127,6 +138,14 @@ where_check() {
             errors+=("$binary $unit: calls testbed_with_* (another configuration): lane alt")
         fi
     done < <(where_lines)
+}
+
+where_check() {
+    local known=" $1 " list=$2 errors=()
+    local -A line_of=() whole=() modular=() tests_of=() unit_tests=() on_suites=()
+    where_check_lines
+    where_check_tests
+    where_check_units
     [ ${#errors[@]} -gt 0 ] || return 0
     printf '%s\n' "${errors[@]/#/$where_file: }" >&2
     return 1
