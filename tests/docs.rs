@@ -225,7 +225,7 @@ fn shows_and_links(page: &str, framework: &str, shown: &[&str], linked: &[&str])
 }
 
 /// docs/frameworks.md shows the launcher batch scripts the testbed runs
-/// (tests/testbed_launchers.rs) as they are, and links them and their
+/// (tests/testbed/launchers.rs) as they are, and links them and their
 /// programs. (The README points users at the templates in examples/
 /// instead; [`links_resolve`] checks its links.)
 #[test]
@@ -246,7 +246,7 @@ fn docs_show_and_link_the_launcher_scripts() {
 }
 
 /// The TensorFlow examples page shows both batch scripts the testbed runs
-/// (tests/testbed_tensorflow.rs) as they are and links every file of them.
+/// (tests/testbed/tensorflow.rs) as they are and links every file of them.
 /// (The README points users at the templates in examples/ instead;
 /// [`links_resolve`] checks its links.)
 #[test]

@@ -55,14 +55,12 @@ step "host: build" cargo build --release
 step "host: deb and rpm packages" bash -c 'bash packaging/deb.sh >/dev/null && bash packaging/rpm.sh >/dev/null'
 # The tests build in Cargo.toml's `tests` profile (release without its LTO).
 # What needs no Slurm: the core and the CLI (every target), and the plugin's
-# own tests but the testbed binaries (tests/testbed*.rs).
+# own tests of lane host in tests/where.tsv (docker/matrix.sh checks that the
+# file names every test binary).
+# shellcheck source=tests/where.sh
+source tests/where.sh
 host_tests=()
-for f in tests/*.rs; do
-    case $(basename "$f") in
-    testbed*) ;;
-    *) host_tests+=(--test "$(basename "$f" .rs)") ;;
-    esac
-done
+for name in $(where_binaries host); do host_tests+=(--test "$name"); done
 step "host: core and CLI tests" cargo test --profile tests -p tf-cluster-core -p tf-cluster-cli --all-targets
 # The plugin's .so in the tests' profile too: tests/symbols.rs reads the one
 # built beside it.
@@ -70,8 +68,11 @@ step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --l
 # The testbed binaries (docker/matrix.sh runs them; the same command, so
 # there it finds them built): built now, while the images still build.
 testbed_tests=()
-for f in tests/testbed*.rs; do testbed_tests+=(--test "$(basename "$f" .rs)"); done
+for name in $(where_binaries alt main end); do testbed_tests+=(--test "$name"); done
 step "host: build the testbed binaries" cargo test --profile tests --no-run "${testbed_tests[@]}"
+# tests/where.tsv against the tests, without Docker: a test it does not place
+# fails here, before the images are waited for (the matrix checks again).
+step "host: where each test runs" bash docker/matrix.sh --check
 # The scale smoke, memcheck and a short run of every fuzz target: the matrix
 # needs none of them, so they run one after another beside the wait for the
 # images and beside the matrix, each output in target/host/NAME.log (its end

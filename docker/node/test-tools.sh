@@ -19,7 +19,7 @@ pip_install() { # VENV PIP-ARGS…
     "$venv/bin/pip" install --no-cache-dir --disable-pip-version-check --cert /tmp/pip-ca.pem "$@"
 }
 
-# TensorFlow for the real clients of tests/testbed_tensorflow.rs: tensorflow-cpu from
+# TensorFlow for the real clients of tests/testbed/tensorflow.rs: tensorflow-cpu from
 # PyPI in the venv /opt/tf (outside /root: tasks run as alice). tensorflow-cpu 2.21.0
 # has wheels for CPython 3.10-3.13 only, so the venv uses the newest of those the suite
 # ships: bookworm 3.11, trixie 3.13, forky 3.13 (beside its default 3.14). A suite with
@@ -52,7 +52,7 @@ pip_install /opt/jax "jax[cpu]==$JAX_VERSION"
 /opt/jax/bin/python -c 'import jax; print("jax", jax.__version__, jax.devices())'
 
 # torchrun, PyTorch Lightning and Hugging Face Accelerate for the real clients of
-# tests/testbed_launchers.rs.
+# tests/testbed/launchers.rs.
 # torchrun: Debian's torch 2.4 on is built without libuv, yet torchrun's rendezvous
 # stores ask for it whatever USE_LIBUV says (init_process_group's env:// alone reads
 # it; the Dockerfile sets USE_LIBUV=0 for that): tfc_libuv.py (loaded by a .pth file)
@@ -90,7 +90,7 @@ say "container runtimes"
 apt-get install -y --no-install-recommends squashfs-tools busybox-static runc jq
 
 # Real accounting for the testbed (sacct; TorchX asks it every job's state,
-# tests/testbed_launchers_torchx.rs): slurmdbd and MariaDB from Debian, run on ctl by
+# tests/testbed/launchers_torchx.rs): slurmdbd and MariaDB from Debian, run on ctl by
 # entrypoint.sh. forky's MariaDB (11.8) leaves the data directory empty when its service
 # may not start (policy-rc.d): made here then, as its postinst would.
 say "slurmdbd and MariaDB"
@@ -99,7 +99,7 @@ apt-get install -y --no-install-recommends mariadb-server slurmdbd
     --skip-test-db --auth-root-authentication-method=socket >/dev/null
 test -d /var/lib/mysql/mysql
 
-# Apptainer, for the Apptainer mirror's test (tests/testbed_containers.rs): Debian
+# Apptainer, for the Apptainer mirror's test (tests/testbed/containers.rs): Debian
 # packages it only in sid (glibc >= 2.38); forky takes that one package from sid
 # (pinned low, so nothing else comes from there). Other suites: none. The last apt
 # install: sid's package lists stay until the end, without the pin.
@@ -113,10 +113,10 @@ if [ "$SUITE" = forky ]; then
     apptainer --version
 fi
 
-# Ray for the real clients of tests/testbed_ray.rs: ray[default] from PyPI (the
+# Ray for the real clients of tests/testbed/ray.rs: ray[default] from PyPI (the
 # dashboard agent and its ports too, as sites install it) in the venv /opt/ray on the
 # python of /opt/tf (ray 2.60.0 has wheels for CPython 3.10-3.13). Bookworm's image
-# only: Ray's clusters train on that suite alone (docker/matrix.sh's one_suite, the
+# only: Ray's clusters train on that suite alone (tests/where.tsv, the
 # same PyPI release on every suite), so the other images build without it.
 if [ "$SUITE" = bookworm ]; then
     say "Ray $RAY_VERSION"

@@ -198,10 +198,11 @@ pub fn testbed_with_gres(gres: &str) -> Held {
 }
 
 /// [`testbed`] under the network topology `tree` with the gres.conf variant
-/// `vendors`: one configuration for two binaries, so the matrix brings its
-/// testbed up once for both (each start recreates every container).
-/// tests/testbed_topology.rs asks for no GPU, and tests/testbed_gpu_vendors.rs
-/// runs each step on one named node, which no topology reorders.
+/// `vendors`: one configuration for the tests of both (one binary,
+/// tests/testbed_topology_tree/), so the testbed comes up once for both (each
+/// start recreates every container). The topology's tests ask for no GPU, and
+/// the vendors' (gpu_vendors.rs) run each step on one named node, which no
+/// topology reorders.
 pub fn testbed_with_tree_and_vendors() -> Held {
     ensure_up(Some("tree"), Some("vendors"), read_plugstack)
 }

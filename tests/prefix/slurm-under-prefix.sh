@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run as root in a throwaway container of the testbed's image (tests/testbed_prefix.rs):
+# Run as root in a throwaway container of the testbed's image (tests/testbed/prefix.rs):
 # moves the image's own Slurm (Debian's packages) under the prefix /opt/slurm, laid out
 # as `./configure --prefix=/opt/slurm` installs it, takes Debian's paths away, and
 # starts munged, slurmctld and slurmd (this container is the one node) from there.

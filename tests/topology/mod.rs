@@ -1,6 +1,6 @@
 #![allow(dead_code)] // Shared by the topology test binaries, each using a part.
 
-//! What the topology test binaries (tests/testbed_topology*.rs) share: the
+//! What the topology test binaries (tests/testbed_topology_*) share: the
 //! testbed's Slurm version and one plain-`srun` case checked against the
 //! placement Slurm really chose.
 
