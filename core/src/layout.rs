@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use super::distribution::{self, Distribution, Placement};
 use super::error::Result;
 use super::error::{bail, shown};
+use super::handoff::FromSrun;
 use super::hostlist::HostList;
 use super::limits::check_size;
 use super::runs::Runs;
-use super::step::{FromSrun, Step};
+use super::step::Step;
 use super::task_map::TaskMap;
 
 /// The step's layout.

@@ -13,7 +13,7 @@ use super::options::{self, inherited_var, inherited_var_of};
 use super::{fault, interrupt, step_info_rpc, step_kill_rpc, step_layout_rpc};
 use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
-use crate::core::handoff::{self, Early, Handoff, MAX_LEN, StepBind, Verdict};
+use crate::core::handoff::{self, Early, Handoff, Record, Verdict};
 use crate::core::het::{het_job_id, het_nodelist, het_size};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
@@ -112,9 +112,7 @@ impl Srun {
             let off = options::seen(options::ALL_OFF).is_some() && !self.off_overridden();
             let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if options::seen_asking() && !off {
-                let mut early = self.early();
-                early.network = early_network(spank, pass);
-                set(early.encode());
+                set(self.early(early_network(spank, pass)).encode());
             } else if std::env::var_os(handoff::VAR).is_some() {
                 set(String::new());
             }
@@ -125,8 +123,8 @@ impl Srun {
 
     /// What srun knows before the step exists ([`Early`]), from what its
     /// option callbacks saw (Slurm answers no `spank_option_getopt` in
-    /// `init_post_opt`).
-    fn early(&self) -> Early {
+    /// `init_post_opt`), with a heterogeneous step's `network`.
+    fn early(&self, network: Option<network::addresses::Network>) -> Early {
         let mut inherited = Frameworks::default();
         for &f in FRAMEWORKS.iter() {
             let asked = options::seen(f.option).is_some_and(|v| v != options::OFF);
@@ -138,14 +136,14 @@ impl Srun {
                 inherited = inherited.with(f);
             }
         }
-        Early {
+        Early::new(
             inherited,
-            off_overridden: self.off_overridden(),
+            self.off_overridden(),
             // A malformed count is refused in local_user_init.
-            restart_count: core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
-            network: None,
-            secret: self.secret(),
-        }
+            core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
+            network,
+            self.secret(),
+        )
     }
 
     /// After slurmctld created the step and before anything is launched:
@@ -168,7 +166,7 @@ impl Srun {
                     }
                     Ok(())
                 }
-                Err(e) => self.refuse(spank, e, undecided(spank, off_overridden, 0)?),
+                Err(e) => self.refuse(spank, e, undecided(spank, off_overridden, 0, None)?),
             },
         );
         if self.own_allocation() { rc } else { 0 }
@@ -187,10 +185,9 @@ impl Srun {
         // writes the same ids.
         let restart_count = match core::step::restart_count(&mut ProcessEnv) {
             Ok(n) => n,
-            Err(e) => return self.refuse(spank, e, undecided(spank, off_overridden, 0)?),
+            Err(e) => return self.refuse(spank, e, undecided(spank, off_overridden, 0, None)?),
         };
-        let mut handoff = undecided(spank, off_overridden, restart_count)?;
-        handoff.secret = self.secret();
+        let mut handoff = undecided(spank, off_overridden, restart_count, self.secret())?;
         let e = match decide_for(spank, settings, &mut handoff) {
             Ok(()) => return hand_off(spank, &handoff),
             Err(e) => e,
@@ -220,7 +217,7 @@ impl Srun {
         }
         if rest.frameworks.is_empty() {
             warn();
-            handoff.verdict = Verdict::Skip;
+            handoff.skip();
             return hand_off(spank, &handoff);
         }
         // What the step asked of srun itself must fit on its own: if it does
@@ -228,7 +225,7 @@ impl Srun {
         match decide_for(spank, &rest, &mut handoff) {
             Ok(()) => {
                 warn();
-                handoff.left_out = left_out;
+                handoff.leave_out(left_out);
                 hand_off(spank, &handoff)
             }
             Err(e) => self.refuse(spank, e, handoff),
@@ -246,15 +243,13 @@ impl Srun {
             return Err(e);
         }
         log::error!("{e}");
-        handoff.verdict = Verdict::Refused;
-        handoff.network = None;
-        handoff.kept.clear();
+        handoff.refuse();
         set(handoff.encode());
         // srun's word reaches one component of a heterogeneous step: the
         // others, with only srun's early word, cannot know that srun refused
         // the step, so srun ends it itself once it is launched.
         if let Some(leader) = het_step(spank) {
-            let (job, step) = (handoff.job, handoff.step);
+            let (job, step) = handoff.job_step();
             let ended = std::thread::Builder::new()
                 .name("tf-cluster-end".into())
                 .spawn(move || step_kill_rpc::end_from_srun(job, step, leader));
@@ -299,33 +294,36 @@ fn het_step(spank: &Spank) -> Option<Option<u32>> {
 static INVISIBLE_HET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// srun's hand-off on its step before it decided (a verdict of `none`).
-fn undecided(spank: &Spank, off_overridden: bool, restart_count: u32) -> Result<Handoff> {
-    let mut handoff = Handoff::new(spank.job_id()?, spank.step_id()?, Verdict::Rebuild);
-    handoff.off_overridden = off_overridden;
-    handoff.restart_count = restart_count;
-    Ok(handoff)
+fn undecided(
+    spank: &Spank,
+    off_overridden: bool,
+    restart_count: u32,
+    secret: Option<Secret>,
+) -> Result<Handoff> {
+    Ok(Handoff::undecided(
+        spank.job_id()?,
+        spank.step_id()?,
+        off_overridden,
+        restart_count,
+        secret,
+    ))
 }
 
 /// Decides the step's layout and network into `handoff`, whole within
-/// [`MAX_LEN`].
+/// core::handoff::MAX_LEN.
 fn decide_for(spank: &Spank, settings: &Settings, handoff: &mut Handoff) -> Result<()> {
-    handoff.verdict = map_for(spank, settings, handoff)?;
-    handoff.network = network_for(settings, handoff)?;
-    handoff.kept = network::decision::kept(|name| std::env::var_os(name).is_some());
-    fits(handoff).map(drop)
+    let verdict = map_for(spank, settings, handoff)?;
+    let network = network_for(settings, &verdict, handoff.job_step().0)?;
+    let kept = network::decision::kept(|name| std::env::var_os(name).is_some());
+    handoff.decided(verdict, network, kept)
 }
 
 /// Hands `handoff` to every task of the step, in its one variable.
 fn hand_off(spank: &Spank, handoff: &Handoff) -> Result<()> {
-    let mut value = handoff.encode();
-    if let Verdict::Map { hosts, .. } = &handoff.verdict {
-        if fault::active("map_garbage", Some(spank)) {
-            value = format!(
-                "1;{}.{};hosts={hosts};runs=garbage",
-                handoff.job, handoff.step
-            );
-        }
-    }
+    let value = match handoff.garbled() {
+        Some(garbled) if fault::active("map_garbage", Some(spank)) => garbled,
+        _ => handoff.encode(),
+    };
     set(value);
     Ok(())
 }
@@ -346,12 +344,13 @@ const SUBMIT_DIR: &str = "SLURM_SUBMIT_DIR";
 /// allocation's. A Ctrl-C ends the lookups (see [`interrupt`]).
 fn network_for(
     settings: &Settings,
-    handoff: &Handoff,
+    verdict: &Verdict,
+    job: u32,
 ) -> Result<Option<network::addresses::Network>> {
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
     let hosts = match needs_hosts {
         false => None,
-        true => Some(step_hosts(&handoff.verdict, handoff.job).ok_or_else(|| {
+        true => Some(step_hosts(verdict, job).ok_or_else(|| {
             Error::new(
                 "srun knows no node list to resolve the host template's names: name the network with --tf-network=IFNAME|CIDR",
             )
@@ -448,18 +447,14 @@ fn step_hosts(verdict: &Verdict, job: u32) -> Option<core::hostlist::HostList> {
 /// `Rebuild` when Slurm gave none (the tasks then rebuild the layout); with
 /// slurmctld's record of the step in `handoff`.
 fn map_for(spank: &Spank, settings: &Settings, handoff: &mut Handoff) -> Result<Verdict> {
-    let (job, step) = (handoff.job, handoff.step);
+    let (job, step) = handoff.job_step();
     // slurmctld's record of the step, first: its reserved ports and GPU
     // binding are srun's word even where the layout cannot be had.
     let info = step_info(spank, job, step);
-    // The tasks read the step's reserved ports from SLURM_STEP_RESV_PORTS,
-    // which Slurm sets only for a step it reserved ports for: otherwise the
-    // one in srun's environment (an outer step's, the user's) passes through.
-    handoff.no_resv_ports = info.as_ref().is_some_and(|i| i.resv_ports.is_none());
-    handoff.tres_bind = info.as_ref().map(|i| match &i.tres_bind {
-        Some(bind) => StepBind::Bound(bind.clone()),
-        None => StepBind::None,
-    });
+    handoff.record(info.as_ref().map(|i| Record {
+        resv_ports: i.resv_ports.is_some(),
+        tres_bind: i.tres_bind.as_deref(),
+    }));
     if let Some(components) = het_components()? {
         return het_map_for(spank, settings, job, step, &components, info);
     }
@@ -529,18 +524,6 @@ fn short_hostname() -> Option<String> {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let name = std::str::from_utf8(&buf[..end]).ok()?;
     Some(name.split('.').next().unwrap_or(name).to_string())
-}
-
-/// The hand-off's length, within [`MAX_LEN`] (one variable holds less than
-/// 131,072 bytes, and Slurm 22.05 drops a longer one silently).
-fn fits(handoff: &Handoff) -> Result<usize> {
-    let len = handoff.encode().len();
-    if len > MAX_LEN {
-        return Err(Error::new(format!(
-            "the step's task map would be {len} bytes, over the {MAX_LEN} srun hands to its tasks; use a regular distribution (block, cyclic or plane)"
-        )));
-    }
-    Ok(len)
 }
 
 /// The job id and node list of each component of a heterogeneous job, in
@@ -632,7 +615,7 @@ struct Checks<'a> {
 }
 
 /// The step's map as srun's verdict, once srun checked the step before
-/// launch against it, whole within [`MAX_LEN`]; `what` names the step and
+/// launch against it, whole within core::handoff::MAX_LEN; `what` names the step and
 /// the fetch's time in srun's log.
 fn with_map(
     spank: &Spank,
@@ -659,18 +642,9 @@ fn with_map(
     if let Some(nodelists) = checks.het_nodelists {
         core::check_het_rebuild(&map, nodelists)?;
     }
-    let (job, step) = (map.job, map.step);
-    let handoff = Handoff::new(
-        job,
-        step,
-        Verdict::Map {
-            map,
-            hosts: hosts_text,
-        },
-    );
-    let len = fits(&handoff)?;
+    let (verdict, len) = Handoff::map_verdict(map, hosts_text)?;
     log::info!("task map of {}, {len} bytes", what());
-    Ok(handoff.verdict)
+    Ok(verdict)
 }
 
 /// This step as slurmctld recorded it, or None (srun's environment is then

@@ -73,9 +73,10 @@ use super::options;
 use super::private_dir::PrivateDir;
 use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::frameworks::ray;
+use crate::core::gpus::bind::{Recorded, believed};
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::handoff::{self, StepBind, Word};
+use crate::core::handoff::{self, Applied, Options, Word};
 use crate::core::het::MAX_HET_COMPONENTS;
 use crate::core::network::addresses::Interface;
 use crate::core::node_plan::TaskBinding;
@@ -133,9 +134,8 @@ enum Prepared {
 /// this one replaced).
 struct Ready {
     node: Node,
-    /// The step's GPU binding as srun's hand-off gives it (None: srun had no
-    /// record of the step).
-    tres_bind: Option<StepBind>,
+    /// The step's GPU binding as srun recorded it.
+    recorded_bind: Recorded,
     /// Each local task's rank and variables, as C strings (None: too large
     /// to hold for every task, each task renders its own).
     here: Option<Vec<(u32, Result<CVars>)>>,
@@ -223,7 +223,7 @@ impl Stepd {
             Gathered::Skip => return Ok(Prepared::Nothing),
             Gathered::Refused => return Ok(Prepared::Refused),
         };
-        let tres_bind = handed.tres_bind.clone();
+        let recorded_bind = handed.recorded_bind.clone();
         let host_env: HashMap<String, String> = spank
             .env()?
             .entries()
@@ -261,7 +261,7 @@ impl Stepd {
         });
         Ok(Prepared::Ready(Box::new(Ready {
             node,
-            tres_bind,
+            recorded_bind,
             here,
             host_env,
             debug_files,
@@ -396,12 +396,14 @@ impl Stepd {
         if !options::asks(spank)? {
             return Ok(());
         }
-        let word = srun_word(spank)?;
-        let asked = options::step_settings(spank, word.off_overridden())?;
-        if asked.is_none_or(|s| word.kept(s.frameworks).is_empty()) {
-            return Ok(());
+        let asked = Options::Read(Box::new(|off_overridden| {
+            options::step_settings(spank, off_overridden)
+        }));
+        match srun_word(spank)?.applied(asked)? {
+            Applied::NotAsked => return Ok(()),
+            Applied::Refused => *srun_refused = true,
+            Applied::LeftAlone | Applied::Step(_) => {}
         }
-        *srun_refused = word.refused();
         Err(Error::new(NO_USER_INIT))
     }
 }
@@ -463,7 +465,8 @@ fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool
     // Where either the task's SLURMD_TRES_BIND or srun's record shows a
     // binding, whether a plugin moved the task decides which to believe.
     let (bind, moved) = if ready.node.settings().auto_set_gpu {
-        step_bind(&env, ready.tres_bind.as_ref(), entered_namespaces)?
+        let in_task = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
+        believed(in_task, &ready.recorded_bind, entered_namespaces)
     } else {
         (None, false)
     };
@@ -562,32 +565,6 @@ fn c_strings(injection: core::Injection) -> Result<CVars> {
         .collect()
 }
 
-/// The task's GPU binding, and whether a plugin before this one moved the
-/// task (asked only when a binding shows). On the host the task's own
-/// SLURMD_TRES_BIND is Slurm's. In a task a container plugin moved, it may
-/// be the image's: srun's record of the step decides there (the task's
-/// variable only where srun had none), so an image binds nothing srun did
-/// not see, and hides no binding it did.
-fn step_bind(
-    env: &Env,
-    word: Option<&StepBind>,
-    entered_namespaces: impl FnOnce() -> bool,
-) -> Result<(Option<GpuBind>, bool)> {
-    let in_task = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
-    let recorded = match word {
-        Some(StepBind::Bound(text)) => Some(GpuBind::parse(text)),
-        Some(StepBind::None) => Some(None),
-        None => None,
-    };
-    if in_task.is_none() && !matches!(recorded, Some(Some(_))) {
-        return Ok((None, false));
-    }
-    Ok(match entered_namespaces() {
-        false => (in_task, false),
-        true => (recorded.unwrap_or(in_task), true),
-    })
-}
-
 /// The leader's job of a heterogeneous step: SLURM_JOB_ID as slurmstepd's
 /// step environment holds it on the host, when it names an earlier job of
 /// the same heterogeneous job (its components have consecutive ids after
@@ -625,9 +602,9 @@ fn srun_word(spank: &Spank) -> Result<Word> {
 /// steps srun handed a word did, and fail rather than run without their
 /// variables.
 fn fail_closed(spank: &Spank) -> Result<()> {
-    match srun_word(spank) {
-        Ok(Word::Nothing) => Ok(()),
-        Ok(_) | Err(_) => Err(Error::new(
+    match srun_word(spank).and_then(|word| word.applied(Options::Unknown)) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Error::new(
             "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
         )),
     }
