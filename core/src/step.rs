@@ -8,7 +8,7 @@ use super::gpus::bind::GpuBind;
 use super::gpus::bind::Recorded;
 use super::gpus::devices::Visible;
 use super::handoff::{self, Applied, FromSrun, Options, Said, Word};
-use super::het::{het_job_id_of, het_nodelists, het_size};
+use super::het::{het_job_id_of, het_nodelists, rebuildable};
 use super::hostlist::HostList;
 use super::limits::{MAX_NODES, MAX_TASKS, check_size};
 use super::network;
@@ -134,17 +134,6 @@ pub struct Step {
 /// in every task of the step. Scripts key logs and checkpoints on it.
 pub const RUN_ID_VAR: &str = "TF_CLUSTER_RUN_ID";
 
-/// A component of a heterogeneous step that srun's hand-off did not reach
-/// and that lacks the job's heterogeneous variables.
-pub const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
-
-/// The refusal of a heterogeneous step srun was started for from outside
-/// its job (`srun --jobid=J --het-group=0,1` from a login shell): neither
-/// srun nor the components its word does not reach have the job's
-/// heterogeneous variables, so no one can lay the step out (within Error's
-/// 300 characters).
-pub const OUTSIDE_HET: &str = "a heterogeneous step, but srun was started outside the job (--jobid): its environment lacks the job's SLURM_JOB_NODELIST_HET_GROUP_k, so srun cannot learn the other components' layouts; run this srun inside the job (batch script, salloc shell)";
-
 /// The job's restart count as srun reads it: SLURM_RESTART_COUNT, which
 /// Slurm sets (only when non-zero) in a requeued job's batch step, and every
 /// srun of its script inherits. 0 without it.
@@ -201,11 +190,8 @@ impl Step {
             Some(k) => k,
             None => restart_count(source)?,
         };
-        // A component srun's hand-off did not reach: without the job's
-        // heterogeneous variables (an srun started outside the job) its
-        // layout cannot be rebuilt; srun refuses the step too, and says why.
-        if said.early_only && het_size(source).ok().flatten().is_none() {
-            bail!("{NO_HET_VARIABLES}");
+        if said.early_only {
+            rebuildable(source)?;
         }
         let Said {
             settings,

@@ -14,11 +14,11 @@ use super::{fault, interrupt, step_info_rpc, step_kill_rpc, step_layout_rpc};
 use crate::core::frameworks::{FRAMEWORKS, Frameworks};
 use crate::core::gpus;
 use crate::core::handoff::{self, Early, Handoff, Record, Verdict};
-use crate::core::het::{het_job_id, het_nodelist, het_size};
+use crate::core::het::{self, OUTSIDE_HET};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
 use crate::core::secret::{self, Secret};
-use crate::core::step::{OUTSIDE_HET, number};
+use crate::core::step::number;
 use crate::core::task_map;
 use crate::core::{self, Error, Kind, MAX_NODES, Probe, Result, Settings};
 
@@ -271,21 +271,13 @@ impl Srun {
 /// reaches it whole.
 fn het_step(spank: &Spank) -> Option<Option<u32>> {
     let invisible = INVISIBLE_HET.load(std::sync::atomic::Ordering::Relaxed);
-    let more = || match (
-        number(&mut ProcessEnv, "SLURM_NTASKS"),
-        spank.total_task_count(),
-    ) {
-        (Ok(Some(all)), Ok(own)) => all > own,
-        _ => true,
-    };
-    if !(invisible || (matches!(het_size(&mut ProcessEnv), Ok(Some(2..))) && more())) {
+    if !(invisible || het::several_components(&mut ProcessEnv, spank.total_task_count().ok())) {
         return None;
     }
     let job = spank.job_id().ok()?;
-    let leader = number(&mut ProcessEnv, "SLURM_JOB_ID")
+    let leader = std::env::var("SLURM_JOB_ID")
         .ok()
-        .flatten()
-        .filter(|&l| l < job && job - l < 128);
+        .and_then(|named| het::leader(job, &named));
     Some(leader)
 }
 
@@ -455,7 +447,7 @@ fn map_for(spank: &Spank, settings: &Settings, handoff: &mut Handoff) -> Result<
         resv_ports: i.resv_ports.is_some(),
         tres_bind: i.tres_bind.as_deref(),
     }));
-    if let Some(components) = het_components()? {
+    if let Some(components) = het::components(&mut ProcessEnv)? {
         return het_map_for(spank, settings, job, step, &components, info);
     }
     let (component, took) = match fetch(spank, job, step) {
@@ -492,9 +484,7 @@ fn map_for(spank: &Spank, settings: &Settings, handoff: &mut Handoff) -> Result<
 /// neighbouring job of the heterogeneous job has a step of the same id run
 /// by this very srun (one more RPC, only then).
 fn outside_het_step(spank: &Spank, job: u32, step: u32, tasks: u32) -> Result<()> {
-    let env = &mut ProcessEnv;
-    let total = number(env, "SLURM_NTASKS").ok().flatten().unwrap_or(0);
-    if total <= tasks || !matches!(het_size(env), Ok(None)) {
+    if !het::undescribed(&mut ProcessEnv, tasks) {
         return Ok(());
     }
     let host = short_hostname();
@@ -524,21 +514,6 @@ fn short_hostname() -> Option<String> {
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let name = std::str::from_utf8(&buf[..end]).ok()?;
     Some(name.split('.').next().unwrap_or(name).to_string())
-}
-
-/// The job id and node list of each component of a heterogeneous job, in
-/// component order, read from srun's environment by the core's readers
-/// (None: not a heterogeneous step).
-fn het_components() -> Result<Option<Vec<(u32, core::hostlist::HostList)>>> {
-    let env = &mut ProcessEnv;
-    let Some(size) = het_size(env)? else {
-        return Ok(None);
-    };
-    let mut budget = MAX_NODES as usize;
-    (0..size)
-        .map(|k| Ok((het_job_id(env, k)?, het_nodelist(env, k, &mut budget)?)))
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
 }
 
 /// A heterogeneous step: one RPC per component gives the whole step's map,

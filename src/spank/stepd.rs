@@ -77,7 +77,7 @@ use crate::core::gpus::bind::{Recorded, believed};
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
 use crate::core::handoff::{self, Applied, Options, Word};
-use crate::core::het::MAX_HET_COMPONENTS;
+use crate::core::het;
 use crate::core::network::addresses::Interface;
 use crate::core::node_plan::TaskBinding;
 use crate::core::os::{node_gpu_count, node_interfaces};
@@ -189,7 +189,7 @@ impl Stepd {
             let leader = spank
                 .job_id()
                 .ok()
-                .and_then(|job| het_leader(job, spank.getenv("SLURM_JOB_ID").ok()??.as_str()));
+                .and_then(|job| het::leader(job, spank.getenv("SLURM_JOB_ID").ok()??.as_str()));
             let _ = self.leader.set(leader);
         }
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
@@ -565,15 +565,6 @@ fn c_strings(injection: core::Injection) -> Result<CVars> {
         .collect()
 }
 
-/// The leader's job of a heterogeneous step: SLURM_JOB_ID as slurmstepd's
-/// step environment holds it on the host, when it names an earlier job of
-/// the same heterogeneous job (its components have consecutive ids after
-/// the leader's); None otherwise, so a kill never names another job.
-fn het_leader(job: u32, text: &str) -> Option<u32> {
-    let leader = crate::core::number::parse_u32(text)?;
-    (leader != 0 && leader < job && job - leader < MAX_HET_COMPONENTS).then_some(leader)
-}
-
 /// One line on the user's terminal naming the replaced variables.
 fn say_replaced(replaced: &[String]) {
     if !replaced.is_empty() {
@@ -707,27 +698,10 @@ mod tests {
         assert!(!entered_namespaces(Some(&ns), mount_namespace().as_deref()));
     }
 
-    /// A kill names another job only as a heterogeneous step's leader: an
-    /// earlier job close before this one; anything else names none.
-    #[test]
-    fn only_a_near_earlier_job_is_a_leader() {
-        assert_eq!(het_leader(30, "28"), Some(28));
-        assert_eq!(het_leader(30, "30"), None, "the job itself");
-        assert_eq!(het_leader(30, "31"), None, "a later job");
-        assert_eq!(het_leader(300, "1"), None, "far before");
-        assert_eq!(het_leader(30, "0"), None);
-        assert_eq!(het_leader(30, "+28"), None, "Slurm's numbers are digits");
-        assert_eq!(het_leader(30, "x"), None);
-    }
-
     /// Whole, on one line: Error keeps at most 300 characters.
     #[test]
     fn the_no_user_init_refusal_is_one_short_line() {
-        for text in [
-            NO_USER_INIT,
-            crate::core::step::NO_HET_VARIABLES,
-            crate::core::step::OUTSIDE_HET,
-        ] {
+        for text in [NO_USER_INIT, het::NO_HET_VARIABLES, het::OUTSIDE_HET] {
             assert_eq!(Error::new(text).message(), text);
             assert!(!text.contains('\n'));
         }
