@@ -95,6 +95,17 @@ pub enum StepBind {
     Bound(String),
 }
 
+impl StepBind {
+    /// The binding as the GPU rules read it: a `tres_bind` without a GPU
+    /// part binds no GPUs.
+    fn recorded(self) -> Recorded {
+        match self {
+            StepBind::None => Recorded::None,
+            StepBind::Bound(text) => GpuBind::parse(&text).map_or(Recorded::None, Recorded::Bound),
+        }
+    }
+}
+
 /// srun's word on one step. Its fields are read and written here only:
 /// srun fills it through its methods, the tasks through [`Word::applied`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -427,14 +438,7 @@ impl Word {
                 said.secret = h.secret;
                 said.network = Some(h.network);
                 said.no_resv_ports = h.no_resv_ports;
-                said.recorded_bind = match h.tres_bind {
-                    None => Recorded::Unknown,
-                    Some(StepBind::None) => Recorded::None,
-                    Some(StepBind::Bound(text)) => match GpuBind::parse(&text) {
-                        Some(bind) => Recorded::Bound(bind),
-                        None => Recorded::None,
-                    },
-                };
+                said.recorded_bind = h.tres_bind.map_or(Recorded::Unknown, StepBind::recorded);
             }
         }
         Ok(Applied::Step(Box::new(said)))

@@ -186,10 +186,9 @@ impl Step {
         };
         // No word from srun at all (an srun without the plugin): the job's
         // restart count where srun reads it.
-        let restart_count = match said.restart_count {
-            Some(k) => k,
-            None => restart_count(source)?,
-        };
+        let restart_count = said
+            .restart_count
+            .map_or_else(|| restart_count(source), Ok)?;
         if said.early_only {
             rebuildable(source)?;
         }
