@@ -273,7 +273,7 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
         {
             return fail(IDS);
         }
-        if let Err(code) = make_dirs(&w.dirs) {
+        if let Err(code) = make_dirs(w.dirs) {
             return code;
         }
         let (at, per_user) = match &w.under {

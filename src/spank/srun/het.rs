@@ -136,7 +136,7 @@ pub fn het_map_for(
 /// `local_user_init`, whose hand-off reaches one component only: the
 /// others' nodes, where slurmstepd resolves no name, take it from here.
 /// None otherwise, or when it cannot be resolved (the step is then refused
-/// in `local_user_init`, see [`network_for`]).
+/// in `local_user_init`, see super::network::network_for).
 pub fn early_network(spank: &Spank, pass: u32) -> Option<network::addresses::Network> {
     if pass < 2 {
         return None;

@@ -3,7 +3,9 @@
 //! for the plugin, made once in `local_user_init` after slurmctld created
 //! the step: check the step, fetch its task map, and hand every task the map
 //! or a verdict, with the rest of srun's word, in one variable
-//! (core::handoff). srun decides, tasks apply.
+//! (core::handoff). srun decides, tasks apply. Beside it: the step's task
+//! map (`task_map`), its network (`network`), and a heterogeneous step's
+//! tactics (`het`).
 
 use std::sync::OnceLock;
 

@@ -11,7 +11,7 @@ use crate::core::{self, Error, MAX_NODES, Probe, Result, Settings};
 /// The step's network: `--tf-network`, or the subnet of every node's
 /// template name, resolved here (srun is the user's own process: a slow DNS
 /// delays this srun, never a slurmstepd). The nodes are the map's, else the
-/// allocation's. A Ctrl-C ends the lookups (see [`interrupt`]).
+/// allocation's. A Ctrl-C ends the lookups (see super::super::interrupt).
 pub fn network_for(
     settings: &Settings,
     verdict: &Verdict,
@@ -51,11 +51,11 @@ pub fn template_lookups(needed: bool) -> network::lookups::Lookups {
 }
 
 /// The passes of srun's option parsing so far: one per component of the
-/// step (see [`options::end_pass`]).
+/// step (see super::super::options::end_pass).
 pub static PASSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// The network of a heterogeneous step's host template, as srun resolved it
-/// before the step existed (see [`early_network`]).
+/// before the step existed (see super::het::early_network).
 pub static EARLY_NETWORK: std::sync::OnceLock<Result<Option<network::addresses::Network>>> =
     std::sync::OnceLock::new();
 
