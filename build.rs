@@ -80,7 +80,7 @@ fn main() {
         // in topology order instead of node-list order (see core::layout).
         println!("cargo:rustc-cfg=slurm_blocks_follow_topology");
     }
-    // slurm_kill_job_step (src/spank/step_kill_rpc.rs): a `flags` argument
+    // slurm_kill_job_step (src/spank/slurmctld/step_kill.rs): a `flags` argument
     // from 23.11 on, the step named by a slurm_step_id_t from 25.11 on.
     println!("cargo::rustc-check-cfg=cfg(slurm_kill_step_flags, slurm_kill_step_by_id)");
     if version >= 0x17_0b_00 {

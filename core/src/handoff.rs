@@ -44,13 +44,14 @@
 //! there wins, one removed does not).
 
 use crate::error::{Error, Result, shown};
+use crate::gpus::bind::{GpuBind, Recorded};
 use crate::hostlist::HostList;
 use crate::limits::MAX_NODES;
 use crate::network::addresses::{Network, VARS};
 use crate::number::parse_u32;
 use crate::runs::Runs;
 use crate::secret::Secret;
-use crate::settings::Frameworks;
+use crate::settings::{Frameworks, Settings};
 use crate::task_map::TaskMap;
 
 /// The variable srun sets and every task of its step inherits.
@@ -63,8 +64,7 @@ pub const VAR: &str = "SLURM_TF_CLUSTER";
 pub const MAX_LEN: usize = 64 * 1024;
 
 /// srun's verdict on the step: the one word every reader of the hand-off
-/// acts on (slurmstepd and the CLI twin alike, through
-/// `Step::gather_handed`).
+/// acts on (slurmstepd and the CLI twin alike, through [`Word::applied`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Lay the step out from srun's task map (beside it the step's node
@@ -95,35 +95,56 @@ pub enum StepBind {
     Bound(String),
 }
 
-/// srun's word on one step.
+impl StepBind {
+    /// The binding as the GPU rules read it: a `tres_bind` without a GPU
+    /// part binds no GPUs.
+    fn recorded(self) -> Recorded {
+        match self {
+            StepBind::None => Recorded::None,
+            StepBind::Bound(text) => GpuBind::parse(&text).map_or(Recorded::None, Recorded::Bound),
+        }
+    }
+}
+
+/// srun's word on one step. Its fields are read and written here only:
+/// srun fills it through its methods, the tasks through [`Word::applied`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handoff {
-    pub job: u32,
-    pub step: u32,
-    pub verdict: Verdict,
+    job: u32,
+    step: u32,
+    verdict: Verdict,
     /// The step's network (None: the step names none).
-    pub network: Option<Network>,
+    network: Option<Network>,
     /// The interface variables srun's environment held (for `tf-cluster
     /// explain` and the logs: a node keeps what its step's environment
     /// holds).
-    pub kept: Vec<String>,
+    kept: Vec<String>,
     /// Frameworks the step only inherited and that do not fit it.
-    pub left_out: Frameworks,
+    left_out: Frameworks,
     /// Slurm reserved no ports for the step: a SLURM_STEP_RESV_PORTS the
     /// tasks see is one srun's environment passed on (an outer step's, the
     /// user's), not this step's.
-    pub no_resv_ports: bool,
+    no_resv_ports: bool,
     /// The step's GPU binding as slurmctld recorded it (what slurmstepd
     /// gives the tasks as SLURMD_TRES_BIND): None when srun had no record.
     /// A task a container plugin moved reads this, never its environment.
-    pub tres_bind: Option<StepBind>,
+    tres_bind: Option<StepBind>,
     /// A `--tf-off` the step only inherited, beaten by a framework option
     /// given to this srun.
-    pub off_overridden: bool,
+    off_overridden: bool,
     /// The job's restart count as srun learnt it (0: the first incarnation).
-    pub restart_count: u32,
+    restart_count: u32,
     /// The step's secret (None: srun drew none).
-    pub secret: Option<Secret>,
+    secret: Option<Secret>,
+}
+
+/// slurmctld's record of a step, as srun hands it on ([`Handoff::record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Slurm reserved ports for the step.
+    pub resv_ports: bool,
+    /// The step's `tres_bind` (None: it binds no TRES).
+    pub tres_bind: Option<&'a str>,
 }
 
 /// srun's early word ([`Early::encode`]): what srun knew of the step after
@@ -136,25 +157,45 @@ pub struct Handoff {
 pub struct Early {
     /// Frameworks the step only inherited from the job, whose option leaves
     /// unfitting steps alone: left out where they do not fit.
-    pub inherited: Frameworks,
+    inherited: Frameworks,
     /// A `--tf-off` the step only inherited, beaten by a framework option
     /// given to this srun.
-    pub off_overridden: bool,
+    off_overridden: bool,
     /// The job's restart count as srun learnt it (0: the first
     /// incarnation).
-    pub restart_count: u32,
+    restart_count: u32,
     /// A heterogeneous step's network named by its host template, which
     /// srun resolved over every component's nodes (the components its
     /// hand-off does not reach resolve no name). None: srun resolved none.
-    pub network: Option<Network>,
+    network: Option<Network>,
     /// The step's secret, the same in every component's word.
-    pub secret: Option<Secret>,
+    secret: Option<Secret>,
 }
 
 /// The id field of an early word.
 const EARLY_ID: &str = "srun";
 
 impl Early {
+    /// srun's early word: the frameworks the step only `inherited`, whether
+    /// an inherited `--tf-off` was beaten (`off_overridden`), the job's
+    /// `restart_count`, a heterogeneous step's `network`, the step's
+    /// `secret`.
+    pub fn new(
+        inherited: Frameworks,
+        off_overridden: bool,
+        restart_count: u32,
+        network: Option<Network>,
+        secret: Option<Secret>,
+    ) -> Early {
+        Early {
+            inherited,
+            off_overridden,
+            restart_count,
+            network,
+            secret,
+        }
+    }
+
     /// The variable's value.
     pub fn encode(&self) -> String {
         let mut text = format!("1;{EARLY_ID}");
@@ -232,8 +273,7 @@ impl Early {
 }
 
 /// srun's word to a task, as the task finds it in [`VAR`]: the one value
-/// every field of the hand-off is read from ([`crate::step::Step::gather_handed`]
-/// applies it, for the plugin and the CLI alike).
+/// every field of the hand-off is read from, by [`Word::applied`] alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Word {
     /// No word for this step (an srun without the plugin, the CLI outside a
@@ -245,6 +285,76 @@ pub enum Word {
     Early(Early),
     /// srun's hand-off to this very step.
     Handoff(Handoff),
+}
+
+/// What srun said of the step's layout, in its hand-off ([`VAR`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FromSrun {
+    /// The step's task map.
+    Map(TaskMap),
+    /// srun could not get the map: the tasks rebuild the layout.
+    NoMap,
+    /// No word from srun (the CLI, or a map made for another step, which a
+    /// nested srun inherits): the layout is rebuilt.
+    #[default]
+    Nothing,
+}
+
+/// What a reader of srun's word knows of the step's own options, for
+/// [`Word::applied`].
+pub enum Options<'a> {
+    /// The step's settings from its options, told whether srun's word says
+    /// an inherited `--tf-off` was beaten (None: the step asks for nothing).
+    Read(Box<dyn FnOnce(bool) -> Result<Option<Settings>> + 'a>),
+    /// The options could not be read (slurmstepd could not register them):
+    /// a step srun handed a word asked for the plugin, and is refused.
+    Unknown,
+}
+
+/// srun's word applied to a step ([`Word::applied`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The step asks for no framework, or srun left out every one it asked
+    /// for: nothing is set, nothing more is read.
+    NotAsked,
+    /// srun left the step alone (it inherited a spec that does not fit it):
+    /// nothing is set.
+    LeftAlone,
+    /// srun refused the step and said why: every task fails.
+    Refused,
+    /// A step to lay out, with what srun said of it.
+    Step(Box<Said>),
+}
+
+/// What srun's word says of a step to lay out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    /// The step's settings, without the frameworks srun left out.
+    pub settings: Settings,
+    /// What srun said of the layout.
+    pub from_srun: FromSrun,
+    /// With srun's map, the step's node list as srun wrote it (the same text
+    /// as the step's SLURM_STEP_NODELIST, when Slurm wrote it so).
+    pub map_hosts: Option<String>,
+    /// The step's network as srun handed it (Some(None): the step names
+    /// none); None: srun said nothing of it.
+    pub network: Option<Option<Network>>,
+    /// Frameworks the step only inherited (srun's early word: a component
+    /// its hand-off did not reach), left out where the step does not fit
+    /// them.
+    pub inherited: Frameworks,
+    /// Slurm reserved no ports for the step: its SLURM_STEP_RESV_PORTS is
+    /// not read.
+    pub no_resv_ports: bool,
+    /// The step's GPU binding as srun recorded it.
+    pub recorded_bind: Recorded,
+    /// The job's restart count as srun learnt it (None: srun said nothing).
+    pub restart_count: Option<u32>,
+    /// The step's secret as srun drew it (None: srun drew none).
+    pub secret: Option<Secret>,
+    /// Only srun's early word reached the step: a heterogeneous step's
+    /// component its hand-off did not reach.
+    pub early_only: bool,
 }
 
 impl Word {
@@ -266,45 +376,72 @@ impl Word {
         Ok(Handoff::decode(text, job, step)?.map_or(Word::Nothing, Word::Handoff))
     }
 
-    /// A `--tf-off` the step only inherited, beaten by a framework option
-    /// given to srun itself.
-    pub fn off_overridden(&self) -> bool {
-        match self {
+    /// srun's word applied to the step whose `options` say what it asks:
+    /// the one place every field of srun's word is read, for slurmstepd
+    /// (the node's share, a task without it, a node that could not register
+    /// the options) and the CLI twin alike.
+    pub fn applied(self, options: Options) -> Result<Applied> {
+        let read = match options {
+            Options::Read(read) => read,
+            Options::Unknown => {
+                return match self {
+                    Word::Nothing => Ok(Applied::NotAsked),
+                    Word::Early(_) | Word::Handoff(_) => Err(Error::new(
+                        "srun handed this step its word, but the step's options cannot be read",
+                    )),
+                };
+            }
+        };
+        let off_overridden = match &self {
             Word::Handoff(h) => h.off_overridden,
             Word::Early(e) => e.off_overridden,
             Word::Nothing => false,
+        };
+        let Some(mut settings) = read(off_overridden)? else {
+            return Ok(Applied::NotAsked);
+        };
+        if let Word::Handoff(h) = &self {
+            settings.frameworks = settings.frameworks.without(h.left_out);
         }
-    }
-
-    /// The job's restart count as srun learnt it (None: srun said nothing).
-    pub fn restart_count(&self) -> Option<u32> {
+        if settings.frameworks.is_empty() {
+            return Ok(Applied::NotAsked);
+        }
+        let mut said = Said {
+            settings,
+            from_srun: FromSrun::Nothing,
+            map_hosts: None,
+            network: None,
+            inherited: Frameworks::default(),
+            no_resv_ports: false,
+            recorded_bind: Recorded::Unknown,
+            restart_count: None,
+            secret: None,
+            early_only: false,
+        };
         match self {
-            Word::Handoff(h) => Some(h.restart_count),
-            Word::Early(e) => Some(e.restart_count),
-            Word::Nothing => None,
+            Word::Nothing => {}
+            Word::Early(early) => {
+                said.restart_count = Some(early.restart_count);
+                said.secret = early.secret;
+                said.inherited = early.inherited;
+                said.network = early.network.map(Some);
+                said.early_only = true;
+            }
+            Word::Handoff(h) => {
+                (said.from_srun, said.map_hosts) = match h.verdict {
+                    Verdict::Skip => return Ok(Applied::LeftAlone),
+                    Verdict::Refused => return Ok(Applied::Refused),
+                    Verdict::Rebuild => (FromSrun::NoMap, None),
+                    Verdict::Map { map, hosts } => (FromSrun::Map(map), Some(hosts)),
+                };
+                said.restart_count = Some(h.restart_count);
+                said.secret = h.secret;
+                said.network = Some(h.network);
+                said.no_resv_ports = h.no_resv_ports;
+                said.recorded_bind = h.tres_bind.map_or(Recorded::Unknown, StepBind::recorded);
+            }
         }
-    }
-
-    /// The step's secret as srun drew it (None: srun drew none).
-    pub fn secret(&self) -> Option<&Secret> {
-        match self {
-            Word::Handoff(h) => h.secret.as_ref(),
-            Word::Early(e) => e.secret.as_ref(),
-            Word::Nothing => None,
-        }
-    }
-
-    /// `asked` without the frameworks srun left out of the step.
-    pub fn kept(&self, asked: Frameworks) -> Frameworks {
-        match self {
-            Word::Handoff(h) => asked.without(h.left_out),
-            Word::Early(_) | Word::Nothing => asked,
-        }
-    }
-
-    /// Whether srun refused the step (every task fails).
-    pub fn refused(&self) -> bool {
-        matches!(self, Word::Handoff(h) if h.verdict == Verdict::Refused)
+        Ok(Applied::Step(Box::new(said)))
     }
 }
 
@@ -355,6 +492,12 @@ fn frameworks(bits: &str) -> Option<Frameworks> {
         .filter(|f| f.0 & !Frameworks::ALL.0 == 0)
 }
 
+/// The fields of a hand-off after its id, as [`next_field`] takes them.
+type Fields<'t> = std::iter::Peekable<std::str::Split<'t, char>>;
+
+/// Why a value is bad, with the value.
+type Bad<'b> = &'b dyn Fn(&str) -> Error;
+
 impl Handoff {
     /// srun's word on step `job`.`step` with `verdict` and nothing else.
     pub fn new(job: u32, step: u32, verdict: Verdict) -> Handoff {
@@ -370,6 +513,113 @@ impl Handoff {
             off_overridden: false,
             restart_count: 0,
             secret: None,
+        }
+    }
+
+    /// srun's word on step `job`.`step` before it decided (a verdict of
+    /// `none`): whether an inherited `--tf-off` was beaten, the job's
+    /// restart count, the step's secret.
+    pub fn undecided(
+        job: u32,
+        step: u32,
+        off_overridden: bool,
+        restart_count: u32,
+        secret: Option<Secret>,
+    ) -> Handoff {
+        let mut handoff = Handoff::new(job, step, Verdict::Rebuild);
+        handoff.off_overridden = off_overridden;
+        handoff.restart_count = restart_count;
+        handoff.secret = secret;
+        handoff
+    }
+
+    /// The step the word names: (job, step).
+    pub fn job_step(&self) -> (u32, u32) {
+        (self.job, self.step)
+    }
+
+    /// srun's verdict on the step.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+
+    /// slurmctld's record of the step (None: srun has none): its reserved
+    /// ports and GPU binding are srun's word even where the layout cannot
+    /// be had. The tasks read the step's reserved ports from
+    /// SLURM_STEP_RESV_PORTS, which Slurm sets only for a step it reserved
+    /// ports for: otherwise the one in srun's environment (an outer step's,
+    /// the user's) passes through.
+    pub fn record(&mut self, record: Option<Record>) {
+        self.no_resv_ports = record.is_some_and(|r| !r.resv_ports);
+        self.tres_bind = record.map(|r| match r.tres_bind {
+            Some(bind) => StepBind::Bound(bind.to_string()),
+            None => StepBind::None,
+        });
+    }
+
+    /// srun's decision on the step: its layout's `verdict`, its `network`,
+    /// the interface variables srun's environment `kept`; refused when the
+    /// word would not fit in [`MAX_LEN`].
+    pub fn decided(
+        &mut self,
+        verdict: Verdict,
+        network: Option<Network>,
+        kept: Vec<String>,
+    ) -> Result<()> {
+        self.verdict = verdict;
+        self.network = network;
+        self.kept = kept;
+        self.fits().map(drop)
+    }
+
+    /// The frameworks the step only inherited and that do not fit it, left
+    /// out.
+    pub fn leave_out(&mut self, left_out: Frameworks) {
+        self.left_out = left_out;
+    }
+
+    /// srun leaves the step alone: nothing is set.
+    pub fn skip(&mut self) {
+        self.verdict = Verdict::Skip;
+    }
+
+    /// srun refused the step and said why: every task fails; nothing of a
+    /// layout is handed on.
+    pub fn refuse(&mut self) {
+        self.verdict = Verdict::Refused;
+        self.network = None;
+        self.kept.clear();
+    }
+
+    /// The word's length, within [`MAX_LEN`] (one variable holds less than
+    /// 131,072 bytes, and Slurm 22.05 drops a longer one silently).
+    pub fn fits(&self) -> Result<usize> {
+        let len = self.encode().len();
+        if len > MAX_LEN {
+            return Err(Error::new(format!(
+                "the step's task map would be {len} bytes, over the {MAX_LEN} srun hands to its tasks; use a regular distribution (block, cyclic or plane)"
+            )));
+        }
+        Ok(len)
+    }
+
+    /// srun's verdict of step `map` (its node list written `hosts`), once
+    /// the word it makes alone fits in [`MAX_LEN`]; with its length.
+    pub fn map_verdict(map: TaskMap, hosts: String) -> Result<(Verdict, usize)> {
+        let handoff = Handoff::new(map.job, map.step, Verdict::Map { map, hosts });
+        let len = handoff.fits()?;
+        Ok((handoff.verdict, len))
+    }
+
+    /// The word with its task map's runs garbled (a test build's fault):
+    /// None without a map.
+    pub fn garbled(&self) -> Option<String> {
+        match &self.verdict {
+            Verdict::Map { hosts, .. } => Some(format!(
+                "1;{}.{};hosts={hosts};runs=garbage",
+                self.job, self.step
+            )),
+            _ => None,
         }
     }
 
@@ -418,7 +668,7 @@ impl Handoff {
     /// items) in `text`: None when it names another step (an outer srun's,
     /// or empty: srun had nothing to say); a malformed value, or one of
     /// another version, is refused.
-    pub fn decode<'t>(text: &'t str, job: u32, step: u32) -> Result<Option<Handoff>> {
+    pub fn decode(text: &str, job: u32, step: u32) -> Result<Option<Handoff>> {
         let bad = |why: &str| -> Error { Error::new(format!("bad {VAR} {}: {why}", shown(text))) };
         if text.is_empty() {
             return Ok(None);
@@ -427,46 +677,22 @@ impl Handoff {
             return Err(bad(&format!("longer than {MAX_LEN} bytes")));
         }
         let mut fields = text.split(';');
-        let (Some(version), Some(id)) = (fields.next(), fields.next()) else {
-            return Err(bad("not 1;JOB.STEP;…"));
-        };
-        if version != "1" {
-            return Err(bad(
-                "unknown version (is srun's tf-cluster the same build as the node's?)",
-            ));
-        }
-        // srun's early word names no step.
-        if id == EARLY_ID {
-            return Ok(None);
-        }
-        let Some((j, s)) = id.split_once('.') else {
-            return Err(bad("no JOB.STEP"));
-        };
-        let (Some(j), Some(s)) = (parse_u32(j), parse_u32(s)) else {
-            return Err(bad("JOB.STEP is not two numbers"));
-        };
-        if (j, s) != (job, step) {
+        if step_named(&mut fields, &bad)? != Some((job, step)) {
             return Ok(None);
         }
         let mut fields = fields.peekable();
-        let mut field = |key: &str| next_field(&mut fields, key);
-        let verdict = match (field("hosts"), field("runs"), field("verdict")) {
-            (Some(Some(list)), Some(Some(runs)), None) => {
-                let hosts = HostList::parse(list, MAX_NODES as usize)
-                    .map_err(|e| Error::new(format!("{VAR}: {e}")))?;
-                let runs = Runs::parse(runs, hosts.len())
-                    .map_err(|e| Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
-                Verdict::Map {
-                    map: TaskMap::from_runs(job, step, hosts, runs)?,
-                    hosts: list.to_string(),
-                }
-            }
-            (None, None, Some(Some(word))) => match WORDS.iter().find(|(_, w)| *w == word) {
-                Some((v, _)) => v.clone(),
-                None => return Err(bad("an unknown verdict")),
-            },
-            _ => return Err(bad("neither hosts=…;runs=… nor verdict=…")),
-        };
+        let verdict = verdict(&mut fields, job, step, &bad)?;
+        let mut handoff = Handoff::new(job, step, verdict);
+        handoff.read_fields(&mut fields, &bad)?;
+        match fields.next() {
+            None => Ok(Some(handoff)),
+            Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
+        }
+    }
+
+    /// The fields after the verdict, each in its place.
+    fn read_fields<'t>(&mut self, fields: &mut Fields<'t>, bad: Bad) -> Result<()> {
+        let mut field = |key: &str| next_field(fields, key);
         // A flag stands alone, a value follows `=`.
         let flag = |got: Option<Option<&str>>| match got {
             Some(Some(_)) => Err(bad("a flag with a value")),
@@ -476,14 +702,13 @@ impl Handoff {
             Some(None) => Err(bad("a field without its value")),
             got => Ok(got.flatten()),
         };
-        let mut handoff = Handoff::new(job, step, verdict);
         if let Some(net) = value(field("net"))? {
-            handoff.network = Some(Network::parse(net).map_err(|e| bad(&e))?);
+            self.network = Some(Network::parse(net).map_err(|e| bad(&e))?);
         }
         if let Some(names) = value(field("kept"))? {
             for name in names.split(',') {
                 match VARS.iter().find(|v| v.name == name) {
-                    Some(v) => handoff.kept.push(v.name.to_string()),
+                    Some(v) => self.kept.push(v.name.to_string()),
                     None => {
                         return Err(bad(
                             "kept names a variable that is not an interface variable",
@@ -493,26 +718,70 @@ impl Handoff {
             }
         }
         if let Some(bits) = value(field("leave-out"))? {
-            handoff.left_out =
-                frameworks(bits).ok_or_else(|| bad("leave-out names no framework"))?;
+            self.left_out = frameworks(bits).ok_or_else(|| bad("leave-out names no framework"))?;
         }
-        handoff.no_resv_ports = flag(field("no-resv-ports"))?;
-        handoff.tres_bind = match (value(field("tres-bind"))?, flag(field("no-tres-bind"))?) {
+        self.no_resv_ports = flag(field("no-resv-ports"))?;
+        self.tres_bind = match (value(field("tres-bind"))?, flag(field("no-tres-bind"))?) {
             (Some(bind), false) if !bind.is_empty() => Some(StepBind::Bound(bind.into())),
             (None, true) => Some(StepBind::None),
             (None, false) => None,
             _ => return Err(bad("a bad GPU binding")),
         };
-        handoff.off_overridden = flag(field("off-overridden"))?;
+        self.off_overridden = flag(field("off-overridden"))?;
         if let Some(k) = value(field("restart"))? {
-            handoff.restart_count = parse_u32(k).ok_or_else(|| bad("restart is not a count"))?;
+            self.restart_count = parse_u32(k).ok_or_else(|| bad("restart is not a count"))?;
         }
-        handoff.secret = secret(field("secret")).map_err(&bad)?;
-        match fields.next() {
-            None => Ok(Some(handoff)),
-            Some(f) => Err(bad(&format!("unknown or misplaced field {}", shown(f)))),
-        }
+        self.secret = secret(field("secret")).map_err(bad)?;
+        Ok(())
     }
+}
+
+/// The step a word names, from its version and id fields: None for srun's
+/// early word, which names no step.
+fn step_named<'t>(
+    fields: &mut impl Iterator<Item = &'t str>,
+    bad: Bad,
+) -> Result<Option<(u32, u32)>> {
+    let (Some(version), Some(id)) = (fields.next(), fields.next()) else {
+        return Err(bad("not 1;JOB.STEP;…"));
+    };
+    if version != "1" {
+        return Err(bad(
+            "unknown version (is srun's tf-cluster the same build as the node's?)",
+        ));
+    }
+    if id == EARLY_ID {
+        return Ok(None);
+    }
+    let Some((j, s)) = id.split_once('.') else {
+        return Err(bad("no JOB.STEP"));
+    };
+    match (parse_u32(j), parse_u32(s)) {
+        (Some(j), Some(s)) => Ok(Some((j, s))),
+        _ => Err(bad("JOB.STEP is not two numbers")),
+    }
+}
+
+/// A hand-off's verdict: its map (`hosts=…;runs=…`) or its word.
+fn verdict(fields: &mut Fields, job: u32, step: u32, bad: Bad) -> Result<Verdict> {
+    let mut field = |key: &str| next_field(fields, key);
+    Ok(match (field("hosts"), field("runs"), field("verdict")) {
+        (Some(Some(list)), Some(Some(runs)), None) => {
+            let hosts = HostList::parse(list, MAX_NODES as usize)
+                .map_err(|e| Error::new(format!("{VAR}: {e}")))?;
+            let runs = Runs::parse(runs, hosts.len())
+                .map_err(|e| Error::new(format!("bad {VAR} runs {}: {e}", shown(runs))))?;
+            Verdict::Map {
+                map: TaskMap::from_runs(job, step, hosts, runs)?,
+                hosts: list.to_string(),
+            }
+        }
+        (None, None, Some(Some(word))) => match WORDS.iter().find(|(_, w)| *w == word) {
+            Some((v, _)) => v.clone(),
+            None => return Err(bad("an unknown verdict")),
+        },
+        _ => return Err(bad("neither hosts=…;runs=… nor verdict=…")),
+    })
 }
 
 #[cfg(test)]
@@ -632,8 +901,8 @@ mod tests {
             format!("1;srun;inherited=3;off-overridden;restart=5;net=10.98.0.0/29;secret={hex}")
         );
         assert_eq!(
-            Word::decode(Some(&text), None).unwrap().secret(),
-            full.secret.as_ref()
+            Word::decode(Some(&text), None).unwrap(),
+            Word::Early(full.clone())
         );
         assert_eq!(Early::decode(&text).unwrap(), Some(full));
         assert_eq!(Early::decode("1;srun").unwrap(), Some(Early::default()));

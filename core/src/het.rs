@@ -1,12 +1,17 @@
-//! The heterogeneous job's variables (SLURM_HET_SIZE, SLURM_JOB_ID_HET_GROUP_k,
+//! A heterogeneous step as one concept, for srun and the tasks alike: the
+//! job's variables (SLURM_HET_SIZE, SLURM_JOB_ID_HET_GROUP_k,
 //! SLURM_JOB_NODELIST_HET_GROUP_k; Slurm 22.05 says PACK where later releases
-//! say HET), one reader each, for srun and the tasks alike.
+//! say HET), one reader each; its components; its leader; and its refusals.
+//! What needs slurmctld (each component's layout, whether a neighbouring job
+//! runs this srun's step) stays in srun.
 
+use super::distribution::{self, Distribution};
 use super::error::{Error, Result, bail, shown};
 use super::hostlist::HostList;
 use super::limits::MAX_NODES;
 use super::number::parse_u32;
 use super::source::Source;
+use super::task_map::TaskMap;
 
 /// Components a heterogeneous job may have (Slurm's own limit is 128).
 pub const MAX_HET_COMPONENTS: u32 = 128;
@@ -142,6 +147,111 @@ pub fn component_nodelist(source: &mut impl Source, job: u32) -> Result<Option<H
     Ok(None)
 }
 
+/// A component of a heterogeneous step that srun's hand-off did not reach
+/// and that lacks the job's heterogeneous variables.
+pub const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
+
+/// The refusal of a heterogeneous step srun was started for from outside
+/// its job (`srun --jobid=J --het-group=0,1` from a login shell): neither
+/// srun nor the components its word does not reach have the job's
+/// heterogeneous variables, so no one can lay the step out (within Error's
+/// 300 characters).
+pub const OUTSIDE_HET: &str = "a heterogeneous step, but srun was started outside the job (--jobid): its environment lacks the job's SLURM_JOB_NODELIST_HET_GROUP_k, so srun cannot learn the other components' layouts; run this srun inside the job (batch script, salloc shell)";
+
+/// A component srun's hand-off did not reach (only its early word did):
+/// without the job's heterogeneous variables (an srun started outside the
+/// job) its layout cannot be rebuilt; srun refuses the step too, and says
+/// why.
+pub fn rebuildable(source: &mut impl Source) -> Result<()> {
+    if het_size(source).ok().flatten().is_none() {
+        bail!("{NO_HET_VARIABLES}");
+    }
+    Ok(())
+}
+
+/// The leader's job of a heterogeneous step whose component runs as job
+/// `job`: the job `named` (SLURM_JOB_ID, which Slurm sets to the leader's),
+/// when it is an earlier job of the same heterogeneous job (its components
+/// have consecutive ids after the leader's); None otherwise, so a kill
+/// never names another job.
+pub fn leader(job: u32, named: &str) -> Option<u32> {
+    let leader = parse_u32(named)?;
+    (leader != 0 && leader < job && job - leader < MAX_HET_COMPONENTS).then_some(leader)
+}
+
+/// The job id and node list of each component of a heterogeneous job, in
+/// component order (None: not a heterogeneous step).
+pub fn components(source: &mut impl Source) -> Result<Option<Vec<(u32, HostList)>>> {
+    let Some(size) = het_size(source)? else {
+        return Ok(None);
+    };
+    let mut budget = MAX_NODES as usize;
+    (0..size)
+        .map(|k| {
+            Ok((
+                het_job_id(source, k)?,
+                het_nodelist(source, k, &mut budget)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// Whether srun's environment shows a step of several components of a
+/// heterogeneous job, which srun's word on the step reaches in one only:
+/// SLURM_HET_SIZE of 2 or more, and SLURM_NTASKS (the whole step's tasks)
+/// more than this component's `own_tasks` (unknown either side counts as
+/// more). A `--het-group=1` step is one component: srun's word reaches it
+/// whole.
+pub fn several_components(source: &mut impl Source, own_tasks: Option<u32>) -> bool {
+    if !matches!(het_size(source), Ok(Some(2..))) {
+        return false;
+    }
+    match (all_tasks(source), own_tasks) {
+        (Some(all), Some(own)) => all > own,
+        _ => true,
+    }
+}
+
+/// Whether srun's environment hints at a heterogeneous step it does not
+/// describe: SLURM_NTASKS (Slurm sets it to the whole step's tasks) more
+/// than this component's `tasks`, and no heterogeneous variables (an srun
+/// started outside the job). Only slurmctld can tell (see srun).
+pub fn undescribed(source: &mut impl Source, tasks: u32) -> bool {
+    let total = all_tasks(source).unwrap_or(0);
+    total > tasks && matches!(het_size(source), Ok(None))
+}
+
+/// SLURM_NTASKS as a count (None: unset or not one).
+fn all_tasks(source: &mut impl Source) -> Option<u32> {
+    source
+        .var("SLURM_NTASKS")
+        .ok()
+        .flatten()
+        .and_then(|t| parse_u32(&t))
+}
+
+/// srun's check of a heterogeneous step. Slurm runs srun's
+/// `local_user_init` once for the whole step and hands what it sets to one
+/// component's tasks only (srun.c, `_launch_one_app`: "Run pre-launch once
+/// for entire hetjob"); the other components rebuild the layout, in blocks
+/// over the components' node lists in component order. This refuses a step
+/// whose real map differs from that rebuild, before anything runs.
+pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[HostList]) -> Result<()> {
+    let counts = map.runs.counts(map.hosts.len());
+    let (hosts, counts) = distribution::het_order(&map.hosts, &counts, het_nodelists)?;
+    let rebuilt = distribution::place(&counts, Distribution::Block);
+    for (rank, (p, node)) in rebuilt.iter().zip(map.runs.iter()).enumerate() {
+        let (guess, real) = (hosts.get(p.node as usize), map.hosts.get(node as usize));
+        if guess != real {
+            bail!(
+                "rank {rank} of this heterogeneous step runs on {real}, not on {guess} as the components that srun's task map cannot reach would take it: Slurm hands srun's variables to one component only, so lay out every component in blocks (-m block) or run the components as separate steps"
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,5 +372,18 @@ mod tests {
             early_template_hosts(&mut task(&overlapping), 2).unwrap(),
             Some(vec!["node1".into(), "node2".into()])
         );
+    }
+
+    /// A kill names another job only as a heterogeneous step's leader: an
+    /// earlier job close before this one; anything else names none.
+    #[test]
+    fn only_a_near_earlier_job_is_a_leader() {
+        assert_eq!(leader(30, "28"), Some(28));
+        assert_eq!(leader(30, "30"), None, "the job itself");
+        assert_eq!(leader(30, "31"), None, "a later job");
+        assert_eq!(leader(300, "1"), None, "far before");
+        assert_eq!(leader(30, "0"), None);
+        assert_eq!(leader(30, "+28"), None, "Slurm's numbers are digits");
+        assert_eq!(leader(30, "x"), None);
     }
 }

@@ -10,10 +10,11 @@ use std::collections::HashMap;
 use super::distribution::{self, Distribution, Placement};
 use super::error::Result;
 use super::error::{bail, shown};
+use super::handoff::FromSrun;
 use super::hostlist::HostList;
 use super::limits::check_size;
 use super::runs::Runs;
-use super::step::{FromSrun, Step};
+use super::step::Step;
 use super::task_map::TaskMap;
 
 /// The step's layout.
@@ -275,26 +276,7 @@ fn rebuild(step: &Step, hosts: HostList, counts: Vec<u32>) -> Result<(HostList, 
     Ok((hosts, counts, Runs::from_node_of(&node_of)))
 }
 
-/// srun's check of a heterogeneous step. Slurm runs srun's
-/// `local_user_init` once for the whole step and hands what it sets to one
-/// component's tasks only (srun.c, `_launch_one_app`: "Run pre-launch once
-/// for entire hetjob"); the other components rebuild the layout, in blocks
-/// over the components' node lists in component order. This refuses a step
-/// whose real map differs from that rebuild, before anything runs.
-pub fn check_het_rebuild(map: &TaskMap, het_nodelists: &[HostList]) -> Result<()> {
-    let counts = map.runs.counts(map.hosts.len());
-    let (hosts, counts) = distribution::het_order(&map.hosts, &counts, het_nodelists)?;
-    let rebuilt = distribution::place(&counts, Distribution::Block);
-    for (rank, (p, node)) in rebuilt.iter().zip(map.runs.iter()).enumerate() {
-        let (guess, real) = (hosts.get(p.node as usize), map.hosts.get(node as usize));
-        if guess != real {
-            bail!(
-                "rank {rank} of this heterogeneous step runs on {real}, not on {guess} as the components that srun's task map cannot reach would take it: Slurm hands srun's variables to one component only, so lay out every component in blocks (-m block) or run the components as separate steps"
-            );
-        }
-    }
-    Ok(())
-}
+pub use crate::het::check_het_rebuild;
 
 /// A value the step must have.
 pub(crate) fn required<T>(value: Option<T>, name: &str) -> Result<T> {

@@ -63,10 +63,12 @@ pub mod tf_config;
 
 pub use error::{Error, Kind, Result};
 pub use frameworks::{FRAMEWORKS, Framework, Frameworks, Launch, check_before_launch};
+pub use handoff::FromSrun;
+pub use het::check_het_rebuild;
 pub use injection::{APPTAINER_PREFIXES, Injection};
-pub use layout::{Layout, check_het_rebuild};
+pub use layout::Layout;
 pub use limits::{ENV_LIMIT, MAX_GPUS, MAX_NODES, MAX_TASKS, check_size};
 pub use node::{Node, resolve, task_log_line};
 pub use settings::Settings;
 pub use source::{Probe, Source};
-pub use step::{FromSrun, Gathered, Handed, Step};
+pub use step::{Gathered, Handed, Step};

@@ -11,12 +11,13 @@
 use super::distribution::Placement;
 use super::error::{Result, bail};
 use super::frameworks::{self, Framework, Gpus, Shared, Task, Vars};
+use super::handoff::FromSrun;
 use super::injection::Injection;
 use super::layout::{Layout, required};
 use super::limits::ENV_LIMIT;
 use super::node_plan::{NodePlan, TaskBinding};
 use super::settings::Settings;
-use super::step::{FromSrun, Handed, RUN_ID_VAR, Step};
+use super::step::{Handed, RUN_ID_VAR, Step};
 
 /// A node's share of the step, made once.
 pub struct Node {

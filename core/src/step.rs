@@ -5,9 +5,10 @@
 use super::distribution::Distribution;
 use super::error::{Error, Result, bail, shown};
 use super::gpus::bind::GpuBind;
+use super::gpus::bind::Recorded;
 use super::gpus::devices::Visible;
-use super::handoff::{self, StepBind, Verdict, Word};
-use super::het::{het_job_id_of, het_nodelists, het_size};
+use super::handoff::{self, Applied, FromSrun, Options, Said, Word};
+use super::het::{het_job_id_of, het_nodelists, rebuildable};
 use super::hostlist::HostList;
 use super::limits::{MAX_NODES, MAX_TASKS, check_size};
 use super::network;
@@ -16,22 +17,8 @@ use super::secret::Secret;
 use super::settings::Frameworks;
 use super::settings::Settings;
 use super::source::{Probe, Source};
-use super::task_map::TaskMap;
 use super::tasks_per_node;
 use crate::network::addresses::NodeNetwork;
-
-/// What srun said of the step's layout, in its hand-off ([`handoff::VAR`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum FromSrun {
-    /// The step's task map.
-    Map(TaskMap),
-    /// srun could not get the map: the tasks rebuild the layout.
-    NoMap,
-    /// No word from srun (the CLI, or a map made for another step, which a
-    /// nested srun inherits): the layout is rebuilt.
-    #[default]
-    Nothing,
-}
 
 /// What [`Step::gather_handed`] found: srun's verdict on the step, or the step
 /// with srun's word applied.
@@ -58,9 +45,9 @@ pub struct Handed {
     /// its hand-off did not reach), left out where the step does not fit
     /// them, as srun leaves them out of the components its hand-off reaches.
     pub inherited: Frameworks,
-    /// The step's GPU binding as srun's hand-off gives it (None: srun had
-    /// no record of the step), for a task a container plugin moved.
-    pub tres_bind: Option<StepBind>,
+    /// The step's GPU binding as srun recorded it, for a task a container
+    /// plugin moved.
+    pub recorded_bind: Recorded,
 }
 
 impl Gathered {
@@ -147,17 +134,6 @@ pub struct Step {
 /// in every task of the step. Scripts key logs and checkpoints on it.
 pub const RUN_ID_VAR: &str = "TF_CLUSTER_RUN_ID";
 
-/// A component of a heterogeneous step that srun's hand-off did not reach
-/// and that lacks the job's heterogeneous variables.
-pub const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has neither srun's task map nor the job's SLURM_JOB_NODELIST_HET_GROUP_k (srun started outside the job, with --jobid, or a heterogeneous step in a plain allocation): its layout cannot be known";
-
-/// The refusal of a heterogeneous step srun was started for from outside
-/// its job (`srun --jobid=J --het-group=0,1` from a login shell): neither
-/// srun nor the components its word does not reach have the job's
-/// heterogeneous variables, so no one can lay the step out (within Error's
-/// 300 characters).
-pub const OUTSIDE_HET: &str = "a heterogeneous step, but srun was started outside the job (--jobid): its environment lacks the job's SLURM_JOB_NODELIST_HET_GROUP_k, so srun cannot learn the other components' layouts; run this srun inside the job (batch script, salloc shell)";
-
 /// The job's restart count as srun reads it: SLURM_RESTART_COUNT, which
 /// Slurm sets (only when non-zero) in a requeued job's batch step, and every
 /// srun of its script inherits. 0 without it.
@@ -186,11 +162,11 @@ impl Step {
         Step::gather_handed(source, |_| Ok(Some(settings.clone())))
     }
 
-    /// srun's word to the task ([`Word`]) applied to the step `source`
-    /// shows: the one place every field of srun's hand-off is read, for the
-    /// plugin's slurmstepd and the CLI twin alike. `settings` makes the
-    /// step's settings from its options, told whether srun's word says an
-    /// inherited `--tf-off` was beaten (None: the step asks for nothing).
+    /// srun's word to the task ([`Word::applied`]) applied to the step
+    /// `source` shows, for the plugin's slurmstepd and the CLI twin alike.
+    /// `settings` makes the step's settings from its options, told whether
+    /// srun's word says an inherited `--tf-off` was beaten (None: the step
+    /// asks for nothing).
     pub fn gather_handed(
         source: &mut (impl Source + Probe),
         settings: impl FnOnce(bool) -> Result<Option<Settings>>,
@@ -203,71 +179,92 @@ impl Step {
         }
         let job_step = source.job_step()?;
         let word = Word::decode(source.var(handoff::VAR)?.as_deref(), job_step)?;
-        let Some(mut settings) = settings(word.off_overridden())? else {
-            return Ok(Gathered::Skip);
+        let said = match word.applied(Options::Read(Box::new(settings)))? {
+            Applied::NotAsked | Applied::LeftAlone => return Ok(Gathered::Skip),
+            Applied::Refused => return Ok(Gathered::Refused),
+            Applied::Step(said) => *said,
         };
-        settings.frameworks = word.kept(settings.frameworks);
-        if settings.frameworks.is_empty() {
-            return Ok(Gathered::Skip);
-        }
         // No word from srun at all (an srun without the plugin): the job's
         // restart count where srun reads it.
-        let restart_count = match word.restart_count() {
-            Some(k) => k,
-            None => restart_count(source)?,
-        };
-        let secret = word.secret().cloned();
-        // A component srun's hand-off did not reach has the network srun
-        // resolved before the step existed, in its early word.
-        let (handoff, inherited, early_network) = match word {
-            Word::Handoff(h) => (Some(h), Frameworks::default(), None),
-            Word::Early(early) => {
-                // A component srun's hand-off did not reach: without the
-                // job's heterogeneous variables (an srun started outside
-                // the job) its layout cannot be rebuilt; srun refuses the
-                // step too, and says why.
-                if het_size(source).ok().flatten().is_none() {
-                    bail!("{NO_HET_VARIABLES}");
-                }
-                (None, early.inherited, early.network)
-            }
-            Word::Nothing => (None, Frameworks::default(), None),
-        };
-        let tres_bind = handoff.as_ref().and_then(|h| h.tres_bind.clone());
-        // Slurm sets SLURM_STEP_RESV_PORTS only for a step it reserved
-        // ports for, and else passes on the one in srun's environment.
-        let no_resv_ports = handoff.as_ref().is_some_and(|h| h.no_resv_ports);
-        // The step's node list next: srun's map names the same list, which
-        // is then expanded once.
+        let restart_count = said
+            .restart_count
+            .map_or_else(|| restart_count(source), Ok)?;
+        if said.early_only {
+            rebuildable(source)?;
+        }
+        let Said {
+            settings,
+            from_srun,
+            map_hosts,
+            network: handed_network,
+            inherited,
+            no_resv_ports,
+            recorded_bind,
+            secret,
+            ..
+        } = said;
+        let mut step = Step::read(
+            source,
+            num_tasks,
+            job_step,
+            (from_srun, map_hosts),
+            no_resv_ports,
+        )?;
+        step.restart_count = restart_count;
+        step.secret = secret;
+        // Without srun's map, the layout is rebuilt from variables a user
+        // could also set: each is only a hint, checked against SLURM_GTIDS
+        // and SLURMD_NODENAME. With the map none of them is read.
+        if !matches!(step.from_srun, FromSrun::Map(_)) {
+            step.read_hints(source)?;
+        }
+        if needs_probe(
+            &settings,
+            &step.visible_gpus,
+            step.gpu_bind.as_ref(),
+            step.gpus_on_node,
+        ) {
+            step.node_gpus = Some(source.gpu_count()?);
+        }
+        step.network = network::decision::for_node(
+            &settings,
+            source,
+            handed_network,
+            step.nodename.as_deref(),
+        )?;
+        Ok(Gathered::Step(Box::new(Handed {
+            settings,
+            step,
+            inherited,
+            recorded_bind,
+        })))
+    }
+
+    /// The step's facts every task reads, srun's map or not. `map_hosts`:
+    /// srun's map's node list as srun wrote it, whose hosts are `from_srun`'s
+    /// when it is the step's node list's text (then expanded once);
+    /// `no_resv_ports`: Slurm reserved no ports for the step (it sets
+    /// SLURM_STEP_RESV_PORTS only for a step it reserved ports for, and else
+    /// passes on the one in srun's environment).
+    fn read(
+        source: &mut (impl Source + Probe),
+        num_tasks: Option<u32>,
+        job_step: Option<(u32, u32)>,
+        from_srun: (FromSrun, Option<String>),
+        no_resv_ports: bool,
+    ) -> Result<Step> {
+        let (from_srun, map_hosts) = from_srun;
         let nodelist = source.var("SLURM_STEP_NODELIST")?;
-        let mut reused = None;
-        let (from_srun, handed_network) = match handoff {
-            Some(h) => {
-                let from_srun = match h.verdict {
-                    Verdict::Skip => return Ok(Gathered::Skip),
-                    Verdict::Refused => return Ok(Gathered::Refused),
-                    Verdict::Rebuild => FromSrun::NoMap,
-                    Verdict::Map { map, hosts } => {
-                        // srun's map names the step's node list as Slurm
-                        // wrote it: the same text is expanded once.
-                        if Some(&hosts) == nodelist.as_ref() {
-                            reused = Some(map.hosts.clone());
-                        }
-                        FromSrun::Map(map)
-                    }
-                };
-                (from_srun, Some(h.network))
+        let hosts = match (&from_srun, map_hosts) {
+            (FromSrun::Map(map), Some(text)) if Some(&text) == nodelist.as_ref() => {
+                Some(map.hosts.clone())
             }
-            None => (FromSrun::Nothing, early_network.map(Some)),
-        };
-        let hosts = match reused {
-            Some(hosts) => Some(hosts),
-            None => nodelist
+            _ => nodelist
                 .as_deref()
                 .map(|list| hosts(list, "SLURM_STEP_NODELIST"))
                 .transpose()?,
         };
-        let mut step = Step {
+        Ok(Step {
             procid: number(source, "SLURM_PROCID")?,
             num_tasks,
             hosts,
@@ -293,52 +290,34 @@ impl Step {
             nodename: source.var("SLURMD_NODENAME")?,
             het_job_id: het_job_id_of(source, job_step)?,
             job_step,
-            restart_count,
-            secret,
+            restart_count: 0,
+            secret: None,
             from_srun,
             block_topology: None,
             network: None,
-        };
-        // Without srun's map, the layout is rebuilt from variables a user
-        // could also set: each is only a hint, checked against SLURM_GTIDS
-        // and SLURMD_NODENAME. With the map none of them is read.
-        if !matches!(step.from_srun, FromSrun::Map(_)) {
-            let dist = source.var("SLURM_DISTRIBUTION")?;
-            let plane = source.var("SLURM_DIST_PLANESIZE")?;
-            step.distribution = Distribution::from_env(dist.as_deref(), plane.as_deref())?;
-            step.het_nodelists = het_nodelists(source)?;
-            if source.blocks_follow_topology() {
-                step.block_topology = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
-            }
-            if step.distribution == Distribution::Arbitrary && step.het_nodelists.is_empty() {
-                let Some(path) = source.var("SLURM_HOSTFILE")? else {
-                    bail!(
-                        "the layout of an arbitrary distribution is only known from SLURM_HOSTFILE, which is not set"
-                    );
-                };
-                step.hostfile = Some(hostfile_hosts(&source.read_file(&path)?)?);
-            }
+        })
+    }
+
+    /// The hints a layout is rebuilt from without srun's map: the
+    /// distribution, a heterogeneous step's components, the topology's
+    /// order, an arbitrary distribution's host file.
+    fn read_hints(&mut self, source: &mut (impl Source + Probe)) -> Result<()> {
+        let dist = source.var("SLURM_DISTRIBUTION")?;
+        let plane = source.var("SLURM_DIST_PLANESIZE")?;
+        self.distribution = Distribution::from_env(dist.as_deref(), plane.as_deref())?;
+        self.het_nodelists = het_nodelists(source)?;
+        if source.blocks_follow_topology() {
+            self.block_topology = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
         }
-        if needs_probe(
-            &settings,
-            &step.visible_gpus,
-            step.gpu_bind.as_ref(),
-            step.gpus_on_node,
-        ) {
-            step.node_gpus = Some(source.gpu_count()?);
+        if self.distribution == Distribution::Arbitrary && self.het_nodelists.is_empty() {
+            let Some(path) = source.var("SLURM_HOSTFILE")? else {
+                bail!(
+                    "the layout of an arbitrary distribution is only known from SLURM_HOSTFILE, which is not set"
+                );
+            };
+            self.hostfile = Some(hostfile_hosts(&source.read_file(&path)?)?);
         }
-        step.network = network::decision::for_node(
-            &settings,
-            source,
-            handed_network,
-            step.nodename.as_deref(),
-        )?;
-        Ok(Gathered::Step(Box::new(Handed {
-            settings,
-            step,
-            inherited,
-            tres_bind,
-        })))
+        Ok(())
     }
 }
 

@@ -9,7 +9,7 @@ use tf_cluster_core::handoff::{Handoff, Verdict};
 
 fuzz_target!(|text: &str| {
     let Ok(Some(handoff)) = Handoff::decode(text, 7, 3) else { return };
-    if let Verdict::Map { map, .. } = &handoff.verdict {
+    if let Verdict::Map { map, .. } = handoff.verdict() {
         assert!(map.runs.len() <= MAX_TASKS);
     }
     let again = handoff.encode();

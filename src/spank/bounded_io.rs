@@ -273,26 +273,8 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
         {
             return fail(IDS);
         }
-        // Deepest first, as `mkdir -p` and std's create_dir_all do: up only
-        // while a parent is missing, then down. (Walking down from the root
-        // would fail on an automounter's root, which refuses a mkdir of a key
-        // it has not mounted yet instead of saying it exists.)
-        let mut made = w.dirs.len();
-        while made > 0 {
-            if libc::mkdir(w.dirs[made - 1].as_ptr(), 0o755) == 0
-                || *libc::__errno_location() == libc::EEXIST
-            {
-                break;
-            }
-            if *libc::__errno_location() != libc::ENOENT {
-                return fail(MKDIR);
-            }
-            made -= 1;
-        }
-        for dir in w.dirs.iter().skip(made) {
-            if libc::mkdir(dir.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST {
-                return fail(MKDIR);
-            }
+        if let Err(code) = make_dirs(w.dirs) {
+            return code;
         }
         let (at, per_user) = match &w.under {
             Some(under) => match run_dir_fd(under) {
@@ -330,23 +312,60 @@ fn write_child(ids: Option<&Ids>, w: &Write) -> u32 {
             libc::close(fd);
             return code;
         }
-        let mut done = 0;
-        while done < w.bytes.len() {
-            let n = libc::write(fd, w.bytes[done..].as_ptr().cast(), w.bytes.len() - done);
-            if n <= 0 {
-                let code = if n == 0 {
-                    (u32::from(WRITE) << 24) | libc::EIO as u32
-                } else {
-                    fail(WRITE)
-                };
-                libc::close(fd);
-                return code;
-            }
-            done += n as usize;
-        }
+        let written = write_all(fd, w.bytes);
         libc::close(fd);
-        per_user
+        match written {
+            Ok(()) => per_user,
+            Err(code) => code,
+        }
     }
+}
+
+/// In the child: `dirs` made, deepest first, as `mkdir -p` and std's
+/// create_dir_all do: up only while a parent is missing, then down.
+/// (Walking down from the root would fail on an automounter's root, which
+/// refuses a mkdir of a key it has not mounted yet instead of saying it
+/// exists.) Err: the child's word.
+fn make_dirs(dirs: &[CString]) -> Result<(), u32> {
+    // SAFETY: async-signal-safe system calls on paths made before the fork.
+    unsafe {
+        let mut made = dirs.len();
+        while made > 0 {
+            if libc::mkdir(dirs[made - 1].as_ptr(), 0o755) == 0
+                || *libc::__errno_location() == libc::EEXIST
+            {
+                break;
+            }
+            if *libc::__errno_location() != libc::ENOENT {
+                return Err(fail(MKDIR));
+            }
+            made -= 1;
+        }
+        for dir in dirs.iter().skip(made) {
+            if libc::mkdir(dir.as_ptr(), 0o755) != 0 && *libc::__errno_location() != libc::EEXIST {
+                return Err(fail(MKDIR));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// In the child: all of `bytes` written to `fd`. Err: the child's word.
+fn write_all(fd: libc::c_int, bytes: &[u8]) -> Result<(), u32> {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writes from a buffer made before the fork.
+        let n = unsafe { libc::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n <= 0 {
+            return Err(if n == 0 {
+                (u32::from(WRITE) << 24) | libc::EIO as u32
+            } else {
+                fail(WRITE)
+            });
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 fn fail_with(stage: u8, errno: libc::c_int) -> u32 {
@@ -605,31 +624,7 @@ pub(super) fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u
     // ends in _exit, running nothing of the parent's.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        // Should `work` ever unwind, the child must not return into
-        // slurmstepd's C code (it would go on as a second slurmstepd).
-        struct ExitOnUnwind;
-        impl Drop for ExitOnUnwind {
-            fn drop(&mut self) {
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(127) };
-            }
-        }
-        let _guard = ExitOnUnwind;
-        // SAFETY: system calls only. The word's pipe on fd 3 and every other
-        // descriptor of slurmstepd's closed (its sockets to srun and the
-        // tasks must not outlive it in a child stuck in the kernel), and no
-        // debugger may attach to this copy of slurmstepd's memory.
-        unsafe {
-            libc::dup2(wr, WORD_FD);
-            libc::syscall(libc::SYS_close_range, WORD_FD + 1, libc::c_uint::MAX, 0);
-            libc::prctl(libc::PR_SET_DUMPABLE, 0);
-        }
-        let code = work().to_ne_bytes();
-        // SAFETY: a write of 4 bytes to the pipe, then _exit.
-        unsafe {
-            libc::write(WORD_FD, code.as_ptr().cast(), 4);
-            libc::_exit(0);
-        }
+        child(wr, work);
     }
     // SAFETY: the parent's copy of the write end is not needed.
     unsafe { libc::close(wr) };
@@ -638,34 +633,8 @@ pub(super) fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u
         unsafe { libc::close(rd) };
         return Err(os());
     }
-    let start = Instant::now();
     let mut status = 0;
-    let ended = loop {
-        // SAFETY: waits for this function's own child.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        let interrupted =
-            done < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted;
-        if done == pid || (done < 0 && !interrupted) {
-            break true;
-        }
-        if start.elapsed() > limit {
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    if !ended {
-        // SAFETY: this function's own child: killed, then reaped if it goes
-        // within a moment (a process in uninterruptible sleep does not).
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            for _ in 0..50 {
-                if libc::waitpid(pid, &mut status, libc::WNOHANG) != 0 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    }
+    let ended = wait_within(pid, limit, &mut status);
     let mut code = [0u8; 4];
     // SAFETY: reads at most 4 bytes into `code`, without blocking. A child
     // that ended right at its deadline has said its word all the same.
@@ -682,6 +651,70 @@ pub(super) fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u
     // SAFETY: the read end, ours.
     unsafe { libc::close(rd) };
     result
+}
+
+/// The forked child of [`in_child`]: runs `work` and writes its word on
+/// the pipe's write end `wr`, then ends, running nothing of the parent's.
+fn child(wr: libc::c_int, work: impl FnOnce() -> u32) -> ! {
+    // Should `work` ever unwind, the child must not return into
+    // slurmstepd's C code (it would go on as a second slurmstepd).
+    struct ExitOnUnwind;
+    impl Drop for ExitOnUnwind {
+        fn drop(&mut self) {
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(127) };
+        }
+    }
+    let _guard = ExitOnUnwind;
+    // SAFETY: system calls only. The word's pipe on fd 3 and every other
+    // descriptor of slurmstepd's closed (its sockets to srun and the
+    // tasks must not outlive it in a child stuck in the kernel), and no
+    // debugger may attach to this copy of slurmstepd's memory.
+    unsafe {
+        libc::dup2(wr, WORD_FD);
+        libc::syscall(libc::SYS_close_range, WORD_FD + 1, libc::c_uint::MAX, 0);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0);
+    }
+    let code = work().to_ne_bytes();
+    // SAFETY: a write of 4 bytes to the pipe, then _exit.
+    unsafe {
+        libc::write(WORD_FD, code.as_ptr().cast(), 4);
+        libc::_exit(0);
+    }
+}
+
+/// Waits for child `pid` at most `limit` (its `status` when it ended):
+/// whether it ended. At the deadline it is killed, and reaped if it goes
+/// within a moment (a process in uninterruptible sleep does not).
+fn wait_within(pid: libc::pid_t, limit: Duration, status: &mut libc::c_int) -> bool {
+    let start = Instant::now();
+    let ended = loop {
+        // SAFETY: waits for this function's own child.
+        let done = unsafe { libc::waitpid(pid, status, libc::WNOHANG) };
+        let interrupted =
+            done < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted;
+        if done == pid || (done < 0 && !interrupted) {
+            break true;
+        }
+        if start.elapsed() > limit {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    if !ended {
+        // SAFETY: this function's own child: killed, then reaped if it goes
+        // within a moment (a process in uninterruptible sleep does not).
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            for _ in 0..50 {
+                if libc::waitpid(pid, status, libc::WNOHANG) != 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    ended
 }
 
 #[cfg(test)]

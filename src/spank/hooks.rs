@@ -1,17 +1,17 @@
-//! The SPANK entry points Slurm calls, imported by no file. Each runs its
-//! body inside [`guard`] (or, for `user_init`, its own catch), so no panic
-//! crosses into Slurm, and hands it to the side of the process it runs in,
-//! decided once at `slurm_spank_init`: srun's ([`super::srun`]) or
-//! slurmstepd's ([`super::stepd`]: `user_init` once per node,
-//! `task_init_privileged` and `task_init` per task, `task_exit` in
-//! slurmstepd after each task, `exit` once the node's tasks ended). sbatch and salloc only
-//! register and check the options.
+//! The SPANK entry points Slurm calls, imported by no file. Each hands the
+//! call to the side of the process it runs in, decided once at
+//! `slurm_spank_init`: srun's ([`super::srun`]) or slurmstepd's
+//! ([`super::stepd`]: `user_init` once per node, `task_init_privileged` and
+//! `task_init` per task, `task_exit` in slurmstepd after each task, `exit`
+//! once the node's tasks ended). sbatch and salloc only register and check
+//! the options. Every body runs in super::guard, which alone catches panics
+//! and turns an outcome into the hook's return code.
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::sync::OnceLock;
 
 use super::bindings as sys;
-use super::guard::guard;
+use super::guard::{Answer, guard};
 use super::handle::{self, callback};
 use super::options;
 use super::srun::Srun;
@@ -43,7 +43,7 @@ static SIDE: OnceLock<Side> = OnceLock::new();
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     logger::install();
     callback(sp, ac, av, |spank| {
-        let rc = guard("init", Some(spank), || {
+        let rc = guard("init", Some(spank), Answer::Fails, || {
             if fault::active("register", Some(spank)) {
                 return Err(Error::new("spank_option_register: fault injected"));
             }

@@ -210,10 +210,6 @@ fn spawn_at(
     pgroup: Option<libc::pid_t>,
     close_from: Option<AddCloseFrom>,
 ) -> std::io::Result<libc::pid_t> {
-    let check = |rc: c_int| match rc {
-        0 => Ok(()),
-        e => Err(std::io::Error::from_raw_os_error(e)),
-    };
     let listed = match close_from {
         Some(_) => Vec::new(),
         None => inherited_fds()?,
@@ -229,44 +225,8 @@ fn spawn_at(
             return Err(e);
         }
         let result = (|| {
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            let mut default: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut default);
-            for s in SIGNALS {
-                libc::sigaddset(&mut default, s);
-            }
-            check(libc::posix_spawnattr_setsigmask(&mut attr, &empty))?;
-            check(libc::posix_spawnattr_setsigdefault(&mut attr, &default))?;
-            let mut flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-            if let Some(pgroup) = pgroup {
-                check(libc::posix_spawnattr_setpgroup(&mut attr, pgroup))?;
-                flags |= libc::POSIX_SPAWN_SETPGROUP;
-            }
-            check(libc::posix_spawnattr_setflags(&mut attr, flags as _))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                stdin,
-                0,
-            ))?;
-            for fd in [1, 2] {
-                check(libc::posix_spawn_file_actions_addopen(
-                    &mut actions,
-                    fd,
-                    c"/dev/null".as_ptr(),
-                    libc::O_WRONLY,
-                    0,
-                ))?;
-            }
-            // After the dup2: the pipe's read end goes too, kept as stdin.
-            match close_from {
-                Some(close_from) => check(close_from(&mut actions, 3))?,
-                None => {
-                    for &fd in &listed {
-                        check(libc::posix_spawn_file_actions_addclose(&mut actions, fd))?;
-                    }
-                }
-            }
+            set_attributes(&mut attr, pgroup)?;
+            set_actions(&mut actions, stdin, close_from, &listed)?;
             let argv: [*mut c_char; 2] = [path.as_ptr() as *mut c_char, std::ptr::null_mut()];
             let envp: [*mut c_char; 1] = [std::ptr::null_mut()];
             let mut pid = 0;
@@ -283,6 +243,79 @@ fn spawn_at(
         libc::posix_spawn_file_actions_destroy(&mut actions);
         libc::posix_spawnattr_destroy(&mut attr);
         result
+    }
+}
+
+/// A posix_spawn return code as a Result.
+fn check(rc: c_int) -> std::io::Result<()> {
+    match rc {
+        0 => Ok(()),
+        e => Err(std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// The sentinel's attributes: no signal blocked, the ones srun handles at
+/// their default, and its process group (`pgroup`) when given.
+///
+/// # Safety
+/// `attr` is initialised.
+unsafe fn set_attributes(
+    attr: &mut libc::posix_spawnattr_t,
+    pgroup: Option<libc::pid_t>,
+) -> std::io::Result<()> {
+    // SAFETY: signal sets on the stack, `attr` initialised by the caller.
+    unsafe {
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        let mut default: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut default);
+        for s in SIGNALS {
+            libc::sigaddset(&mut default, s);
+        }
+        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
+        check(libc::posix_spawnattr_setsigdefault(attr, &default))?;
+        let mut flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+        if let Some(pgroup) = pgroup {
+            check(libc::posix_spawnattr_setpgroup(attr, pgroup))?;
+            flags |= libc::POSIX_SPAWN_SETPGROUP;
+        }
+        check(libc::posix_spawnattr_setflags(attr, flags as _))
+    }
+}
+
+/// The sentinel's descriptors: `stdin` as its stdin, /dev/null as stdout
+/// and stderr, every other closed (by `close_from`, else the `listed` ones).
+///
+/// # Safety
+/// `actions` is initialised.
+unsafe fn set_actions(
+    actions: &mut libc::posix_spawn_file_actions_t,
+    stdin: c_int,
+    close_from: Option<AddCloseFrom>,
+    listed: &[c_int],
+) -> std::io::Result<()> {
+    // SAFETY: `actions` initialised by the caller; the path is static.
+    unsafe {
+        check(libc::posix_spawn_file_actions_adddup2(actions, stdin, 0))?;
+        for fd in [1, 2] {
+            check(libc::posix_spawn_file_actions_addopen(
+                actions,
+                fd,
+                c"/dev/null".as_ptr(),
+                libc::O_WRONLY,
+                0,
+            ))?;
+        }
+        // After the dup2: the pipe's read end goes too, kept as stdin.
+        match close_from {
+            Some(close_from) => check(close_from(actions, 3)),
+            None => {
+                for &fd in listed {
+                    check(libc::posix_spawn_file_actions_addclose(actions, fd))?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 

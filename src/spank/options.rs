@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::bindings as sys;
-use super::guard::guard;
+use super::guard::{Answer, guard};
 use super::handle::{self, RawOption, Spank};
 pub use crate::core::frameworks::{ALL_OFF, OFF};
 use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
@@ -199,7 +199,7 @@ extern "C" fn option_given(val: c_int, optarg: *const c_char, remote: c_int) -> 
     if remote != 0 {
         return 0;
     }
-    guard("option", None, || {
+    guard("option", None, Answer::Fails, || {
         let counts = CALLS.get_or_init(|| all().iter().map(|_| AtomicU32::new(0)).collect());
         if let Some(count) = usize::try_from(val).ok().and_then(|i| counts.get(i)) {
             count.fetch_add(1, Ordering::Relaxed);

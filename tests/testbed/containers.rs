@@ -379,7 +379,7 @@ fn assert_every_name_as_on_the_host(host: &Step, image: &Step, set: &[&str]) {
     }
 }
 
-/// The plugin's notice (src/spank/stepd.rs, `say_replaced`): one line from
+/// The plugin's notice (src/spank/stepd/apply.rs, `say_replaced`): one line from
 /// each task in the image, `tf-cluster: replaced NAMES set before this
 /// plugin ran …`, naming exactly the image's names it set for the step
 /// (each with a value that must lose); none on the host.

@@ -138,6 +138,44 @@ pub(super) fn describe(bind: &GpuBind) -> String {
     }
 }
 
+/// The step's GPU binding as srun recorded it from slurmctld, in its word
+/// (crate::handoff).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Recorded {
+    /// srun had no record of the step.
+    #[default]
+    Unknown,
+    /// The step binds no GPUs.
+    None,
+    /// The step's binding.
+    Bound(GpuBind),
+}
+
+/// Which GPU binding a task believes, and whether a plugin before this one
+/// moved it into other namespaces (`moved`, asked only when a binding
+/// shows). On the host the task's own SLURMD_TRES_BIND (`in_task`) is
+/// Slurm's. In a task a container plugin moved it may be the image's: srun's
+/// `recorded` binding decides there (the task's variable only where srun had
+/// no record), so an image binds nothing srun did not see, and hides no
+/// binding it did.
+pub fn believed(
+    in_task: Option<GpuBind>,
+    recorded: &Recorded,
+    moved: impl FnOnce() -> bool,
+) -> (Option<GpuBind>, bool) {
+    if in_task.is_none() && !matches!(recorded, Recorded::Bound(_)) {
+        return (None, false);
+    }
+    match moved() {
+        false => (in_task, false),
+        true => match recorded {
+            Recorded::Unknown => (in_task, true),
+            Recorded::None => (None, true),
+            Recorded::Bound(bind) => (Some(bind.clone()), true),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +233,34 @@ mod tests {
         assert!(!p("gres/gpu:mask_gpu:0,1").exclusive(2));
         assert!(!p("gres/gpu:closest").exclusive(2));
         assert!(p("gres/gpu:closest").exclusive(1));
+    }
+
+    /// On the host the task's own binding is believed; in a moved task,
+    /// srun's record (the task's only without one); nothing shows, nothing
+    /// is asked.
+    #[test]
+    fn a_moved_task_believes_srun() {
+        let own = Some(GpuBind::PerTask(1));
+        let srun = Recorded::Bound(GpuBind::Single(2));
+        let never = || -> bool { panic!("asked without a binding") };
+        assert_eq!(believed(None, &Recorded::Unknown, never), (None, false));
+        assert_eq!(believed(None, &Recorded::None, never), (None, false));
+        assert_eq!(believed(own.clone(), &srun, || false), (own.clone(), false));
+        assert_eq!(
+            believed(own.clone(), &srun, || true),
+            (Some(GpuBind::Single(2)), true)
+        );
+        assert_eq!(
+            believed(None, &srun, || true),
+            (Some(GpuBind::Single(2)), true)
+        );
+        assert_eq!(
+            believed(own.clone(), &Recorded::None, || true),
+            (None, true)
+        );
+        assert_eq!(
+            believed(own.clone(), &Recorded::Unknown, || true),
+            (own, true)
+        );
     }
 }

@@ -112,7 +112,7 @@ impl GpuPlan {
         // fullest node's tasks, on every node alike. The counts below stay
         // this node's: its GPUs may be fewer than the fullest node's
         // (`-N2 -n4 --gpus=4` gives 3 + 1), and a node that refuses ends the
-        // step everywhere (src/spank/step_kill_rpc.rs).
+        // step everywhere (src/spank/slurmctld/step_kill.rs).
         let fullest = node.local_tasks.max(tasks);
         if no_list_under_bind_none(rules, node, given_count)? {
             *self = GpuPlan::untouched();

@@ -5,8 +5,8 @@
 use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
-use super::bindings as sys;
-use super::slurm_api;
+use super::super::bindings as sys;
+use super::api;
 use crate::core::hostlist::HostList;
 use crate::core::task_map::TaskMap;
 use crate::core::{Error, MAX_NODES, MAX_TASKS, Result};
@@ -34,10 +34,10 @@ impl Drop for Owned {
 pub fn fetch(job: u32, step: u32) -> Result<(Component, Duration)> {
     let start = Instant::now();
     // SAFETY: a valid step id; the result is NULL or a layout we own.
-    let layout = unsafe { sys::slurm_job_step_layout_get(&mut slurm_api::step_id(job, step)) };
+    let layout = unsafe { sys::slurm_job_step_layout_get(&mut api::step_id(job, step)) };
     let took = start.elapsed();
     let layout = Owned(
-        slurm_api::non_null(layout, || {
+        api::non_null(layout, || {
             format!("slurmctld gave no layout for step {job}.{step}")
         })?
         .as_ptr(),

@@ -31,9 +31,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::bindings as sys;
-use super::handle::Spank;
-use super::slurm_api;
+use super::super::bindings as sys;
+use super::super::handle::Spank;
+use super::api;
 use crate::core::{Error, Result, Settings};
 
 /// Whether this node already decided (slurmstepd serves one step of one
@@ -86,10 +86,10 @@ fn load(job: u32) -> Result<Job> {
     #[cfg(slurm_load_job_by_id)]
     // SAFETY: a valid step id; `resp` is written with NULL or a response we
     // own.
-    let rc = unsafe { sys::slurm_load_job(&mut resp, slurm_api::step_id(job, sys::NO_VAL), 0) };
+    let rc = unsafe { sys::slurm_load_job(&mut resp, api::step_id(job, sys::NO_VAL), 0) };
     let what = || format!("slurmctld gave no record of job {job}");
-    slurm_api::check(rc, what)?;
-    let resp = Owned(slurm_api::non_null(resp, what)?.as_ptr());
+    api::check(rc, what)?;
+    let resp = Owned(api::non_null(resp, what)?.as_ptr());
     // SAFETY: non-NULL, filled by Slurm: record_count records.
     let r = unsafe { &*resp.0 };
     if r.job_array.is_null() {
@@ -162,8 +162,8 @@ pub fn task_exit(spank: &Spank, settings: &Settings, leader: Option<u32>) {
     let rc = unsafe { sys::slurm_requeue(job, 0) };
     // 26.05 on: the job named by a step id (the whole job: no step).
     #[cfg(slurm_requeue_by_id)]
-    let rc = unsafe { sys::slurm_requeue(slurm_api::step_id(job, sys::NO_VAL), 0) };
-    match slurm_api::check(rc, || {
+    let rc = unsafe { sys::slurm_requeue(api::step_id(job, sys::NO_VAL), 0) };
+    match api::check(rc, || {
         format!("a task exited with {code} (--tf-requeue-on={code}) but job {job} was not requeued")
     }) {
         Ok(()) => log::warn!(

@@ -42,7 +42,7 @@
 //! record of the step (its word), as the image may set that variable too.
 //! Tasks not bound per task take the node's plan and read nothing.
 //!
-//! A refusing task ends its step on every node (super::step_kill_rpc), so
+//! A refusing task ends its step on every node (super::slurmctld::step_kill), so
 //! that a node deciding otherwise does not run on. The task only raises a
 //! flag in a small page `user_init` maps (`MAP_SHARED`, before the fork:
 //! every task shares it) for a step that asked for the plugin; `task_exit`,
@@ -60,29 +60,28 @@
 //! at once.
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use super::bounded_io::Ids;
 use super::fault;
-use super::guard::guard;
-use super::handle::{Env, Spank};
+use super::guard::{Answer, caught, guard};
+use super::handle::Spank;
 use super::options;
 use super::private_dir::PrivateDir;
-use super::step_kill_rpc::{HostKill, end_from_host, end_refused_step, refused_target};
+use super::slurmctld::step_kill::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::frameworks::ray;
-use crate::core::gpus::refusals::bound_behind_container;
-use crate::core::gpus::{GpuBind, Visible};
-use crate::core::handoff::{self, StepBind, Word};
-use crate::core::het::MAX_HET_COMPONENTS;
-use crate::core::network::addresses::Interface;
-use crate::core::node_plan::TaskBinding;
-use crate::core::os::{node_gpu_count, node_interfaces};
+use crate::core::gpus::bind::Recorded;
+use crate::core::handoff::{self, Applied, Options, Word};
+use crate::core::het;
 use crate::core::record::DebugFiles;
-use crate::core::step::number;
-use crate::core::{self, Error, Gathered, Node, Probe, Result, Source, Step};
+use crate::core::{self, Error, Gathered, Node, Result, Step};
+
+mod apply;
+mod host;
+
+use apply::{Ready, apply, c_strings};
+use host::{OnHost, entered_namespaces, mount_namespace};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -128,25 +127,6 @@ enum Prepared {
     Ready(Box<Ready>),
 }
 
-/// The node's share, its tasks' variables made ahead, and the step's
-/// environment as the host gave it (to name the variables a plugin before
-/// this one replaced).
-struct Ready {
-    node: Node,
-    /// The step's GPU binding as srun's hand-off gives it (None: srun had no
-    /// record of the step).
-    tres_bind: Option<StepBind>,
-    /// Each local task's rank and variables, as C strings (None: too large
-    /// to hold for every task, each task renders its own).
-    here: Option<Vec<(u32, Result<CVars>)>>,
-    host_env: HashMap<String, String>,
-    /// Where the tasks' debugging output goes, with a record.
-    debug_files: Option<DebugFiles>,
-}
-
-/// A task's variables as C strings: (name, value).
-type CVars = Vec<(CString, CString)>;
-
 /// Most bytes of variables made ahead for a node's tasks: beyond it (a
 /// TF_CONFIG of many ranks times many tasks on one node) each task renders
 /// its own, as slurmstepd's memory must stay bounded.
@@ -171,14 +151,13 @@ impl Stepd {
         if fault::active("no_user_init", Some(spank)) {
             return 0;
         }
-        let prepared = match catch_unwind(AssertUnwindSafe(|| {
+        // A panic is an error the panic hook said once for the node.
+        let prepared = match caught("user_init", || {
             fault::inject("user_init", Some(spank));
             self.prepare(spank)
-        })) {
-            Ok(Ok(prepared)) => prepared,
-            Ok(Err(e)) => Prepared::Failed(e),
-            // The panic hook said why, once for the node.
-            Err(_) => Prepared::Failed(Error::reported("user_init panicked")),
+        }) {
+            Ok(prepared) => prepared,
+            Err(e) => Prepared::Failed(e),
         };
         // Before any task is forked, so that every task shares it; only for
         // a step that asked for the plugin.
@@ -189,7 +168,7 @@ impl Stepd {
             let leader = spank
                 .job_id()
                 .ok()
-                .and_then(|job| het_leader(job, spank.getenv("SLURM_JOB_ID").ok()??.as_str()));
+                .and_then(|job| het::leader(job, spank.getenv("SLURM_JOB_ID").ok()??.as_str()));
             let _ = self.leader.set(leader);
         }
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
@@ -223,19 +202,24 @@ impl Stepd {
             Gathered::Skip => return Ok(Prepared::Nothing),
             Gathered::Refused => return Ok(Prepared::Refused),
         };
-        let tres_bind = handed.tres_bind.clone();
-        let host_env: HashMap<String, String> = spank
-            .env()?
-            .entries()
-            .filter_map(|entry| {
-                let text = std::str::from_utf8(entry).ok()?;
-                let (name, value) = text.split_once('=')?;
-                Some((name.to_string(), value.to_string()))
-            })
-            .collect();
+        let recorded_bind = handed.recorded_bind.clone();
+        let host_env = host_env(spank)?;
         let Some(node) = Node::prepare_handed(handed)? else {
             return Ok(Prepared::Nothing);
         };
+        self.ready(spank, node, recorded_bind, host_env)
+    }
+
+    /// The node's share made ready for its tasks: the step's record and
+    /// private directory begun, the preflight checks run, the tasks'
+    /// variables made ahead.
+    fn ready(
+        &self,
+        spank: &Spank,
+        node: Node,
+        recorded_bind: Recorded,
+        host_env: HashMap<String, String>,
+    ) -> Result<Prepared> {
         let record = super::record::begin(spank, &node).map(Box::new);
         // Only where the run's directory was made. The step's environment
         // as srun sent it (here on the host, before any container plugin)
@@ -261,7 +245,7 @@ impl Stepd {
         });
         Ok(Prepared::Ready(Box::new(Ready {
             node,
-            tres_bind,
+            recorded_bind,
             here,
             host_env,
             debug_files,
@@ -274,7 +258,7 @@ impl Stepd {
     /// host (see the module). Only for a step that asked for the plugin;
     /// never fails.
     pub fn task_init_privileged(&self) -> i32 {
-        let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _ = caught("task_init_privileged", || {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             if matches!(
                 &*prepared,
@@ -282,14 +266,15 @@ impl Stepd {
             ) {
                 let _ = self.placed_in.set(mount_namespace());
             }
-        }));
+            Ok(())
+        });
         0
     }
 
     pub fn task_init(&self, spank: &Spank) -> i32 {
         // srun refused the step: every task fails alike, none ends it.
         let mut srun_refused = false;
-        let rc = guard("task_init", Some(spank), || {
+        let rc = guard("task_init", Some(spank), Answer::Fails, || {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             match &*prepared {
                 None => self.without_user_init(spank, &mut srun_refused),
@@ -304,7 +289,7 @@ impl Stepd {
         });
         if rc != 0 && !srun_refused {
             // Another node may have decided otherwise: end the step there too.
-            guard("end_step", Some(spank), || {
+            guard("end_step", Some(spank), Answer::Succeeds, || {
                 self.end_step(spank);
                 Ok(())
             });
@@ -354,19 +339,18 @@ impl Stepd {
             && !refused_here
         {
             let leader = self.leader.get().copied().flatten();
-            super::requeue::task_exit(spank, r.node.settings(), leader);
+            super::slurmctld::requeue::task_exit(spank, r.node.settings(), leader);
         }
         let Some(host_kill) = self.host_kill.get() else {
             return 0;
         };
-        let _ = guard("task_exit", Some(spank), || {
+        guard("task_exit", Some(spank), Answer::Succeeds, || {
             if host_kill.take() {
                 let leader = self.leader.get().copied().flatten();
                 end_from_host(spank.job_id()?, spank.step_id()?, leader);
             }
             Ok(())
-        });
-        0
+        })
     }
 
     /// slurmstepd, once per node after every task of the step ended, as
@@ -374,11 +358,12 @@ impl Stepd {
     /// ended by `scancel` may not have). Never fails.
     pub fn exit(&self) -> i32 {
         if let Some(dir) = self.private_dir.get() {
-            let _ = catch_unwind(AssertUnwindSafe(|| {
+            let _ = caught("exit", || {
                 if let Err(why) = dir.remove() {
                     log::warn!("cannot remove the step's directory {}: {why}", dir.path());
                 }
-            }));
+                Ok(())
+            });
         }
         0
     }
@@ -396,14 +381,29 @@ impl Stepd {
         if !options::asks(spank)? {
             return Ok(());
         }
-        let word = srun_word(spank)?;
-        let asked = options::step_settings(spank, word.off_overridden())?;
-        if asked.is_none_or(|s| word.kept(s.frameworks).is_empty()) {
-            return Ok(());
+        let asked = Options::Read(Box::new(|off_overridden| {
+            options::step_settings(spank, off_overridden)
+        }));
+        match srun_word(spank)?.applied(asked)? {
+            Applied::NotAsked => return Ok(()),
+            Applied::Refused => *srun_refused = true,
+            Applied::LeftAlone | Applied::Step(_) => {}
         }
-        *srun_refused = word.refused();
         Err(Error::new(NO_USER_INIT))
     }
+}
+
+/// The step's environment as the host gave it (before any container plugin).
+fn host_env(spank: &Spank) -> Result<HashMap<String, String>> {
+    Ok(spank
+        .env()?
+        .entries()
+        .filter_map(|entry| {
+            let text = std::str::from_utf8(entry).ok()?;
+            let (name, value) = text.split_once('=')?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect())
 }
 
 /// A task of a step that asked for the plugin, without the node's share.
@@ -424,190 +424,6 @@ fn private_dir(spank: &Spank, node: &Node) -> Option<PrivateDir> {
     PrivateDir::new(&ray::private_dir(secret), ids)
 }
 
-/// The mount namespace of the calling process (`mnt:[4026531841]`): always
-/// readable by the process itself, as the user too; None when /proc cannot
-/// say (a container's /proc).
-fn mount_namespace() -> Option<PathBuf> {
-    std::fs::read_link("/proc/self/ns/mnt").ok()
-}
-
-/// Whether a plugin before this one moved the task into other namespaces
-/// between `task_init_privileged` (`placed`: where Slurm put it) and its
-/// `task_init` (`now`). Either unknown counts as moved: the task's GPU list
-/// is then not read (fail closed).
-fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
-    !matches!((placed, now), (Some(a), Some(b)) if a == b)
-}
-
-/// The task's own part: its rank (Slurm's S_TASK_GLOBAL_ID, or in a
-/// heterogeneous step the node share's rank of its local id; never
-/// SLURM_PROCID, which an image may set) and local id (S_TASK_ID) pick its
-/// variables from the node's share.
-/// A binding of GPUs to each task is known only here (SLURMD_TRES_BIND, the
-/// task's own list); the node's GPU plan serves every other case. Before
-/// reading the task's own list, `entered_namespaces` says whether a plugin
-/// before this one entered a container's namespaces (the list may then be
-/// the image's: refused); it is asked only then. With the plugin's GPU
-/// handling off the binding is not read at all.
-fn apply(spank: &Spank, ready: &Ready, entered_namespaces: impl FnOnce() -> bool) -> Result<()> {
-    let env = spank.env()?;
-    // Slurm's items and the node's share, never SLURM_PROCID: a container
-    // plugin before this one may have imported an image's. S_TASK_GLOBAL_ID
-    // is the rank within a heterogeneous step's component: there the
-    // layout's rank of this local task is the step's.
-    let local = spank.task_id()?;
-    let rank = match ready.node.step().het_job_id {
-        Some(_) => ready.node.rank_of_local(local)?,
-        None => spank.task_global_id()?,
-    };
-    // Where either the task's SLURMD_TRES_BIND or srun's record shows a
-    // binding, whether a plugin moved the task decides which to believe.
-    let (bind, moved) = if ready.node.settings().auto_set_gpu {
-        step_bind(&env, ready.tres_bind.as_ref(), entered_namespaces)?
-    } else {
-        (None, false)
-    };
-    // Made ahead for this rank as this local task: only set them here.
-    let ahead = match (
-        &bind,
-        ready.here.as_ref().and_then(|h| h.get(local as usize)),
-    ) {
-        (None, Some((ahead_rank, vars))) if *ahead_rank == rank => {
-            Some(vars.as_ref().map_err(Clone::clone)?)
-        }
-        _ => None,
-    };
-    let made;
-    let vars = match ahead {
-        Some(vars) => vars,
-        None => {
-            made = c_strings(task_vars(&env, ready, rank, local, bind, moved)?)?;
-            &made
-        }
-    };
-    let mut replaced = Vec::new();
-    for (name, value) in vars {
-        let name = name.to_str().unwrap_or_default();
-        if was_replaced(&env, &ready.host_env, name, value.to_bytes())? {
-            replaced.push(name.to_string());
-        }
-    }
-    for (name, value) in vars {
-        spank.setenv_c(name, value)?;
-    }
-    if let Some(files) = &ready.debug_files {
-        for (name, value) in files.vars(rank) {
-            let bad = || Error::new(format!("{name}: value with NUL"));
-            let value = CString::new(value).map_err(|_| bad())?;
-            let name = CString::new(name).map_err(|_| bad())?;
-            spank.setenv_c(&name, &value)?;
-        }
-    }
-    say_replaced(&replaced);
-    Ok(())
-}
-
-/// The variables of a task not made ahead: bound by Slurm (its own GPU list
-/// read here), or beyond the budget made ahead.
-fn task_vars(
-    env: &Env,
-    ready: &Ready,
-    rank: u32,
-    local: u32,
-    bind: Option<GpuBind>,
-    moved: bool,
-) -> Result<core::Injection> {
-    let node = &ready.node;
-    let bound = match bind {
-        Some(bind) if moved => {
-            return Err(Error::new(bound_behind_container(&bind)));
-        }
-        Some(bind) => Some(TaskBinding {
-            visible: Visible::read(|name| env.get(name).map(|v| v.map(str::to_string)))?,
-            bind,
-            gpus_on_node: number(&mut TaskEnv(env), "SLURM_GPUS_ON_NODE")?,
-        }),
-        None => None,
-    };
-    let injection = node.task(rank, Some(local), bound.as_ref())?;
-    log::debug!("{}", core::task_log_line(node.step(), rank, &injection));
-    Ok(injection)
-}
-
-/// Whether a plugin before this one set `name` in this task (a container's
-/// environment, pyxis's `task_init`) to a value neither the host's nor ours.
-fn was_replaced(
-    env: &Env,
-    host_env: &HashMap<String, String>,
-    name: &str,
-    ours: &[u8],
-) -> Result<bool> {
-    Ok(match env.get(name)? {
-        Some(now) => now.as_bytes() != ours && host_env.get(name).map(String::as_str) != Some(now),
-        None => false,
-    })
-}
-
-/// The variables as C strings: made once per node ahead, or in the task.
-fn c_strings(injection: core::Injection) -> Result<CVars> {
-    injection
-        .into_vars()
-        .map(|(name, value)| {
-            let bad = || Error::new(format!("{name}: value with NUL"));
-            Ok((
-                CString::new(name.as_bytes()).map_err(|_| bad())?,
-                CString::new(value).map_err(|_| bad())?,
-            ))
-        })
-        .collect()
-}
-
-/// The task's GPU binding, and whether a plugin before this one moved the
-/// task (asked only when a binding shows). On the host the task's own
-/// SLURMD_TRES_BIND is Slurm's. In a task a container plugin moved, it may
-/// be the image's: srun's record of the step decides there (the task's
-/// variable only where srun had none), so an image binds nothing srun did
-/// not see, and hides no binding it did.
-fn step_bind(
-    env: &Env,
-    word: Option<&StepBind>,
-    entered_namespaces: impl FnOnce() -> bool,
-) -> Result<(Option<GpuBind>, bool)> {
-    let in_task = env.get("SLURMD_TRES_BIND")?.and_then(GpuBind::parse);
-    let recorded = match word {
-        Some(StepBind::Bound(text)) => Some(GpuBind::parse(text)),
-        Some(StepBind::None) => Some(None),
-        None => None,
-    };
-    if in_task.is_none() && !matches!(recorded, Some(Some(_))) {
-        return Ok((None, false));
-    }
-    Ok(match entered_namespaces() {
-        false => (in_task, false),
-        true => (recorded.unwrap_or(in_task), true),
-    })
-}
-
-/// The leader's job of a heterogeneous step: SLURM_JOB_ID as slurmstepd's
-/// step environment holds it on the host, when it names an earlier job of
-/// the same heterogeneous job (its components have consecutive ids after
-/// the leader's); None otherwise, so a kill never names another job.
-fn het_leader(job: u32, text: &str) -> Option<u32> {
-    let leader = crate::core::number::parse_u32(text)?;
-    (leader != 0 && leader < job && job - leader < MAX_HET_COMPONENTS).then_some(leader)
-}
-
-/// One line on the user's terminal naming the replaced variables.
-fn say_replaced(replaced: &[String]) {
-    if !replaced.is_empty() {
-        let text = format!(
-            "replaced {} set before this plugin ran (by a plugin listed earlier in plugstack.conf, such as a container's environment) with the values computed on the host",
-            replaced.join(" ")
-        );
-        super::handle::notice(&text);
-    }
-}
-
 /// srun's words to this very step, read and checked once per node (its job
 /// and step from Slurm's items). srun sets its early word before Slurm
 /// copies its environment for any component of the step, then its hand-off,
@@ -625,79 +441,11 @@ fn srun_word(spank: &Spank) -> Result<Word> {
 /// steps srun handed a word did, and fail rather than run without their
 /// variables.
 fn fail_closed(spank: &Spank) -> Result<()> {
-    match srun_word(spank) {
-        Ok(Word::Nothing) => Ok(()),
-        Ok(_) | Err(_) => Err(Error::new(
+    match srun_word(spank).and_then(|word| word.applied(Options::Unknown)) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Error::new(
             "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
         )),
-    }
-}
-
-/// The node as slurmstepd shows it in `user_init`, on the host: the step's
-/// environment, the host's GPUs and files.
-struct OnHost<'s, 'a>(&'s Spank<'a>);
-
-impl Source for OnHost<'_, '_> {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        match name {
-            // Set per task by slurmstepd after the fork (task.c `exec_task`);
-            // here only a value the user exported could be seen. The task
-            // checks its own rank and local id against the layout instead.
-            "SLURM_PROCID" | "SLURM_LOCALID" | "SLURM_GTIDS" | "SLURM_NODEID"
-            | "SLURMD_TRES_BIND" => Ok(None),
-            // slurmstepd's own (slurmstepd.c sets it in its environment).
-            "SLURMD_NODENAME" => Ok(std::env::var(name).ok()),
-            _ => self.0.getenv(name),
-        }
-    }
-
-    /// From Slurm itself, not from variables the user could set.
-    fn job_step(&mut self) -> Result<Option<(u32, u32)>> {
-        Ok(Some((self.0.job_id()?, self.0.step_id()?)))
-    }
-
-    fn blocks_follow_topology(&self) -> bool {
-        cfg!(slurm_blocks_follow_topology)
-    }
-}
-
-/// Longest a file the user named (`SLURM_HOSTFILE`) may take to be read.
-const READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The host's GPUs, files (as the user) and interfaces; names from
-/// /etc/hosts only (the default: DNS could hang slurmstepd).
-impl Probe for OnHost<'_, '_> {
-    fn gpu_count(&mut self) -> Result<u32> {
-        node_gpu_count()
-    }
-
-    /// As the user: slurmstepd runs `user_init` with the user's effective
-    /// ids and groups (mgr.c drops privileges before it), so the file system
-    /// checks the user's rights. Refused should it ever run as root for
-    /// another user. Read by a child within [`READ_LIMIT`]: a file on a
-    /// hung file system fails the step instead of holding it.
-    fn read_file(&mut self, path: &str) -> Result<String> {
-        // SAFETY: geteuid cannot fail.
-        let euid = unsafe { libc::geteuid() };
-        if euid == 0 && self.0.job_uid()? != 0 {
-            return Err(Error::new(format!(
-                "not reading {path}: slurmstepd runs as root here, not as the job's user"
-            )));
-        }
-        super::bounded_io::read_user_file(path, READ_LIMIT)
-    }
-
-    fn interfaces(&mut self) -> Result<Vec<Interface>> {
-        node_interfaces()
-    }
-}
-
-/// The task's environment read in place, for the core's parsers.
-struct TaskEnv<'e, 'a>(&'e Env<'a>);
-
-impl Source for TaskEnv<'_, '_> {
-    fn var(&mut self, name: &str) -> Result<Option<String>> {
-        Ok(self.0.get(name)?.map(str::to_string))
     }
 }
 
@@ -705,52 +453,10 @@ impl Source for TaskEnv<'_, '_> {
 mod tests {
     use super::*;
 
-    /// A task bound per task reads its own GPU list only when it is still in
-    /// the mount namespace Slurm put it in; unknown either side is refused.
-    #[test]
-    fn a_task_moved_into_other_namespaces_is_told_apart() {
-        let host = Path::new("mnt:[4026531841]");
-        let container = Path::new("mnt:[4026532999]");
-        assert!(!entered_namespaces(Some(host), Some(host)));
-        assert!(entered_namespaces(Some(host), Some(container)));
-        assert!(entered_namespaces(None, Some(host)));
-        assert!(entered_namespaces(Some(host), None));
-        assert!(entered_namespaces(None, None));
-    }
-
-    /// This process's own namespace is readable and stable.
-    #[test]
-    fn the_mount_namespace_is_readable() {
-        let ns = mount_namespace().expect("/proc/self/ns/mnt");
-        assert!(
-            ns.to_string_lossy().starts_with("mnt:["),
-            "{}",
-            ns.display()
-        );
-        assert!(!entered_namespaces(Some(&ns), mount_namespace().as_deref()));
-    }
-
-    /// A kill names another job only as a heterogeneous step's leader: an
-    /// earlier job close before this one; anything else names none.
-    #[test]
-    fn only_a_near_earlier_job_is_a_leader() {
-        assert_eq!(het_leader(30, "28"), Some(28));
-        assert_eq!(het_leader(30, "30"), None, "the job itself");
-        assert_eq!(het_leader(30, "31"), None, "a later job");
-        assert_eq!(het_leader(300, "1"), None, "far before");
-        assert_eq!(het_leader(30, "0"), None);
-        assert_eq!(het_leader(30, "+28"), None, "Slurm's numbers are digits");
-        assert_eq!(het_leader(30, "x"), None);
-    }
-
     /// Whole, on one line: Error keeps at most 300 characters.
     #[test]
     fn the_no_user_init_refusal_is_one_short_line() {
-        for text in [
-            NO_USER_INIT,
-            crate::core::step::NO_HET_VARIABLES,
-            crate::core::step::OUTSIDE_HET,
-        ] {
+        for text in [NO_USER_INIT, het::NO_HET_VARIABLES, het::OUTSIDE_HET] {
             assert_eq!(Error::new(text).message(), text);
             assert!(!text.contains('\n'));
         }

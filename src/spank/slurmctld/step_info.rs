@@ -7,8 +7,8 @@
 
 use std::ffi::CStr;
 
-use super::bindings as sys;
-use super::slurm_api;
+use super::super::bindings as sys;
+use super::api;
 use crate::core::{Error, Result};
 
 /// What slurmctld recorded for one step.
@@ -41,10 +41,10 @@ pub fn fetch(job: u32, step: u32) -> Result<StepInfo> {
     #[cfg(slurm_get_job_steps_by_id)]
     // SAFETY: a valid step id; `resp` is written with NULL or a response we
     // own.
-    let rc = unsafe { sys::slurm_get_job_steps(&mut slurm_api::step_id(job, step), &mut resp, 0) };
+    let rc = unsafe { sys::slurm_get_job_steps(&mut api::step_id(job, step), &mut resp, 0) };
     let no_record = || format!("slurmctld gave no record of step {job}.{step}");
-    slurm_api::check(rc, no_record)?;
-    let resp = Owned(slurm_api::non_null(resp, no_record)?.as_ptr());
+    api::check(rc, no_record)?;
+    let resp = Owned(api::non_null(resp, no_record)?.as_ptr());
     // SAFETY: non-NULL, filled by Slurm: job_step_count records.
     let r = unsafe { &*resp.0 };
     if r.job_steps.is_null() {

@@ -40,9 +40,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::bindings as sys;
-use super::handle::Spank;
-use super::slurm_api;
+use super::super::bindings as sys;
+use super::super::handle::Spank;
+use super::api;
 use crate::core::Result;
 
 /// Longest a refusing task waits on the RPC: the task is a child forked from
@@ -266,8 +266,8 @@ fn rpc(job: u32, step: u32, signal: u16) -> Result<()> {
     let rc = unsafe { sys::slurm_kill_job_step(job, step, signal, 0) };
     // 25.11 on: the step by its id (any het component).
     #[cfg(slurm_kill_step_by_id)]
-    let rc = unsafe { sys::slurm_kill_job_step(&mut slurm_api::step_id(job, step), signal, 0) };
-    slurm_api::check(rc, || {
+    let rc = unsafe { sys::slurm_kill_job_step(&mut api::step_id(job, step), signal, 0) };
+    api::check(rc, || {
         format!("could not end step {job}.{step} on its other nodes")
     })
 }

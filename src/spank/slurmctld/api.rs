@@ -1,11 +1,11 @@
-//! libslurm's C conventions turned into `Result`, in one place for the three
-//! RPC files (step_layout_rpc, step_info_rpc, step_kill_rpc): a step's id
+//! libslurm's C conventions turned into `Result`, in one place for the
+//! requests to slurmctld beside it: a step's id
 //! as Slurm takes it, a return code or NULL whose reason is in errno.
 
 use std::ffi::CStr;
 use std::ptr::NonNull;
 
-use super::bindings as sys;
+use super::super::bindings as sys;
 use crate::core::{Error, Result};
 
 /// Step `step` of job `job`, any heterogeneous component (NO_VAL). From
