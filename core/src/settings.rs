@@ -232,7 +232,7 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "auto-set-gpu",
         arg: "true|false",
-        help: "set each task's CUDA_VISIBLE_DEVICES (default true)",
+        help: "whether to set each task's CUDA_VISIBLE_DEVICES (default true)",
         range: None,
         default: Unset::Value("true"),
         set: |s, v| {
