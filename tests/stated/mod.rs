@@ -5,10 +5,11 @@
 
 use tf_cluster_core::settings::Setting;
 
-/// `text` as a reader sees it: roff's `\-` as `-`, `÷` as `/`, every run of
-/// white space one space.
+/// `text` as a reader sees it: roff's `\-` as `-`, `÷` as `/`, no Markdown
+/// backquotes, every run of white space one space.
 pub fn plain(text: &str) -> String {
     text.replace("\\-", "-")
+        .replace('`', "")
         .replace('÷', "/")
         .split_whitespace()
         .collect::<Vec<_>>()
