@@ -2,6 +2,8 @@
 //! exist; no line of the Markdown docs is longer than 100 characters; the
 //! pages show the batch scripts the testbed runs as they are and link them.
 
+mod stated;
+
 use std::path::{Path, PathBuf};
 
 /// Link targets `[text](target)` of a Markdown text, but web addresses.
@@ -172,6 +174,72 @@ fn plugstack_argument_lists_are_the_settings() {
     in_example.sort();
     in_example.dedup();
     assert_eq!(in_example, keys, "plugstack.conf.example's site defaults");
+}
+
+/// The bullets of a Markdown list in `file` between `from` and `to`, each
+/// with its continuation lines (indented ones and sub-lists), by the text
+/// after `- \``.
+fn bullets(file: &str, from: &str, to: &str) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join(file)).unwrap();
+    let (_, rest) = text.split_once(from).expect(from);
+    let (part, _) = rest.split_once(to).expect(to);
+    let mut found: Vec<String> = Vec::new();
+    for line in part.lines() {
+        match (line.strip_prefix("- `"), found.last_mut()) {
+            (Some(start), _) => found.push(start.to_string()),
+            (None, Some(last)) if line.starts_with(' ') || line.is_empty() => {
+                last.push('\n');
+                last.push_str(line);
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// What `file`'s bullets (see [`bullets`]) say of each setting, its bullet
+/// beginning with `{prefix}{key}=`, held to the core's table: the declared
+/// default, and the declared range where it has one (`range_required`) or
+/// where the bullet states one. `all_required`: a bullet for every setting.
+fn settings_stated(file: &str, bullets: &[String], prefix: &str, all_required: bool) {
+    let range_required = all_required;
+    let mut wrong = Vec::new();
+    for s in &tf_cluster_core::settings::SETTINGS {
+        let start = format!("{prefix}{}=", s.key);
+        let mine: Vec<&String> = bullets.iter().filter(|b| b.starts_with(&start)).collect();
+        match mine[..] {
+            [bullet] => {
+                let text = stated::plain(bullet);
+                for why in stated::disagreements(s, &text, range_required) {
+                    wrong.push(format!("{start}: {why}"));
+                }
+            }
+            [] if !all_required => {}
+            _ => wrong.push(format!("{start}: {} bullets, not one", mine.len())),
+        }
+    }
+    assert!(wrong.is_empty(), "{file}:\n{}", wrong.join("\n"));
+}
+
+/// docs/admin.md's plugstack.conf arguments state, for every setting, the
+/// range and the default the core's table declares, and no other.
+#[test]
+fn admin_arguments_state_the_tables_ranges_and_defaults() {
+    let file = "docs/admin.md";
+    let bullets = bullets(file, "**Arguments.**", "A bad argument");
+    settings_stated(file, &bullets, "", true);
+}
+
+/// docs/user-guide.md's options state the defaults, and any range, the
+/// core's table declares.
+#[test]
+fn user_guide_options_state_the_tables_ranges_and_defaults() {
+    let file = "docs/user-guide.md";
+    let bullets = bullets(file, "\n## Options\n", "\n## ");
+    let options = bullets.iter().filter(|b| b.starts_with("--tf-")).count();
+    assert!(options > 5, "{file}: {options} --tf- options in ## Options");
+    settings_stated(file, &bullets, "--tf-", false);
 }
 
 /// docs/launchers.md quotes the refusals of a bad framework value as the

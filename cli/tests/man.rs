@@ -1,8 +1,13 @@
 //! The manual page cli/tf-cluster.1 (installed by the .deb and the .rpm as
 //! /usr/share/man/man1/tf-cluster.1) says what `--help` says: the same
-//! commands, options and variables read.
+//! commands, options and variables read; and of each setting what the
+//! core's table declares: its argument, range, default and help.
 
 mod hermetic;
+#[path = "../../tests/stated/mod.rs"]
+mod stated;
+
+use tf_cluster_core::settings::{SETTINGS, Setting};
 
 use std::collections::BTreeSet;
 
@@ -61,6 +66,12 @@ fn every_option_is_in_the_manual_and_back() {
         c.is_ascii_lowercase() || c == '-'
     });
     man.remove("--help");
+    // Options of other programs the settings' help names: Apptainer's and
+    // sbatch's.
+    for other in ["--cleanenv", "--no-requeue"] {
+        assert!(!help.contains(other), "{other} is an option of tf-cluster");
+        man.remove(other);
+    }
     let missing: Vec<&String> = help.difference(&man).collect();
     assert!(
         missing.is_empty(),
@@ -111,4 +122,66 @@ fn help_gives_examples() {
         assert!(text.contains("SLURM_JOB_NODELIST"), "{command}");
     }
     assert!(help(&[]).contains("Examples:"));
+}
+
+/// The manual's entry for `--tf-<key>` in PLUGIN OPTIONS: its tag line
+/// (`.BI \-\-tf-KEY " ARG"`) and its text, as a reader sees them.
+fn man_entry(setting: &Setting) -> Option<(String, String)> {
+    let (_, section) = MAN.split_once(".SH PLUGIN OPTIONS\n").unwrap();
+    let (section, _) = section.split_once("\n.SH ").unwrap();
+    let tag = format!("\\-\\-tf-{} \"", setting.key);
+    section.split("\n.TP\n").find_map(|entry| {
+        let (head, text) = entry.split_once('\n')?;
+        head.contains(&tag)
+            .then(|| (stated::plain(head), stated::plain(text)))
+    })
+}
+
+/// Each setting's entry in the manual states the range and the default
+/// the core's table declares, and no other (a `--tf-requeue-on` of 1-255
+/// where the code takes 3-125 fails here).
+#[test]
+fn every_setting_in_the_manual_has_the_tables_range_and_default() {
+    let mut wrong = Vec::new();
+    for s in &SETTINGS {
+        let Some((head, text)) = man_entry(s) else {
+            wrong.push(format!("--tf-{}: no entry in PLUGIN OPTIONS", s.key));
+            continue;
+        };
+        if !head.ends_with(&format!("--tf-{} \" {}\"", s.key, s.arg)) {
+            wrong.push(format!(
+                "--tf-{}: {head:?} names not the argument {}",
+                s.key, s.arg
+            ));
+        }
+        for why in stated::disagreements(s, &text, true) {
+            wrong.push(format!("--tf-{}: the manual {why}", s.key));
+        }
+    }
+    assert!(wrong.is_empty(), "tf-cluster.1:\n{}", wrong.join("\n"));
+}
+
+/// Each setting's entry begins with its help, the text srun's and the
+/// CLI's `--help` show, as one sentence: what the option means is said
+/// once, in the table.
+#[test]
+fn every_setting_in_the_manual_begins_with_its_help() {
+    let mut wrong = Vec::new();
+    for s in &SETTINGS {
+        let Some((_, text)) = man_entry(s) else {
+            continue;
+        };
+        // As a sentence: a capital letter where the help has none.
+        let sentence = format!("{}.", s.help);
+        let begins = text.get(..sentence.len()).is_some_and(|b| {
+            b[..1].eq_ignore_ascii_case(&sentence[..1]) && b[1..] == sentence[1..]
+        });
+        if !begins {
+            wrong.push(format!(
+                "--tf-{}: begins {text:?}\n  not with its help {sentence:?}",
+                s.key
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "tf-cluster.1:\n{}", wrong.join("\n"));
 }

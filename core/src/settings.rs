@@ -119,13 +119,61 @@ impl Frameworks {
 /// One setting. This table is the only declaration: the SPANK shell makes
 /// `--tf-<key>=<arg>` options of srun, sbatch and salloc from it, admins
 /// write `key=value` in plugstack.conf, and the CLI takes `--tf-<key>`.
-/// Adding one is an entry here, a field of [`Settings`] and a test.
+/// Adding one is an entry here, a field of [`Settings`] and a test. Its
+/// range and default are data the pages that describe it are tested against
+/// (the manual, the admin guide, the user guide), and its help states both
+/// (settings_tests.rs).
 pub struct Setting {
     pub key: &'static str,
     /// The argument's name in `--help`.
     pub arg: &'static str,
     pub help: &'static str,
+    /// The whole numbers it takes, both ends included, where its value is
+    /// one: the parser takes exactly these.
+    pub range: Option<(u32, u32)>,
+    /// What it is where neither the site nor the step gives it.
+    pub default: Unset,
     set: fn(&mut Settings, &str) -> std::result::Result<(), String>,
+}
+
+/// What a setting is where neither the site nor the step gives it, in the
+/// words its help and every page use after "default".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unset {
+    /// This value, as if given: `Settings::default()` is the setting at it.
+    Value(&'static str),
+    /// No value: what the step does instead ("none" where it does nothing).
+    Absent(&'static str),
+}
+
+impl Unset {
+    /// The words after "default".
+    pub fn words(self) -> &'static str {
+        match self {
+            Unset::Value(w) | Unset::Absent(w) => w,
+        }
+    }
+}
+
+/// The ports a port base may be.
+const PORTS: (u32, u32) = (1, 65535);
+/// The GPU counts a node or a task may be given.
+const GPU_COUNTS: (u32, u32) = (0, MAX_GPUS);
+/// The exit codes `requeue-on` takes. Not 1 or 2, what any failure exits
+/// with (a Python exception, a usage error, a task the plugin refused): a
+/// bug would requeue for ever. Not 126 up: a shell's "could not run", or a
+/// signal.
+const EXIT_CODES: (u32, u32) = (3, 125);
+/// The counts of restarts `requeue-max` takes.
+const RESTART_COUNTS: (u32, u32) = (0, MAX_REQUEUE_MAX);
+
+/// `v` as a whole number in `range`; Err(Some(n)) for a number outside it,
+/// Err(None) for no number.
+fn within(v: &str, (lo, hi): (u32, u32)) -> std::result::Result<u32, Option<u32>> {
+    match parse_u32(v) {
+        Some(n) if (lo..=hi).contains(&n) => Ok(n),
+        other => Err(other),
+    }
 }
 
 /// Every setting.
@@ -133,12 +181,17 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "port-base",
         arg: "N",
-        help: "first port of each node's tasks: local task k takes N+k (default: the step's own ports from the port range; ports Slurm reserved win)",
+        help: "first port of each node's tasks (1-65535): local task k takes N+k (default: the step's own block of the port range; ports Slurm reserved win)",
+        range: Some(PORTS),
+        default: Unset::Absent("the step's own block of the port range"),
         set: |s, v| {
-            s.port_base = match parse_u32(v) {
-                Some(n @ 1..=65535) => Some(n as u16),
-                Some(_) => return Err(format!("{v}: a port must be 1-65535")),
-                None => return Err(format!("{}: not a port number", shown(v))),
+            s.port_base = match within(v, PORTS) {
+                Ok(n) => Some(n as u16),
+                Err(Some(_)) => {
+                    let (lo, hi) = PORTS;
+                    return Err(format!("{v}: a port must be {lo}-{hi}"));
+                }
+                Err(None) => return Err(format!("{}: not a port number", shown(v))),
             };
             Ok(())
         },
@@ -147,6 +200,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "port-range",
         arg: "LO-HI",
         help: "the ports each step takes a block of, placed by its job and step ids, where Slurm reserved none and no port base is given (default 20000-29499)",
+        range: None,
+        default: Unset::Value("20000-29499"),
         set: |s, v| {
             s.port_range = PortRange::parse(v)?;
             Ok(())
@@ -155,7 +210,9 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "gpus-per-node",
         arg: "N",
-        help: "GPUs to share on each node (default: Slurm's CUDA_VISIBLE_DEVICES)",
+        help: "GPUs to share on each node (0-1024; default: Slurm's CUDA_VISIBLE_DEVICES)",
+        range: Some(GPU_COUNTS),
+        default: Unset::Absent("Slurm's CUDA_VISIBLE_DEVICES"),
         set: |s, v| {
             s.gpus_per_node = Some(gpu_count(v)?);
             Ok(())
@@ -164,7 +221,9 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "gpus-per-task",
         arg: "N",
-        help: "GPUs per task (default: GPUs per node / most tasks on a node)",
+        help: "GPUs per task (0-1024; default: GPUs per node / most tasks on a node)",
+        range: Some(GPU_COUNTS),
+        default: Unset::Absent("GPUs per node / most tasks on a node"),
         set: |s, v| {
             s.gpus_per_task = Some(gpu_count(v)?);
             Ok(())
@@ -173,7 +232,9 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "auto-set-gpu",
         arg: "true|false",
-        help: "set each task's CUDA_VISIBLE_DEVICES (default true)",
+        help: "whether to set each task's CUDA_VISIBLE_DEVICES (default true)",
+        range: None,
+        default: Unset::Value("true"),
         set: |s, v| {
             s.auto_set_gpu = flag(v)?;
             Ok(())
@@ -183,6 +244,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "rpc-layer",
         arg: "NAME",
         help: "rpc_layer in TF_CONFIG, e.g. grpc (default: none)",
+        range: None,
+        default: Unset::Absent("none"),
         set: |s, v| {
             let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '.');
             if v.is_empty() || v.len() > 64 || !v.chars().all(name) {
@@ -196,6 +259,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "host-template",
         arg: "TEMPLATE",
         help: "each host's name on the fast network, {} being the node's name, e.g. {}-ib (default: the node's name)",
+        range: None,
+        default: Unset::Absent("the node's name"),
         set: |s, v| {
             if v.len() > 64 || v.matches("{}").count() != 1 {
                 return Err(format!(
@@ -218,7 +283,9 @@ pub const SETTINGS: [Setting; 14] = [
     Setting {
         key: "network",
         arg: "IFNAME|CIDR",
-        help: "the fast network's interface, by name (ib0) or subnet (10.98.0.0/16), given to NCCL, gloo and TensorPipe (default: the host template's network, else theirs)",
+        help: "the fast network's interface, by name (ib0) or subnet (10.98.0.0/16), given to NCCL, gloo and TensorPipe (default: the host template's network, else none)",
+        range: None,
+        default: Unset::Absent("the host template's network, else none"),
         set: |s, v| {
             s.network = Some(Network::parse(v)?);
             Ok(())
@@ -228,6 +295,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "apptainer-env",
         arg: "true|false",
         help: "also set each variable as APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, which win over an Apptainer image's and survive --cleanenv (default false)",
+        range: None,
+        default: Unset::Value("false"),
         set: |s, v| {
             s.apptainer_env = flag(v)?;
             Ok(())
@@ -237,6 +306,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "preflight",
         arg: "true|false",
         help: "before any task starts, each node checks that the step's interface is up with a carrier, that its tasks' ports can be bound and that its GPUs' device nodes exist, and refuses the step naming the node otherwise (default true)",
+        range: None,
+        default: Unset::Value("true"),
         set: |s, v| {
             s.preflight = flag(v)?;
             Ok(())
@@ -246,6 +317,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "record",
         arg: "DIR",
         help: "write a record of the step under DIR (an absolute directory): every rank's host, address, ports, GPUs, interface and role, and how each task ended, in DIR/JOB.STEP where DIR is the user's own private directory, else (a shared directory, or the site's) in DIR/<uid>/JOB.STEP, the user's own; read it with tf-cluster postmortem (default: none)",
+        range: None,
+        default: Unset::Absent("none"),
         set: |s, v| {
             s.record = Some(record_dir(v)?);
             Ok(())
@@ -255,6 +328,8 @@ pub const SETTINGS: [Setting; 14] = [
         key: "record-log",
         arg: "true|false",
         help: "also log one line per node at info level in slurmd's log naming the step's ranks there (default false)",
+        range: None,
+        default: Unset::Value("false"),
         set: |s, v| {
             s.record_log = flag(v)?;
             Ok(())
@@ -264,13 +339,15 @@ pub const SETTINGS: [Setting; 14] = [
         key: "requeue-on",
         arg: "CODE",
         help: "when a task of the step exits with CODE (3-125), slurmstepd requeues the job, once per incarnation, as scontrol requeue would, with no scontrol in the task's image; never a job submitted with --no-requeue (default: none)",
+        range: Some(EXIT_CODES),
+        default: Unset::Absent("none"),
         set: |s, v| {
-            // Not 1 or 2, what any failure exits with (a Python exception, a
-            // usage error, a task the plugin refused): a bug would requeue
-            // for ever. Not 126 up: a shell's "could not run", or a signal.
-            s.requeue_on = match parse_u32(v) {
-                Some(n @ 3..=125) => Some(n as u8),
-                _ => return Err(format!("{}: an exit code must be 3-125", shown(v))),
+            s.requeue_on = match within(v, EXIT_CODES) {
+                Ok(n) => Some(n as u8),
+                Err(_) => {
+                    let (lo, hi) = EXIT_CODES;
+                    return Err(format!("{}: an exit code must be {lo}-{hi}", shown(v)));
+                }
             };
             Ok(())
         },
@@ -279,12 +356,15 @@ pub const SETTINGS: [Setting; 14] = [
         key: "requeue-max",
         arg: "N",
         help: "--tf-requeue-on requeues no job Slurm has already restarted N times (0-1000; Slurm's restart count, whatever requeued the job); past it one line says so and the job ends (default 3)",
+        range: Some(RESTART_COUNTS),
+        default: Unset::Value("3"),
         set: |s, v| {
-            s.requeue_max = match parse_u32(v) {
-                Some(n @ 0..=MAX_REQUEUE_MAX) => n,
-                _ => {
+            s.requeue_max = match within(v, RESTART_COUNTS) {
+                Ok(n) => n,
+                Err(_) => {
+                    let (lo, hi) = RESTART_COUNTS;
                     return Err(format!(
-                        "{}: a count of requeues must be 0-{MAX_REQUEUE_MAX}",
+                        "{}: a count of requeues must be {lo}-{hi}",
                         shown(v)
                     ));
                 }
@@ -341,10 +421,10 @@ fn flag(v: &str) -> std::result::Result<bool, String> {
 }
 
 fn gpu_count(v: &str) -> std::result::Result<u32, String> {
-    match parse_u32(v) {
-        Some(n) if n <= MAX_GPUS => Ok(n),
-        Some(n) => Err(format!("{n}: at most {MAX_GPUS} GPUs")),
-        None => Err(format!("{}: not a GPU count", shown(v))),
+    match within(v, GPU_COUNTS) {
+        Ok(n) => Ok(n),
+        Err(Some(n)) => Err(format!("{n}: at most {} GPUs", GPU_COUNTS.1)),
+        Err(None) => Err(format!("{}: not a GPU count", shown(v))),
     }
 }
 
