@@ -18,7 +18,7 @@ use super::settings::Frameworks;
 use super::settings::Settings;
 use super::source::{Probe, Source};
 use super::tasks_per_node;
-use crate::network::addresses::NodeNetwork;
+use crate::network::addresses::{Network, NodeNetwork};
 
 /// What [`Step::gather_handed`] found: srun's verdict on the step, or the step
 /// with srun's word applied.
@@ -218,26 +218,38 @@ impl Step {
         if !matches!(step.from_srun, FromSrun::Map(_)) {
             step.read_hints(source)?;
         }
-        if needs_probe(
-            &settings,
-            &step.visible_gpus,
-            step.gpu_bind.as_ref(),
-            step.gpus_on_node,
-        ) {
-            step.node_gpus = Some(source.gpu_count()?);
-        }
-        step.network = network::decision::for_node(
-            &settings,
-            source,
-            handed_network,
-            step.nodename.as_deref(),
-        )?;
+        step.read_node(&settings, source, handed_network)?;
         Ok(Gathered::Step(Box::new(Handed {
             settings,
             step,
             inherited,
             recorded_bind,
         })))
+    }
+
+    /// What only the node can say: its GPU count where the step's GPUs
+    /// need it, and the step's network on this node.
+    fn read_node(
+        &mut self,
+        settings: &Settings,
+        source: &mut (impl Source + Probe),
+        handed_network: Option<Option<Network>>,
+    ) -> Result<()> {
+        if needs_probe(
+            settings,
+            &self.visible_gpus,
+            self.gpu_bind.as_ref(),
+            self.gpus_on_node,
+        ) {
+            self.node_gpus = Some(source.gpu_count()?);
+        }
+        self.network = network::decision::for_node(
+            settings,
+            source,
+            handed_network,
+            self.nodename.as_deref(),
+        )?;
+        Ok(())
     }
 
     /// The step's facts every task reads, srun's map or not. `map_hosts`:
