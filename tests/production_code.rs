@@ -1,6 +1,10 @@
-//! No production function is longer than 70 lines: every `fn` with a body in
-//! the core (core/src), the SPANK shell (src/) and the CLI (cli/src), from the
-//! line of its `fn` to the line of its closing brace.
+//! What production code may hold. No production function is longer than 70
+//! lines: every `fn` with a body in the core (core/src), the SPANK shell (src/)
+//! and the CLI (cli/src), from the line of its `fn` to the line of its closing
+//! brace. And every process, thread and request to slurmctld the plugin makes
+//! (a fork, a posix_spawn, a Command, a thread, a Slurm request in the core or
+//! the shell) is listed in SECURITY.md with its file, so that what an admin
+//! reads before enabling a `required` plugin is what the code does.
 //!
 //! Test code is not production code: `#[cfg(test)]` items (a `mod tests { … }`,
 //! a helper), the files such a `#[cfg(test)] mod x;` declares, and files named
@@ -210,8 +214,15 @@ fn cfg_test(toks: &[(Token, usize)], i: usize) -> Option<usize> {
 /// code, and the modules it declares `#[cfg(test)] mod x;` (their files are
 /// test code too).
 fn scan(text: &str, max: usize) -> (Vec<Long>, Vec<String>) {
+    let (long, test_mods, _) = scan_all(text, max);
+    (long, test_mods)
+}
+
+/// [`scan`], and the kinds of [`effect`] the production code holds.
+fn scan_all(text: &str, max: usize) -> (Vec<Long>, Vec<String>, BTreeSet<String>) {
     let toks = tokens(&strip(text));
     let (mut long, mut test_mods) = (Vec::new(), Vec::new());
+    let mut effects = BTreeSet::new();
     let mut i = 0;
     while i < toks.len() {
         if let Some(len) = cfg_test(&toks, i) {
@@ -227,6 +238,7 @@ fn scan(text: &str, max: usize) -> (Vec<Long>, Vec<String>) {
             i = end;
             continue;
         }
+        effects.extend(effect(&toks, i));
         if is(toks.get(i), "fn")
             && let Some((Token::Ident(name), _)) = toks.get(i + 1)
         {
@@ -243,7 +255,49 @@ fn scan(text: &str, max: usize) -> (Vec<Long>, Vec<String>) {
         }
         i += 1;
     }
-    (long, test_mods)
+    (long, test_mods, effects)
+}
+
+/// Slurm's functions that are no request to slurmctld: logging, messages,
+/// freeing what a request returned (and `slurm_spank_*`, asked of the
+/// process that loaded the plugin).
+const NOT_REQUESTS: [&str; 5] = ["error", "info", "verbose", "debug", "strerror"];
+
+/// The call starting at token `i`, if it starts a process or a thread or
+/// sends slurmctld a request: `fork`, `posix_spawn`, `Command`, `thread`, or
+/// the Slurm function's name (`slurm_load_job`).
+fn effect(toks: &[(Token, usize)], i: usize) -> Option<String> {
+    let path = |a: &str, b: &str| {
+        is(toks.get(i), a)
+            && is(toks.get(i + 1), ":")
+            && is(toks.get(i + 2), ":")
+            && is(toks.get(i + 3), b)
+    };
+    if path("libc", "fork") || path("libc", "vfork") {
+        return Some("fork".into());
+    }
+    if path("libc", "posix_spawn") || path("libc", "posix_spawnp") {
+        return Some("posix_spawn".into());
+    }
+    if path("Command", "new") {
+        return Some("Command".into());
+    }
+    if path("thread", "spawn") || path("thread", "Builder") || path("thread", "scope") {
+        return Some("thread".into());
+    }
+    if is(toks.get(i), "sys")
+        && is(toks.get(i + 1), ":")
+        && let Some((Token::Ident(name), _)) = toks.get(i + 3)
+        && let Some(what) = name.strip_prefix("slurm_")
+        && is(toks.get(i + 4), "(")
+        && !NOT_REQUESTS.contains(&what)
+        && !what.starts_with("free")
+        && !what.starts_with("spank_")
+        && !what.ends_with("_free")
+    {
+        return Some(name.clone());
+    }
+    None
 }
 
 /// The index just past the attribute (`#[…]`) at `i`.
@@ -299,11 +353,13 @@ fn child_files(parent: &Path, name: &str) -> [PathBuf; 2] {
     ]
 }
 
-/// Every production function over `MAX_LINES` under the three source trees,
-/// as `path:line name (N lines)`.
-fn long_functions(root: &Path) -> Vec<String> {
+/// What each production file under `dirs` holds: its long functions and its
+/// effects, by its path from `root`.
+type Scanned = (String, Vec<Long>, BTreeSet<String>);
+
+fn production(root: &Path, dirs: &[&str]) -> Vec<Scanned> {
     let mut files = Vec::new();
-    for dir in ["core/src", "src", "cli/src"] {
+    for dir in dirs {
         rust_files(&root.join(dir), &mut files);
     }
     files.sort();
@@ -314,23 +370,99 @@ fn long_functions(root: &Path) -> Vec<String> {
         if name == "tests.rs" || name.ends_with("_tests.rs") || name == "build.rs" {
             continue;
         }
-        let (long, test_mods) = scan(&std::fs::read_to_string(file).unwrap(), MAX_LINES);
+        let (long, test_mods, effects) =
+            scan_all(&std::fs::read_to_string(file).unwrap(), MAX_LINES);
         for m in test_mods {
             test_files.extend(child_files(file, &m));
         }
-        scanned.push((file, long));
+        scanned.push((file, long, effects));
     }
+    scanned
+        .into_iter()
+        .filter(|(file, _, _)| !test_files.contains(*file))
+        .map(|(file, long, effects)| {
+            let shown = file.strip_prefix(root).unwrap().display().to_string();
+            (shown, long, effects)
+        })
+        .collect()
+}
+
+/// Every production function over `MAX_LINES` under the three source trees,
+/// as `path:line name (N lines)`.
+fn long_functions(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
-    for (file, long) in scanned {
-        if test_files.contains(file) {
-            continue;
-        }
-        let shown = file.strip_prefix(root).unwrap().display().to_string();
+    for (shown, long, _) in production(root, &["core/src", "src", "cli/src"]) {
         for l in long {
             out.push(format!("{shown}:{} {} ({} lines)", l.line, l.name, l.lines));
         }
     }
     out
+}
+
+/// The plugin's effects (the core's and the shell's: the CLI is a command
+/// the user runs), as `(path, kind)`.
+fn plugin_effects(root: &Path) -> BTreeSet<(String, String)> {
+    production(root, &["core/src", "src"])
+        .into_iter()
+        .flat_map(|(shown, _, effects)| effects.into_iter().map(move |e| (shown.clone(), e)))
+        .collect()
+}
+
+/// What SECURITY.md's list names: `(path, kind)` of each item, the kind
+/// being each backticked word of its bold lead that [`effect`] gives.
+fn listed_effects(security: &str) -> BTreeSet<(String, String)> {
+    let section = security
+        .split("## Every process, thread and request to slurmctld")
+        .nth(1)
+        .expect("SECURITY.md has no list of processes, threads and requests");
+    let section = section.split("\n## ").next().unwrap();
+    let mut out = BTreeSet::new();
+    for item in section.split("\n- **").skip(1) {
+        let (lead, rest) = item.split_once("**").unwrap();
+        let path = rest.split('`').nth(1).expect("an item names its file");
+        for kind in lead.split('`').skip(1).step_by(2) {
+            out.insert((path.to_string(), kind.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_process_thread_and_request_is_listed_in_security_md() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = plugin_effects(root);
+    let listed = listed_effects(&std::fs::read_to_string(root.join("SECURITY.md")).unwrap());
+    let missing: Vec<_> = found.difference(&listed).collect();
+    let stale: Vec<_> = listed.difference(&found).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "SECURITY.md's list and the code disagree:\n  in the code, not listed: {missing:?}\n  listed, not in the code: {stale:?}"
+    );
+    // The scanner sees each kind: a list that named nothing would pass.
+    let kinds: BTreeSet<_> = found.iter().map(|(_, k)| k.as_str()).collect();
+    for kind in [
+        "fork",
+        "posix_spawn",
+        "thread",
+        "slurm_kill_job_step",
+        "slurm_requeue",
+    ] {
+        assert!(
+            kinds.contains(kind),
+            "{kind} not found in the code: {kinds:?}"
+        );
+    }
+}
+
+#[test]
+fn the_scanner_finds_each_kind_of_effect_outside_test_code() {
+    let text = "fn a() {\n    let pid = unsafe { libc::fork() };\n    std::thread::Builder::new();\n    Command::new(\"cat\");\n    let rc = unsafe { sys::slurm_load_job(&mut r, 1, 0) };\n    unsafe { sys::slurm_error(m) };\n    unsafe { sys::slurm_free_job_info_msg(r) };\n    let s = \"libc::posix_spawn(\";\n}\n#[cfg(test)]\nmod tests {\n    fn t() { std::thread::spawn(|| ()); unsafe { libc::posix_spawn() }; }\n}\n";
+    let (_, _, effects) = scan_all(text, MAX_LINES);
+    let want: BTreeSet<String> = ["fork", "thread", "Command", "slurm_load_job"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    assert_eq!(effects, want);
 }
 
 #[test]
