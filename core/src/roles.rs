@@ -3,6 +3,7 @@
 //! every task a `worker`.
 
 use super::error::{Result, bail, shown};
+use super::limits::MAX_TASKS;
 use super::number::parse_u32;
 
 /// TensorFlow's side-car evaluator: a role of the step, but not of the
@@ -78,6 +79,11 @@ impl RoleSpec {
                     ));
                 }
                 Some(n) => n,
+                None if !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()) => {
+                    return bad(format!(
+                        "role {name} has count {count} (too large, at most {MAX_TASKS})"
+                    ));
+                }
                 None => {
                     return bad(format!(
                         "role {name} has count {} (not a whole number ≥ 1)",
@@ -231,8 +237,11 @@ mod tests {
             (":1", "empty role name"),
             ("ps:0", "count 0"),
             ("ps:-1", "count \"-1\""),
+            (
+                "ps:99999999999",
+                "count 99999999999 (too large, at most 262144)",
+            ),
             ("ps:x", "count \"x\""),
-            ("ps:99999999999", "count \"99999999999\""),
             ("ps:1,ps:2", "ps is given twice"),
             ("pß:1", "has 'ß'"),
             ("p s:1", "has ' '"),

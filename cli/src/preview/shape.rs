@@ -6,7 +6,7 @@
 use clap::Args;
 use tf_cluster_core::distribution::Distribution;
 use tf_cluster_core::number::parse_u32;
-use tf_cluster_core::{Error, Result};
+use tf_cluster_core::{Error, MAX_NODES, MAX_TASKS, Result};
 
 use super::job::{Job, count, gpus_per_node};
 
@@ -80,17 +80,19 @@ impl Request {
     pub fn new(shape: &Shape, job: &Job) -> Result<Request> {
         if shape.gpus_per_task.is_some() {
             return Err(Error::new(
-                "srun's --gpus-per-task makes Slurm bind GPUs to each task, which a preview cannot show: preview with --gpus-per-node=N, or run explain in the step (the plugin's own setting is --tf-gpus-per-task)",
+                "srun's --gpus-per-task makes Slurm bind GPUs to each task, which a preview cannot show: preview with --gpus-per-node=N, or run the preview in the step (the plugin's own setting is --tf-gpus-per-task)",
             ));
         }
-        let opt = |v: &Option<String>, what: &str| v.as_deref().map(|t| count(t, what)).transpose();
+        let opt = |v: &Option<String>, what: &str, max: u32| {
+            v.as_deref().map(|t| count(t, what, max)).transpose()
+        };
         if let Some(t) = shape.nodes.as_deref().filter(|t| t.contains('-')) {
             return Err(Error::new(format!(
                 "-N/--nodes {t:?}: a range; the preview needs one node count"
             )));
         }
-        let ntasks = opt(&shape.ntasks, "-n/--ntasks")?;
-        let per_node = opt(&shape.ntasks_per_node, "--ntasks-per-node")?;
+        let ntasks = opt(&shape.ntasks, "-n/--ntasks", MAX_TASKS)?;
+        let per_node = opt(&shape.ntasks_per_node, "--ntasks-per-node", MAX_TASKS)?;
         // The job's task counts stand unless a task option is given.
         let task_option = ntasks.is_some() || per_node.is_some();
         let (dist, dist_name, plane_size) = match (&shape.distribution, &job.distribution) {
@@ -106,7 +108,7 @@ impl Request {
             _ => Err(Error::new(format!("--rank {r:?}: not a rank"))),
         });
         Ok(Request {
-            nodes: opt(&shape.nodes, "-N/--nodes")?,
+            nodes: opt(&shape.nodes, "-N/--nodes", MAX_NODES)?,
             ntasks: ntasks.or(job.ntasks.filter(|_| !task_option)),
             per_node: per_node.or(job.ntasks_per_node.filter(|_| !task_option)),
             dist,
