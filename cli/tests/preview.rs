@@ -808,3 +808,51 @@ fn uneven_allocation_as_slurm_lays_it_out() {
         );
     }
 }
+
+/// On a cluster whose slurm.conf has `MpiParams=ports`, the preview takes
+/// srun's `--resv-ports[=N]`: a Ray step (64 ports a node, docs/frameworks)
+/// is refused with what srun would reserve and how to ask for more, then
+/// previews with the ports asked for; without MpiParams, srun's option is
+/// refused.
+#[test]
+fn resv_ports_is_a_shape_option() {
+    let dir = std::env::temp_dir().join(format!("tfc-preview-resv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = dir.join("with.conf");
+    std::fs::write(&with, "ClusterName=c\nMpiParams=ports=12000-12999\n").unwrap();
+    let env = [("SLURM_CONF", with.to_str().unwrap())];
+    let ray = ["preview", "-N2", "--ntasks-per-node=1", "--ray-cluster"];
+    let out = cli(&ray, &env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("srun would reserve 2 port(s) (12000-12001)"),
+        "{err}"
+    );
+    assert!(err.contains("--resv-ports=64"), "{err}");
+    let text = ok(&cli(&[&ray[..], &["--resv-ports=64"]].concat(), &env));
+    assert!(text.starts_with("RANK  HEAD"), "{text}");
+    assert!(text.contains("ray start on every node"), "{text}");
+    // Fewer than the tasks on a node need: refused as srun refuses it.
+    let out = cli(
+        &["preview", "-N1", "-n3", "--tf-cluster", "--resv-ports=2"],
+        &env,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("srun would reserve 2 port(s) (12000-12001)"),
+        "{err}"
+    );
+    assert!(err.contains("--resv-ports=3"), "{err}");
+    // Bare --resv-ports: as many as srun reserves by default (one more
+    // than the fullest node's tasks).
+    ok(&cli(
+        &["preview", "-N1", "-n3", "--tf-cluster", "--resv-ports"],
+        &env,
+    ));
+    // No MpiParams=ports: Slurm reserves nothing, srun takes no --resv-ports.
+    let out = cli(&[&ray[..], &["--resv-ports=64"]].concat(), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("MpiParams=ports"), "{err}");
+}

@@ -35,6 +35,15 @@ pub struct Shape {
     /// Generic resources on each node; gpu[:TYPE][:N] entries count as GPUs.
     #[arg(long = "gres", value_name = "LIST")]
     pub gres: Option<String>,
+    /// Ports Slurm reserves for the step on each node (default: one more than the fullest node's tasks), where slurm.conf has MpiParams=ports.
+    #[arg(
+        long = "resv-ports",
+        value_name = "N",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    pub resv_ports: Option<String>,
     /// srun's --gpus-per-task: refused here (Slurm then binds GPUs per task).
     #[arg(long = "gpus-per-task", value_name = "N", hide = true)]
     pub gpus_per_task: Option<String>,
@@ -58,6 +67,15 @@ impl Shape {
             || self.gpus_per_node.is_some()
             || self.gres.is_some()
             || self.gpus_per_task.is_some()
+            || self.resv_ports.is_some()
+    }
+
+    /// `--resv-ports=N`'s N; `None` for srun's default, bare or absent.
+    pub fn resv_ports(&self) -> Result<Option<u32>> {
+        match self.resv_ports.as_deref() {
+            None | Some("") => Ok(None),
+            Some(n) => count(n, "--resv-ports", u32::from(u16::MAX)).map(Some),
+        }
     }
 }
 
