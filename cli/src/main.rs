@@ -90,7 +90,7 @@ enum Command {
     /// which rank failed first.
     Postmortem {
         /// The job (every recorded step), JOB.STEP (its latest
-        /// incarnation) or a run id JOB.STEP.rN.
+        /// incarnation) or a run id JOB.STEP.rN (r0: the first).
         step: String,
         /// The record's directory, as given to --tf-record.
         #[arg(long = "tf-record", visible_alias = "dir", value_name = "DIR")]
