@@ -92,9 +92,11 @@ enum Command {
         /// The job (every recorded step), JOB.STEP (its latest
         /// incarnation) or a run id JOB.STEP.rN (r0: the first).
         step: String,
-        /// The record's directory, as given to --tf-record.
+        /// The record's directory, as given to --tf-record (default: the
+        /// job's --tf-record, handed down by sbatch or salloc, else the
+        /// site's record= in plugstack.conf).
         #[arg(long = "tf-record", visible_alias = "dir", value_name = "DIR")]
-        dir: PathBuf,
+        dir: Option<PathBuf>,
     },
 }
 
@@ -200,7 +202,9 @@ fn main() -> ExitCode {
             write_out(&out, code)
         }
         Command::Ray { ray_args, cmd } => ExitCode::from(ray::main(&ray_args, &cmd)),
-        Command::Postmortem { step, dir } => match postmortem::postmortem(&dir, &step) {
+        Command::Postmortem { step, dir } => match postmortem::record_dir(dir, &mut site::System)
+            .and_then(|dir| postmortem::postmortem(&dir, &step))
+        {
             Ok(text) => write_out(&text, 0),
             Err(e) => {
                 eprintln!("tf-cluster: {e}");

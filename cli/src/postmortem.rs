@@ -12,6 +12,9 @@ use serde_json::Value;
 use tf_cluster_core::record::{Runs, VERSION, only_theirs, printable, runs_under, user_dir_name};
 use tf_cluster_core::{Error, Result};
 
+use crate::launcher_env::{site_plugin, variable};
+use crate::site::{Host, PLUGIN_NAME};
+
 /// Most entries listed per directory (the runs' directory, a run's).
 const MAX_ENTRIES: usize = 65_536;
 /// Most bytes read per record file, and in all: a record is a few lines
@@ -71,6 +74,32 @@ pub fn postmortem(dir: &Path, wanted: &str) -> Result<String> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The record's directory: `given` (`--tf-record`), else the option as
+/// the job inherited it (sbatch and salloc hand `--tf-record` to the job's
+/// sruns in the environment), else the site's `record=` on the plugin's
+/// plugstack.conf line, as the plugin would have used them.
+pub fn record_dir(given: Option<PathBuf>, host: &mut dyn Host) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir);
+    }
+    let site = site_plugin(host).ok();
+    let name = site.as_ref().map_or(PLUGIN_NAME, |s| s.name.as_str());
+    if let Some(dir) = std::env::var_os(variable(name, "tf-record")).filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let from_site = site
+        .iter()
+        .flat_map(|s| s.args.iter())
+        .find_map(|a| a.strip_prefix("record="))
+        .filter(|d| !d.is_empty());
+    match from_site {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => Err(Error::new(
+            "no record directory: give --tf-record=DIR (the job ran with no --tf-record and the site's plugstack.conf sets no record=)",
+        )),
+    }
 }
 
 /// `JOB`, `JOB.STEP` or `JOB.STEP.rN` as numbers.
