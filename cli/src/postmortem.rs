@@ -86,7 +86,10 @@ pub fn record_dir(given: Option<PathBuf>, host: &mut dyn Host) -> Result<PathBuf
     }
     let site = site_plugin(host).ok();
     let name = site.as_ref().map_or(PLUGIN_NAME, |s| s.name.as_str());
-    if let Some(dir) = std::env::var_os(variable(name, "tf-record")).filter(|d| !d.is_empty()) {
+    if let Some(dir) = host
+        .env(&variable(name, "tf-record"))
+        .filter(|d| !d.is_empty())
+    {
         return Ok(PathBuf::from(dir));
     }
     let from_site = site
