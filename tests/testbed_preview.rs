@@ -589,3 +589,50 @@ fn previews_in_an_uneven_allocation_are_the_steps() {
     compare_shapes(&stdout, ALLOCATION_SHAPES, &context);
     compare_refusals(&stdout, ALLOCATION_REFUSALS, &context);
 }
+
+/// Shapes inside `salloc -N2 --ntasks-per-node=2 --gres=gpu:4`: every task
+/// of a step there gets the GPUs Slurm gives it on its node, and so must
+/// every rank of the preview.
+const GPU_ALLOCATION_SHAPES: &[(&str, &str)] = &[
+    ("default", ""),
+    ("cyclic", "-m cyclic"),
+    ("n2", "-n2"),
+    ("n3", "-n3"),
+];
+
+/// Inside an allocation of GPUs (`--gres=gpu:4`), with no GPU option on
+/// the step: every shape's preview shows the GPUs each task gets.
+#[test]
+fn previews_in_a_gpu_allocation_are_the_steps() {
+    let _s = serial();
+    let _t = testbed();
+    install_probe();
+    let outputs = Outputs::new("preview-gpus");
+    let mut script = String::from("env | grep -E '^SLURM_|GPU|GRES|TRES' | sort >&2\n");
+    script.push_str(&shapes_script(
+        GPU_ALLOCATION_SHAPES,
+        &[],
+        outputs.path(),
+        false,
+    ));
+    let out = exec_for(
+        300,
+        &[
+            "salloc",
+            "-N2",
+            "--ntasks-per-node=2",
+            "--gres=gpu:4",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let context = format!(
+        "salloc exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{context}");
+    compare_shapes(&stdout, GPU_ALLOCATION_SHAPES, &context);
+}
