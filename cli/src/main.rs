@@ -119,8 +119,9 @@ Where the facts come from:
       SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_NTASKS_PER_NODE,
       SLURM_TASKS_PER_NODE, SLURM_JOB_CPUS_PER_NODE, SLURM_CPUS_PER_TASK,
       SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE, SLURM_GPUS_PER_NODE,
-      SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; shape options override them as
-      they override them for srun;
+      SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS (none set: the job's GPUs per node
+      from `scontrol show job`, as after salloc --gres=gpu:N); shape options
+      override them as they override them for srun;
   elsewhere (a login node): the shape options (default -N1 -n1) and the
       default partition's nodes and CPUs from slurmctld (scontrol show
       partition|node), else -w's nodes or invented names, and the output

@@ -856,3 +856,43 @@ fn resv_ports_is_a_shape_option() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("MpiParams=ports"), "{err}");
 }
+
+/// Inside `salloc -N2 --ntasks-per-node=2 --gres=gpu:4`, Slurm 22.05 sets
+/// no GPU variable (the testbed's job: every variable below); the job's
+/// GPUs are slurmctld's (`scontrol show job`'s TresPerNode, `gres:gpu:4` in
+/// 22.05, `gres/gpu:4` later). The step there gave tasks 0,1 and 2,3 on
+/// each node (tests/testbed_preview.rs measures it), and so must the preview.
+#[test]
+fn a_gpu_allocation_shows_each_tasks_gpus() {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, tres) in [("2205", "gres:gpu:4"), ("2411", "gres/gpu:4")] {
+        let dir = std::env::temp_dir().join(format!("tfc-job-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("scontrol");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show job -o 1' ] || exit 1\n\
+                 echo 'JobId=1 JobName=interactive NumNodes=2 NumCPUs=4 NumTasks=4 TRES=cpu=4,node=2,billing=4,gres/gpu=8 TresPerNode={tres}'\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.display().to_string();
+        let env = [
+            ("PATH", path.as_str()),
+            ("SLURM_JOB_ID", "1"),
+            ("SLURM_JOB_CPUS_PER_NODE", "2(x2)"),
+            ("SLURM_JOB_NODELIST", "node[1-2]"),
+            ("SLURM_JOB_NUM_NODES", "2"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_NTASKS_PER_NODE", "2"),
+            ("SLURM_TASKS_PER_NODE", "2(x2)"),
+        ];
+        let text = ok(&cli(&["preview", "--tf-cluster"], &env));
+        let gpus: Vec<String> = table(&text).0.into_iter().map(|r| r[4].clone()).collect();
+        assert_eq!(gpus, ["0,1", "2,3", "0,1", "2,3"], "{name}: {text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -123,10 +123,15 @@ impl Probe for Synthesised<'_> {
 pub fn preview(shape: &Shape, env: &mut (impl Source + Probe), place: Place) -> Result<Preview> {
     // In a step, srun's own variables are the job's (as a nested srun
     // reads them).
-    let job = match place {
+    let mut job = match place {
         Place::Allocation | Place::Step => Job::read(env)?,
         Place::Login => Job::default(),
     };
+    // A job of GPUs whose variables name none (`salloc --gres=gpu:N`):
+    // slurmctld's word, unless a GPU option of the step says otherwise.
+    if job.gpus.is_none() && shape.gpus_per_node.is_none() && shape.gres.is_none() {
+        job.gpus = job.id.as_deref().and_then(nodes::job_gpus);
+    }
     let req = Request::new(shape, &job)?;
     let mut notes = Vec::new();
     let listed = listed(&req, env)?;

@@ -161,7 +161,7 @@ fn gpus(shape: &Shape, job: &Job) -> Result<Option<u32>> {
 }
 
 /// The GPUs of `--gres=LIST`: gpu, gpu:N, gpu:TYPE:N entries, others skipped.
-fn gres_gpus(text: &str) -> Result<Option<u32>> {
+pub(super) fn gres_gpus(text: &str) -> Result<Option<u32>> {
     let mut total = None;
     for entry in text.split(',') {
         let entry = entry.strip_prefix("gres/").unwrap_or(entry);
