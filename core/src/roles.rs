@@ -6,6 +6,15 @@ use super::error::{Result, bail, shown};
 use super::limits::MAX_TASKS;
 use super::number::parse_u32;
 
+/// Why `count` (no u32) is no role count: digits too many for any step,
+/// or not a whole number.
+fn not_a_count(count: &str) -> String {
+    match !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()) {
+        true => format!("{count} (too large, at most {MAX_TASKS})"),
+        false => format!("{} (not a whole number ≥ 1)", shown(count)),
+    }
+}
+
 /// TensorFlow's side-car evaluator: a role of the step, but not of the
 /// cluster its TF_CONFIG describes (tensorflow#30121).
 pub const EVALUATOR: &str = "evaluator";
@@ -79,17 +88,7 @@ impl RoleSpec {
                     ));
                 }
                 Some(n) => n,
-                None if !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()) => {
-                    return bad(format!(
-                        "role {name} has count {count} (too large, at most {MAX_TASKS})"
-                    ));
-                }
-                None => {
-                    return bad(format!(
-                        "role {name} has count {} (not a whole number ≥ 1)",
-                        shown(count)
-                    ));
-                }
+                None => return bad(format!("role {name} has count {}", not_a_count(count))),
             };
             if count > 1 && (name == CHIEF || name == EVALUATOR) {
                 return bad(format!(
