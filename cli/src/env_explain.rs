@@ -63,7 +63,20 @@ fn preview_step(
         .as_ref()
         .and_then(Conf::reserved_ports)
         .and_then(|r| r.first);
-    preview::check(&settings, &preview, &args.shape.command, first_port)?;
+    let resv_ports = args.shape.resv_ports()?;
+    if args.shape.resv_ports.is_some() && first_port.is_none() {
+        return Err(Error::new(format!(
+            "--resv-ports: {} has no MpiParams=ports, so Slurm reserves no ports and srun refuses --resv-ports",
+            conf_path
+        )));
+    }
+    preview::check(
+        &settings,
+        &preview,
+        &args.shape.command,
+        first_port,
+        resv_ports,
+    )?;
     if !explain && preview.rank >= preview.tasks {
         return Err(Error::new(format!(
             "--rank {}: the step has {} task(s)",

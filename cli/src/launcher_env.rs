@@ -45,6 +45,8 @@ pub struct SitePlugin {
     /// The plugstack.conf line that loads it (`FILE:LINE`) and the .so.
     pub at: String,
     pub path: String,
+    /// The site's arguments on that line (`record=DIR` …).
+    pub args: Vec<String>,
 }
 
 /// The line of the site's plugstack.conf (includes followed) that loads
@@ -78,6 +80,7 @@ pub fn site_plugin(host: &mut dyn Host) -> std::result::Result<SitePlugin, Strin
                 name,
                 at: line.at,
                 path,
+                args: line.args,
             });
         }
     }
@@ -331,6 +334,7 @@ mod tests {
                 name: "tf_cluster".into(),
                 at: "/etc/slurm/plugstack.conf.d/tf-cluster.conf:2".into(),
                 path: "/usr/lib/x86_64-linux-gnu/slurm-wlm/tf_cluster.so".into(),
+                args: vec!["port-base=9000".into()],
             }
         );
     }

@@ -1,6 +1,6 @@
 //! The CLI twin of the plugin: reads one task's Slurm variables from its own
 //! environment, exactly as the plugin does in slurmstepd, and prints what the
-//! plugin would set (`env`) or the whole cluster (`explain`); `doctor` checks
+//! plugin would set (`env`) or the whole cluster (`preview`); `doctor` checks
 //! a node's installation for admins. This file parses the arguments and
 //! hands each command to its module.
 
@@ -31,12 +31,13 @@ use options::Options;
     about = "What the tf-cluster plugin gives a Slurm task for --tf-cluster, --torch-cluster, --jax-cluster and --ray-cluster: the framework's variables, its GPUs (every vendor's) and its network interface",
     after_help = "\
 Examples:
-  tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # preview on a login node
-  tf-cluster explain --torch-cluster                       # in an salloc shell or batch script
+  tf-cluster preview -N2 -n4 --tf-cluster=ps:1,worker:3   # on a login node
+  tf-cluster preview --torch-cluster                       # in an salloc shell or batch script
   srun -N2 -n4 tf-cluster env --tf-cluster                 # what each task of a step gets
   tf-cluster doctor                                        # for admins: this node's installation
 
-`tf-cluster env --help` and `tf-cluster explain --help` list the variables read;
+`tf-cluster env --help` and `tf-cluster preview --help` list the variables read
+(`explain` is another name of `preview`);
 the manual: man tf-cluster."
 )]
 struct Cli {
@@ -53,8 +54,12 @@ enum Command {
     Env(StepArgs),
     /// Print a table of every rank: role, index, host:port and GPUs, for
     /// this step, or for the step srun would start here with these options.
-    #[command(after_help = EXPLAIN_HELP, after_long_help = EXPLAIN_HELP)]
-    Explain(StepArgs),
+    #[command(
+        visible_alias = "explain",
+        after_help = PREVIEW_HELP,
+        after_long_help = PREVIEW_HELP
+    )]
+    Preview(StepArgs),
     /// Check this node's installation (plugstack.conf, the .so, Slurm's
     /// version, site arguments, build, reserved ports). Exit 0: healthy,
     /// 1: a problem that breaks srun or the plugin, 2: warnings only
@@ -85,11 +90,13 @@ enum Command {
     /// which rank failed first.
     Postmortem {
         /// The job (every recorded step), JOB.STEP (its latest
-        /// incarnation) or a run id JOB.STEP.rN.
+        /// incarnation) or a run id JOB.STEP.rN (r0: the first).
         step: String,
-        /// The record's directory, as given to --tf-record.
+        /// The record's directory, as given to --tf-record (default: the
+        /// job's --tf-record, handed down by sbatch or salloc, else the
+        /// site's record= in plugstack.conf).
         #[arg(long = "tf-record", visible_alias = "dir", value_name = "DIR")]
-        dir: PathBuf,
+        dir: Option<PathBuf>,
     },
 }
 
@@ -112,8 +119,9 @@ Where the facts come from:
       SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_NTASKS_PER_NODE,
       SLURM_TASKS_PER_NODE, SLURM_JOB_CPUS_PER_NODE, SLURM_CPUS_PER_TASK,
       SLURM_DISTRIBUTION, SLURM_DIST_PLANESIZE, SLURM_GPUS_PER_NODE,
-      SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS; shape options override them as
-      they override them for srun;
+      SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS (none set: the job's GPUs per node
+      from `scontrol show job`, as after salloc --gres=gpu:N); shape options
+      override them as they override them for srun;
   elsewhere (a login node): the shape options (default -N1 -n1) and the
       default partition's nodes and CPUs from slurmctld (scontrol show
       partition|node), else -w's nodes or invented names, and the output
@@ -138,14 +146,14 @@ Examples:
     where_help!()
 );
 
-const EXPLAIN_HELP: &str = concat!(
+const PREVIEW_HELP: &str = concat!(
     "\
 Examples:
-  tf-cluster explain -N2 -n4 --tf-cluster=ps:1,worker:3   # on a login node
-  tf-cluster explain -w node[1-3] --ntasks-per-node=2 -m cyclic --tf-cluster
-  tf-cluster explain -N2 --ntasks-per-node=2 --gres=gpu:4 --torch-cluster
-  tf-cluster explain --tf-cluster          # in an salloc shell or a batch script
-  tf-cluster explain -n4 -m arbitrary -w node2,node1,node2,node1 --tf-cluster
+  tf-cluster preview -N2 -n4 --tf-cluster=ps:1,worker:3   # on a login node
+  tf-cluster preview -w node[1-3] --ntasks-per-node=2 -m cyclic --tf-cluster
+  tf-cluster preview -N2 --ntasks-per-node=2 --gres=gpu:4 --torch-cluster
+  tf-cluster preview --tf-cluster          # in an salloc shell or a batch script
+  tf-cluster preview -n4 -m arbitrary -w node2,node1,node2,node1 --tf-cluster
 
 ",
     where_help!()
@@ -184,24 +192,21 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Env(args) => print_step(env_explain::run(&args, false)),
-        Command::Explain(args) => print_step(env_explain::run(&args, true)),
+        Command::Preview(args) => print_step(env_explain::run(&args, true)),
         Command::Doctor => {
             let report = doctor::diagnose(&mut site::System, env!("TF_CLUSTER_BUILD_ID"));
-            print!("{}", report.render());
-            ExitCode::from(report.exit_code())
+            write_out(&report.render(), report.exit_code())
         }
         Command::LauncherEnv(options) => {
             let (out, errors, code) = launcher_env::main(&options, &mut site::System);
             errors.iter().for_each(|e| eprintln!("tf-cluster: {e}"));
-            print!("{out}");
-            ExitCode::from(code)
+            write_out(&out, code)
         }
         Command::Ray { ray_args, cmd } => ExitCode::from(ray::main(&ray_args, &cmd)),
-        Command::Postmortem { step, dir } => match postmortem::postmortem(&dir, &step) {
-            Ok(text) => {
-                print!("{text}");
-                ExitCode::SUCCESS
-            }
+        Command::Postmortem { step, dir } => match postmortem::record_dir(dir, &mut site::System)
+            .and_then(|dir| postmortem::postmortem(&dir, &step))
+        {
+            Ok(text) => write_out(&text, 0),
             Err(e) => {
                 eprintln!("tf-cluster: {e}");
                 ExitCode::from(1)
@@ -210,18 +215,35 @@ fn main() -> ExitCode {
     }
 }
 
-/// `env` or `explain`: the output on stdout, its notes on stderr.
+/// `env` or `preview`: the output on stdout, its notes on stderr.
 fn print_step(output: tf_cluster_core::Result<render::Output>) -> ExitCode {
     match output {
         Ok(output) => {
-            println!("{}", output.out);
+            let code = write_out(&format!("{}\n", output.out), 0);
             for note in output.notes {
                 eprintln!("tf-cluster: note: {note}");
             }
-            ExitCode::SUCCESS
+            code
         }
         Err(e) => {
             eprintln!("tf-cluster: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes a command's output and gives its exit code. A reader that closed
+/// the pipe early (`| head`) wanted no more: the command ends quietly with
+/// its own code, as tools do on EPIPE; any other failure to write is one
+/// line and exit 1.
+fn write_out(text: &str, code: u8) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::from(code),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("tf-cluster: writing the output: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,4 +1,4 @@
-//! The plugin's options as the CLI takes them (`env`, `explain` and
+//! The plugin's options as the CLI takes them (`env`, `preview` and
 //! `launcher-env` share them), made from the core's tables.
 
 use clap::parser::ValueSource;

@@ -12,6 +12,9 @@ use serde_json::Value;
 use tf_cluster_core::record::{Runs, VERSION, only_theirs, printable, runs_under, user_dir_name};
 use tf_cluster_core::{Error, Result};
 
+use crate::launcher_env::{site_plugin, variable};
+use crate::site::{Host, PLUGIN_NAME};
+
 /// Most entries listed per directory (the runs' directory, a run's).
 const MAX_ENTRIES: usize = 65_536;
 /// Most bytes read per record file, and in all: a record is a few lines
@@ -71,6 +74,35 @@ pub fn postmortem(dir: &Path, wanted: &str) -> Result<String> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// The record's directory: `given` (`--tf-record`), else the option as
+/// the job inherited it (sbatch and salloc hand `--tf-record` to the job's
+/// sruns in the environment), else the site's `record=` on the plugin's
+/// plugstack.conf line, as the plugin would have used them.
+pub fn record_dir(given: Option<PathBuf>, host: &mut dyn Host) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir);
+    }
+    let site = site_plugin(host).ok();
+    let name = site.as_ref().map_or(PLUGIN_NAME, |s| s.name.as_str());
+    if let Some(dir) = host
+        .env(&variable(name, "tf-record"))
+        .filter(|d| !d.is_empty())
+    {
+        return Ok(PathBuf::from(dir));
+    }
+    let from_site = site
+        .iter()
+        .flat_map(|s| s.args.iter())
+        .find_map(|a| a.strip_prefix("record="))
+        .filter(|d| !d.is_empty());
+    match from_site {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => Err(Error::new(
+            "no record directory: give --tf-record=DIR (the job ran with no --tf-record and the site's plugstack.conf sets no record=)",
+        )),
+    }
 }
 
 /// `JOB`, `JOB.STEP` or `JOB.STEP.rN` as numbers.
@@ -158,7 +190,8 @@ fn matching_runs(
     let mut names: Vec<(u32, u32, u32, String)> = Vec::new();
     match parts {
         [job, step] => names.push((*job, *step, 0, format!("{job}.{step}"))),
-        [job, step, r] => names.push((*job, *step, *r, wanted.to_string())),
+        // The first incarnation (r0) is the step's own name.
+        [job, step, r] => names.push((*job, *step, *r, run_name(*job, *step, *r))),
         _ => {}
     }
     if parts.len() < 3 {
@@ -176,13 +209,31 @@ fn matching_runs(
     }
     // JOB.STEP: the latest incarnation only (step ids start again at each
     // requeue); the others are one `JOB.STEP.rN` away.
-    if parts.len() == 2 {
-        found = found.split_off(found.len().saturating_sub(1));
+    if parts.len() == 2 && found.len() > 1 {
+        let earlier: Vec<String> = found[..found.len() - 1]
+            .iter()
+            .map(|(j, s, r, _)| format!("{j}.{s}.r{r}"))
+            .collect();
+        notes.push(format!(
+            "({wanted} ran {} incarnations: this is the latest; the earlier are {})",
+            found.len(),
+            earlier.join(", ")
+        ));
+        found = found.split_off(found.len() - 1);
     }
     found
         .into_iter()
         .map(|(_, _, _, name)| (name.clone(), base.join(name)))
         .collect()
+}
+
+/// The directory of a run: `JOB.STEP` for the first incarnation,
+/// `JOB.STEP.rN` after the job's N-th requeue.
+fn run_name(job: u32, step: u32, restart: u32) -> String {
+    match restart {
+        0 => format!("{job}.{step}"),
+        r => format!("{job}.{step}.r{r}"),
+    }
 }
 
 /// The runs of job `parts[0]` (and step `parts[1]`, where given) that a
@@ -220,11 +271,7 @@ fn listed_runs(
                 continue;
             };
             // Only the names a run id has (no `42.00`, no `42.0.r01`).
-            let canonical = if restart == 0 && p.len() == 2 {
-                format!("{job}.{step}")
-            } else {
-                format!("{job}.{step}.r{restart}")
-            };
+            let canonical = run_name(job, step, restart);
             let keep =
                 name == canonical && job == parts[0] && parts.get(1).is_none_or(|&s| s == step);
             if keep && !names.iter().any(|n| n.3 == name) {
@@ -575,7 +622,9 @@ fn end_text(e: &Value) -> String {
     }
 }
 
-/// The local wall-clock time of `unix_ns`, to the millisecond.
+/// The local wall-clock time of `unix_ns`, to the millisecond, with its
+/// date and its offset from UTC (RFC 3339): a record read days later, or
+/// on a machine of another zone, still says when.
 fn clock(unix_ns: u64) -> String {
     let secs = (unix_ns / 1_000_000_000) as libc::time_t;
     let ms = (unix_ns / 1_000_000) % 1000;
@@ -584,9 +633,18 @@ fn clock(unix_ns: u64) -> String {
     if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
         return format!("{secs}.{ms:03}");
     }
+    let offset = tm.tm_gmtoff / 60;
+    let sign = if offset < 0 { '-' } else { '+' };
     format!(
-        "{:02}:{:02}:{:02}.{ms:03}",
-        tm.tm_hour, tm.tm_min, tm.tm_sec
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{ms:03}{sign}{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        offset.abs() / 60,
+        offset.abs() % 60
     )
 }
 
@@ -715,5 +773,53 @@ mod tests {
         assert!(wanted_parts("42.00.r").is_err());
         assert!(postmortem(&dir, "44").is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `JOB.STEP.r0` is the first incarnation, whose directory is
+    /// `JOB.STEP`; `JOB.STEP` of a step that ran several times says so and
+    /// names the others.
+    #[test]
+    fn the_first_incarnation_is_r0_and_several_are_said() {
+        let dir = std::env::temp_dir().join(format!("tfc-pm-r0-{}", std::process::id()));
+        for run in ["42.0", "42.0.r1", "42.0.r2", "43.0"] {
+            std::fs::create_dir_all(dir.join(run)).unwrap();
+        }
+        let names = |w: &str, notes: &mut Vec<String>| -> Vec<String> {
+            let parts = wanted_parts(w).unwrap();
+            matching_runs(&dir, &parts, w, my_uid(), notes)
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        let mut notes = Vec::new();
+        assert_eq!(names("42.0.r0", &mut notes), ["42.0"]);
+        assert_eq!(names("43.0.r0", &mut notes), ["43.0"]);
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!(names("42.0", &mut notes), ["42.0.r2"]);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("3 incarnations"), "{notes:?}");
+        assert!(notes[0].contains("42.0.r0"), "{notes:?}");
+        assert!(notes[0].contains("42.0.r1"), "{notes:?}");
+        let mut notes = Vec::new();
+        assert_eq!(names("43.0", &mut notes), ["43.0"]);
+        assert!(notes.is_empty(), "one incarnation: {notes:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The times carry their date and zone (RFC 3339, offset from UTC).
+    #[test]
+    fn times_have_a_date_and_a_zone() {
+        // 2026-11-28T04:12:33.123Z, in whatever zone the tests run.
+        let ns = 1_795_839_153_123_000_000u64;
+        let text = clock(ns);
+        let (date, rest) = text.split_once('T').unwrap_or_else(|| panic!("{text}"));
+        assert_eq!(date.len(), 10, "{text}");
+        assert!(date.starts_with("2026-11-2"), "{text}");
+        assert!(rest.contains(":33.123"), "{text}");
+        let zone = &rest[rest.len() - 6..];
+        assert!(
+            rest.ends_with('Z') || (zone.starts_with(['+', '-']) && zone.as_bytes()[3] == b':'),
+            "{text}"
+        );
     }
 }

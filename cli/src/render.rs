@@ -1,15 +1,15 @@
-//! What `env` and `explain` print: a task's variables as one JSON object,
+//! What `env` and `preview` print: a task's variables as one JSON object,
 //! or every rank as a table, with the notes that go with them.
 
 use tf_cluster_core::{Error, Gathered, Node, Result};
 
-/// What `env` or `explain` prints: stdout, then notes for stderr (`env`).
+/// What `env` or `preview` prints: stdout, then notes for stderr (`env`).
 pub struct Output {
     pub out: String,
     pub notes: Vec<String>,
 }
 
-/// `env` (the variables of `step.procid`) or `explain` (every rank) of a
+/// `env` (the variables of `step.procid`) or `preview` (every rank) of a
 /// step, real or previewed; `notes` after the table, or on stderr for env.
 pub fn render(
     explain: bool,

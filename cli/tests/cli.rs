@@ -662,3 +662,87 @@ fn a_ray_without_token_authentication_is_refused() {
     drop(gcs);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The preview is `preview`, as every page names it; `explain` is kept as
+/// its alias and gives the same table.
+#[test]
+fn preview_is_the_command_and_explain_its_alias() {
+    let args = ["-N2", "-n4", "--tf-cluster=ps:1,worker:3"];
+    let preview = cli(&[&["preview"][..], &args].concat(), &[]);
+    assert!(
+        preview.status.success(),
+        "{}",
+        String::from_utf8_lossy(&preview.stderr)
+    );
+    let explain = cli(&[&["explain"][..], &args].concat(), &[]);
+    assert_eq!(preview.stdout, explain.stdout);
+    let help = String::from_utf8(cli(&["--help"], &[]).stdout).unwrap();
+    assert!(help.contains("tf-cluster preview -N2"), "{help}");
+    assert!(!help.contains("tf-cluster explain"), "{help}");
+}
+
+/// Each subcommand's own `--help` starts with its own description.
+#[test]
+fn each_command_has_its_own_help() {
+    for (command, word) in [
+        ("env", "JSON"),
+        ("preview", "every rank"),
+        ("doctor", "installation"),
+        ("launcher-env", "launchers"),
+        ("ray", "--ray-cluster"),
+        ("postmortem", "--tf-record"),
+    ] {
+        let out = cli(&[command, "--help"], &[]);
+        assert!(out.status.success(), "{command}: {out:?}");
+        let help = String::from_utf8(out.stdout).unwrap();
+        let first = help.lines().next().unwrap_or_default();
+        assert!(first.contains(word), "{command}: {first}");
+    }
+}
+
+/// A reader that closes the pipe early (`| head -c 10`) ends the preview
+/// quietly, as tools do on EPIPE: no panic, no exit 101.
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    use std::io::Read;
+    for command in ["preview", "env"] {
+        let mut child = hermetic::tf_cluster()
+            .args([command, "-N64", "-n4096", "--tf-cluster"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut head = [0u8; 10];
+        stdout.read_exact(&mut head).unwrap();
+        drop(stdout);
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(101), "{command}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{command}: {stderr}");
+    }
+}
+
+/// A count too large says so, with the most it may be, for the roles and
+/// for srun's counts.
+#[test]
+fn counts_too_large_say_at_most() {
+    for args in [
+        vec!["preview", "-n4", "--tf-cluster=worker:99999999999"],
+        vec!["preview", "-n99999999999", "--tf-cluster"],
+        vec!["preview", "-N99999999999", "--tf-cluster"],
+        vec!["preview", "--ntasks-per-node=99999999999", "--tf-cluster"],
+    ] {
+        let out = cli(&args, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr.contains("too large"), "{args:?}: {stderr}");
+        assert!(stderr.contains("at most"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("not a"), "{args:?}: {stderr}");
+    }
+    let nodes = cli(&["preview", "-N99999999999"], &[]);
+    assert!(
+        String::from_utf8_lossy(&nodes.stderr).contains("at most 65536"),
+        "{nodes:?}"
+    );
+}

@@ -40,7 +40,7 @@ fn words(text: &str, prefix: &str, ok: impl Fn(char) -> bool) -> BTreeSet<String
     found
 }
 
-const COMMANDS: [&str; 4] = ["env", "explain", "launcher-env", "doctor"];
+const COMMANDS: [&str; 4] = ["env", "preview", "launcher-env", "doctor"];
 
 fn options_in_help() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
@@ -95,7 +95,7 @@ fn every_option_is_in_the_manual_and_back() {
 fn every_variable_read_is_in_the_manual_and_back() {
     let var = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_';
     let mut help_vars = BTreeSet::new();
-    for command in ["env", "explain"] {
+    for command in ["env", "preview"] {
         let text = help(&[command]);
         let (_, read) = text.split_once("Where the facts come from:").unwrap();
         help_vars.extend(words(read, "SLURM", var));
@@ -113,7 +113,7 @@ fn every_variable_read_is_in_the_manual_and_back() {
 /// `--help` gives examples and the variables read.
 #[test]
 fn help_gives_examples() {
-    for command in ["env", "explain"] {
+    for command in ["env", "preview"] {
         let text = help(&[command]);
         assert!(
             text.contains("Examples:\n  tf-cluster "),

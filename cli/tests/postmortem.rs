@@ -289,3 +289,67 @@ fn escape_sequences_are_shown_escaped() {
 fn sparse(path: &std::path::Path, len: u64) {
     std::fs::File::create(path).unwrap().set_len(len).unwrap();
 }
+
+/// `postmortem` without `--tf-record`, as the run `tf-cluster` is given:
+/// `--tf-record` alone.
+fn postmortem_here(wanted: &str, env: &[(&str, String)]) -> Output {
+    hermetic::tf_cluster()
+        .args(["postmortem", wanted])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap()
+}
+
+/// Without `--tf-record`, the record's directory is the option as the job
+/// inherited it (sbatch hands `--tf-record` to the job's srun in
+/// SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_record), else the site's
+/// `record=` on the plugin's plugstack.conf line; with neither, the error
+/// says what to give.
+#[test]
+fn the_record_directory_is_the_jobs_or_the_sites() {
+    let dir = scratch("inherited");
+    record(&dir, "42.0", "node1", 2);
+    let inherited = [(
+        "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_record",
+        dir.to_str().unwrap().to_string(),
+    )];
+    let out = postmortem_here("42.0", &inherited);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("first failure: rank 1"), "{text}");
+
+    let site = scratch("site");
+    record(&site, "43.0", "node2", 2);
+    let conf = scratch("site-conf");
+    let so = conf.join("tf_cluster.so");
+    std::fs::write(&so, b"").unwrap();
+    std::fs::write(
+        conf.join("plugstack.conf"),
+        format!("optional {} record={}\n", so.display(), site.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        conf.join("slurm.conf"),
+        format!(
+            "ClusterName=c\nPlugStackConfig={}\n",
+            conf.join("plugstack.conf").display()
+        ),
+    )
+    .unwrap();
+    let at_site = [(
+        "SLURM_CONF",
+        conf.join("slurm.conf").to_str().unwrap().to_string(),
+    )];
+    let out = postmortem_here("43.0", &at_site);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("first failure: rank 1, node2"), "{text}");
+
+    let out = postmortem_here("43.0", &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--tf-record=DIR"), "{err}");
+    for d in [dir, site, conf] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

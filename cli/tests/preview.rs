@@ -808,3 +808,91 @@ fn uneven_allocation_as_slurm_lays_it_out() {
         );
     }
 }
+
+/// On a cluster whose slurm.conf has `MpiParams=ports`, the preview takes
+/// srun's `--resv-ports[=N]`: a Ray step (64 ports a node, docs/frameworks)
+/// is refused with what srun would reserve and how to ask for more, then
+/// previews with the ports asked for; without MpiParams, srun's option is
+/// refused.
+#[test]
+fn resv_ports_is_a_shape_option() {
+    let dir = std::env::temp_dir().join(format!("tfc-preview-resv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with = dir.join("with.conf");
+    std::fs::write(&with, "ClusterName=c\nMpiParams=ports=12000-12999\n").unwrap();
+    let env = [("SLURM_CONF", with.to_str().unwrap())];
+    let ray = ["preview", "-N2", "--ntasks-per-node=1", "--ray-cluster"];
+    let out = cli(&ray, &env);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("srun would reserve 2 port(s) (12000-12001)"),
+        "{err}"
+    );
+    assert!(err.contains("--resv-ports=64"), "{err}");
+    let text = ok(&cli(&[&ray[..], &["--resv-ports=64"]].concat(), &env));
+    assert!(text.starts_with("RANK  HEAD"), "{text}");
+    assert!(text.contains("ray start on every node"), "{text}");
+    // Fewer than the tasks on a node need: refused as srun refuses it.
+    let out = cli(
+        &["preview", "-N1", "-n3", "--tf-cluster", "--resv-ports=2"],
+        &env,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("srun would reserve 2 port(s) (12000-12001)"),
+        "{err}"
+    );
+    assert!(err.contains("--resv-ports=3"), "{err}");
+    // Bare --resv-ports: as many as srun reserves by default (one more
+    // than the fullest node's tasks).
+    ok(&cli(
+        &["preview", "-N1", "-n3", "--tf-cluster", "--resv-ports"],
+        &env,
+    ));
+    // No MpiParams=ports: Slurm reserves nothing, srun takes no --resv-ports.
+    let out = cli(&[&ray[..], &["--resv-ports=64"]].concat(), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("MpiParams=ports"), "{err}");
+}
+
+/// Inside `salloc -N2 --ntasks-per-node=2 --gres=gpu:4`, Slurm 22.05 sets
+/// no GPU variable (the testbed's job: every variable below); the job's
+/// GPUs are slurmctld's (`scontrol show job`'s TresPerNode, `gres:gpu:4` in
+/// 22.05, `gres/gpu:4` later). The step there gave tasks 0,1 and 2,3 on
+/// each node (tests/testbed_preview.rs measures it), and so must the preview.
+#[test]
+fn a_gpu_allocation_shows_each_tasks_gpus() {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, tres) in [("2205", "gres:gpu:4"), ("2411", "gres/gpu:4")] {
+        let dir = std::env::temp_dir().join(format!("tfc-job-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("scontrol");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show job -o 1' ] || exit 1\n\
+                 echo 'JobId=1 JobName=interactive NumNodes=2 NumCPUs=4 NumTasks=4 TRES=cpu=4,node=2,billing=4,gres/gpu=8 TresPerNode={tres}'\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.display().to_string();
+        let env = [
+            ("PATH", path.as_str()),
+            ("SLURM_JOB_ID", "1"),
+            ("SLURM_JOB_CPUS_PER_NODE", "2(x2)"),
+            ("SLURM_JOB_NODELIST", "node[1-2]"),
+            ("SLURM_JOB_NUM_NODES", "2"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_NTASKS_PER_NODE", "2"),
+            ("SLURM_TASKS_PER_NODE", "2(x2)"),
+        ];
+        let text = ok(&cli(&["preview", "--tf-cluster"], &env));
+        let gpus: Vec<String> = table(&text).0.into_iter().map(|r| r[4].clone()).collect();
+        assert_eq!(gpus, ["0,1", "2,3", "0,1", "2,3"], "{name}: {text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -3,7 +3,17 @@
 //! every task a `worker`.
 
 use super::error::{Result, bail, shown};
+use super::limits::MAX_TASKS;
 use super::number::parse_u32;
+
+/// Why `count` (no u32) is no role count: digits too many for any step,
+/// or not a whole number.
+fn not_a_count(count: &str) -> String {
+    match !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()) {
+        true => format!("{count} (too large, at most {MAX_TASKS})"),
+        false => format!("{} (not a whole number ≥ 1)", shown(count)),
+    }
+}
 
 /// TensorFlow's side-car evaluator: a role of the step, but not of the
 /// cluster its TF_CONFIG describes (tensorflow#30121).
@@ -78,12 +88,7 @@ impl RoleSpec {
                     ));
                 }
                 Some(n) => n,
-                None => {
-                    return bad(format!(
-                        "role {name} has count {} (not a whole number ≥ 1)",
-                        shown(count)
-                    ));
-                }
+                None => return bad(format!("role {name} has count {}", not_a_count(count))),
             };
             if count > 1 && (name == CHIEF || name == EVALUATOR) {
                 return bad(format!(
@@ -231,8 +236,11 @@ mod tests {
             (":1", "empty role name"),
             ("ps:0", "count 0"),
             ("ps:-1", "count \"-1\""),
+            (
+                "ps:99999999999",
+                "count 99999999999 (too large, at most 262144)",
+            ),
             ("ps:x", "count \"x\""),
-            ("ps:99999999999", "count \"99999999999\""),
             ("ps:1,ps:2", "ps is given twice"),
             ("pß:1", "has 'ß'"),
             ("p s:1", "has ' '"),

@@ -1,4 +1,4 @@
-//! `tf-cluster explain` outside a step, on the real testbed: from an
+//! `tf-cluster preview` outside a step, on the real testbed: from an
 //! `salloc -N2 -n4` shell and from a batch script, the preview of the next
 //! srun step, then that very step with `--tf-cluster`, whose tasks print what
 //! they got. The preview must place every rank where Slurm really ran it:
@@ -38,7 +38,7 @@ fn install_probe() {
     install(DIR, &[("probe.sh", PROBE)], "");
 }
 
-/// One rank of explain's table.
+/// One rank of the preview's table.
 #[derive(Debug)]
 struct Row {
     rank: u32,
@@ -70,7 +70,7 @@ fn section<'a>(all: &'a [(String, String)], name: &str, context: &str) -> &'a st
         .unwrap_or_else(|| panic!("no section {name} in the output:\n{context}"))
 }
 
-/// explain's table (RANK ROLE INDEX ADDRESS GPUS) and the lines after it.
+/// the preview's table (RANK ROLE INDEX ADDRESS GPUS) and the lines after it.
 fn table(text: &str) -> (Vec<Row>, Vec<String>) {
     let mut lines = text.lines();
     let header: Vec<&str> = lines
@@ -81,7 +81,7 @@ fn table(text: &str) -> (Vec<Row>, Vec<String>) {
     assert_eq!(
         header,
         ["RANK", "ROLE", "INDEX", "ADDRESS", "GPUS"],
-        "explain's table:\n{text}"
+        "the preview's table:\n{text}"
     );
     let mut rows = Vec::new();
     let mut notes = Vec::new();
@@ -211,7 +211,7 @@ fn script(cases: &[(&str, &str)], outputs: &Outputs) -> String {
     let mut s = String::from("env | grep '^SLURM_' | sort >&2\n");
     for (name, args) in cases {
         s.push_str(&format!(
-            "echo '=== preview {name}'\n{CLI} explain {args}\n\
+            "echo '=== preview {name}'\n{CLI} preview {args}\n\
              echo '=== step {name}'\nsrun --output={dir}/{name}.%t {args} bash {DIR}/probe.sh\n\
              for t in $(seq 0 $((SLURM_NTASKS - 1))); do cat {dir}/{name}.$t; done\n"
         ));
@@ -441,14 +441,14 @@ fn shapes_script(
     let wait = if wait_idle { WAIT_IDLE } else { "" };
     for (name, args) in shapes {
         s.push_str(&format!(
-            "{wait}echo '=== preview {name}'\n{CLI} explain --tf-cluster {args} 2>&1\n\
+            "{wait}echo '=== preview {name}'\n{CLI} preview --tf-cluster {args} 2>&1\n\
              echo '=== step {name}'\nsrun --output={dir}/{name}.%t {args} --tf-cluster bash {DIR}/probe.sh\n\
              cat {dir}/{name}.*\n"
         ));
     }
     for (name, args, command) in refusals {
         s.push_str(&format!(
-            "echo '=== preview {name}'\n{CLI} explain {args} -- {command} 2>&1\n\
+            "echo '=== preview {name}'\n{CLI} preview {args} -- {command} 2>&1\n\
              echo '=== step {name}'\nsrun {args} {command} 2>&1\n"
         ));
     }
@@ -488,7 +488,7 @@ fn compare_shapes(text: &str, shapes: &[(&str, &str)], context: &str) {
     }
 }
 
-/// Every refusal's text, as explain gives it, is srun's.
+/// Every refusal's text, as the preview gives it, is srun's.
 fn compare_refusals(text: &str, refusals: &[(&str, &str, &str)], context: &str) {
     let all = sections(text);
     for (name, args, command) in refusals {
@@ -498,7 +498,9 @@ fn compare_refusals(text: &str, refusals: &[(&str, &str, &str)], context: &str) 
             .lines()
             .find_map(|l| l.strip_prefix("tf-cluster: "))
             .unwrap_or_else(|| {
-                panic!("{name} ({args} {command}): explain did not refuse:\n{preview}\n{context}")
+                panic!(
+                    "{name} ({args} {command}): the preview did not refuse:\n{preview}\n{context}"
+                )
             });
         // Slurm's own refusals are quoted in parentheses; the plugin's are
         // its whole line.
@@ -534,7 +536,7 @@ fn without_ports(text: &str) -> String {
 
 /// From a login node: the preview of each shape is the step srun then runs
 /// (srun's own allocation, the nodes' CPUs from slurmctld), and each step
-/// srun refuses, explain refuses with srun's text.
+/// srun refuses, the preview refuses with srun's text.
 #[test]
 fn previews_from_a_login_node_are_the_steps() {
     let _s = serial();
@@ -586,4 +588,51 @@ fn previews_in_an_uneven_allocation_are_the_steps() {
     assert!(out.status.success(), "{context}");
     compare_shapes(&stdout, ALLOCATION_SHAPES, &context);
     compare_refusals(&stdout, ALLOCATION_REFUSALS, &context);
+}
+
+/// Shapes inside `salloc -N2 --ntasks-per-node=2 --gres=gpu:4`: every task
+/// of a step there gets the GPUs Slurm gives it on its node, and so must
+/// every rank of the preview.
+const GPU_ALLOCATION_SHAPES: &[(&str, &str)] = &[
+    ("default", ""),
+    ("cyclic", "-m cyclic"),
+    ("n2", "-n2"),
+    ("n3", "-n3"),
+];
+
+/// Inside an allocation of GPUs (`--gres=gpu:4`), with no GPU option on
+/// the step: every shape's preview shows the GPUs each task gets.
+#[test]
+fn previews_in_a_gpu_allocation_are_the_steps() {
+    let _s = serial();
+    let _t = testbed();
+    install_probe();
+    let outputs = Outputs::new("preview-gpus");
+    let mut script = String::from("env | grep -E '^SLURM_|GPU|GRES|TRES' | sort >&2\n");
+    script.push_str(&shapes_script(
+        GPU_ALLOCATION_SHAPES,
+        &[],
+        outputs.path(),
+        false,
+    ));
+    let out = exec_for(
+        300,
+        &[
+            "salloc",
+            "-N2",
+            "--ntasks-per-node=2",
+            "--gres=gpu:4",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let context = format!(
+        "salloc exit {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{context}");
+    compare_shapes(&stdout, GPU_ALLOCATION_SHAPES, &context);
 }

@@ -134,7 +134,7 @@ fn check_build(report: &mut Report, path: &str, info: &PluginInfo, own_build_id:
         Some(id) if id == own_build_id => report.add(Level::Ok, format!("same build as this CLI ({id})")),
         Some(id) => report.add(
             Level::Warn,
-            format!("the plugin is build \"{id}\", this CLI \"{own_build_id}\": `tf-cluster env|explain` may differ from the plugin"),
+            format!("the plugin is build \"{id}\", this CLI \"{own_build_id}\": `tf-cluster env|preview` may differ from the plugin"),
         ),
         None => report.add(Level::Warn, format!("{path} carries no build id (an older build): cannot tell it from this CLI's")),
     }

@@ -3,8 +3,8 @@
 //! (the core's).
 
 use tf_cluster_core::hostlist::HostList;
-use tf_cluster_core::number::parse_u32;
-use tf_cluster_core::{Error, MAX_NODES, Result, Source, tasks_per_node};
+use tf_cluster_core::number::{parse_u32, parse_u64};
+use tf_cluster_core::{Error, MAX_GPUS, MAX_NODES, MAX_TASKS, Result, Source, tasks_per_node};
 
 #[derive(Debug, Default)]
 pub struct Job {
@@ -21,10 +21,14 @@ pub struct Job {
     pub gpus: Option<u32>,
 }
 
-/// A count above 0, as srun takes its options and variables.
-pub fn count(text: &str, what: &str) -> Result<u32> {
-    match parse_u32(text) {
-        Some(n) if n > 0 => Ok(n),
+/// A count above 0, as srun takes its options and variables; one too large
+/// for any step says the most it may be (`max`), not that it is no count.
+pub fn count(text: &str, what: &str, max: u32) -> Result<u32> {
+    match parse_u64(text) {
+        Some(n) if n > u64::from(max) => Err(Error::new(format!(
+            "{what} {text:?}: too large, at most {max}"
+        ))),
+        Some(n) if n > 0 => Ok(n as u32),
         _ => Err(Error::new(format!("{what} {text:?}: not a count"))),
     }
 }
@@ -40,8 +44,8 @@ pub fn gpus_per_node(text: &str, what: &str) -> Result<u32> {
     }
 }
 
-fn env_count(env: &mut impl Source, name: &str) -> Result<Option<u32>> {
-    env.var(name)?.map(|v| count(&v, name)).transpose()
+fn env_count(env: &mut impl Source, name: &str, max: u32) -> Result<Option<u32>> {
+    env.var(name)?.map(|v| count(&v, name, max)).transpose()
 }
 
 impl Job {
@@ -60,15 +64,17 @@ impl Job {
                     .map_err(|e| Error::new(format!("SLURM_JOB_CPUS_PER_NODE: {e}")))
             })
             .transpose()?;
-        if let (Some(cpus), Some(per_task)) = (&mut cpus, env_count(env, "SLURM_CPUS_PER_TASK")?) {
+        if let (Some(cpus), Some(per_task)) =
+            (&mut cpus, env_count(env, "SLURM_CPUS_PER_TASK", u32::MAX)?)
+        {
             cpus.iter_mut().for_each(|c| *c = (*c / per_task).max(1));
         }
         Ok(Job {
             id: env.var("SLURM_JOB_ID")?,
             hosts,
-            nnodes: env_count(env, "SLURM_NNODES")?,
-            ntasks: env_count(env, "SLURM_NTASKS")?,
-            ntasks_per_node: env_count(env, "SLURM_NTASKS_PER_NODE")?,
+            nnodes: env_count(env, "SLURM_NNODES", MAX_NODES)?,
+            ntasks: env_count(env, "SLURM_NTASKS", MAX_TASKS)?,
+            ntasks_per_node: env_count(env, "SLURM_NTASKS_PER_NODE", MAX_TASKS)?,
             cpus,
             distribution: env.var("SLURM_DISTRIBUTION")?,
             plane_size: env.var("SLURM_DIST_PLANESIZE")?,
@@ -83,7 +89,7 @@ fn job_gpus(env: &mut impl Source) -> Result<Option<u32>> {
     if let Some(g) = env.var("SLURM_GPUS_PER_NODE")? {
         return gpus_per_node(&g, "SLURM_GPUS_PER_NODE").map(Some);
     }
-    if let Ok(Some(n)) = env_count(env, "SLURM_GPUS_ON_NODE") {
+    if let Ok(Some(n)) = env_count(env, "SLURM_GPUS_ON_NODE", MAX_GPUS) {
         return Ok(Some(n));
     }
     Ok(env

@@ -123,10 +123,15 @@ impl Probe for Synthesised<'_> {
 pub fn preview(shape: &Shape, env: &mut (impl Source + Probe), place: Place) -> Result<Preview> {
     // In a step, srun's own variables are the job's (as a nested srun
     // reads them).
-    let job = match place {
+    let mut job = match place {
         Place::Allocation | Place::Step => Job::read(env)?,
         Place::Login => Job::default(),
     };
+    // A job of GPUs whose variables name none (`salloc --gres=gpu:N`):
+    // slurmctld's word, unless a GPU option of the step says otherwise.
+    if job.gpus.is_none() && shape.gpus_per_node.is_none() && shape.gres.is_none() {
+        job.gpus = job.id.as_deref().and_then(nodes::job_gpus);
+    }
     let req = Request::new(shape, &job)?;
     let mut notes = Vec::new();
     let listed = listed(&req, env)?;
@@ -315,17 +320,19 @@ fn variables(
 /// srun's refusals before launch, by the very checks srun makes
 /// (core::check_before_launch, core::gpus::check_before_launch), on what
 /// the preview knows: the step's tasks and nodes, the most tasks on a node,
-/// the ports Slurm reserves where slurm.conf has `MpiParams=ports` (one more
-/// than the fullest node's tasks, measured on 22.05-26.05; `first_port` the
-/// range's first), and the command after `--`.
+/// the ports Slurm reserves where slurm.conf has `MpiParams=ports`
+/// (`first_port` the range's first; `--resv-ports=N` N of them, else one
+/// more than the fullest node's tasks, measured on 22.05-26.05), and the
+/// command after `--`.
 pub fn check(
     settings: &Settings,
     preview: &Preview,
     command: &[String],
     first_port: Option<u16>,
+    resv_ports: Option<u32>,
 ) -> Result<()> {
     let most = preview.counts.iter().copied().max().unwrap_or(0);
-    let reserved = first_port.map(|p| reservation(p, most));
+    let reserved = first_port.map(|p| reservation(p, resv_ports.unwrap_or(most + 1)));
     let hosts = preview.hosts.join(",");
     check_before_launch(
         settings,
@@ -337,7 +344,16 @@ pub fn check(
             most_local: Some(most),
             command: (!command.is_empty()).then_some(command),
         },
-    )?;
+    )
+    .map_err(|e| match &reserved {
+        // The core speaks of a step Slurm reserved for; before launch, what
+        // srun would reserve, then srun's own refusal.
+        Some(list) if e.to_string().starts_with("Slurm reserved") => Error::new(format!(
+            "srun would reserve {} port(s) ({list}) on each node; srun would be refused ({e})",
+            list_len(list)
+        )),
+        _ => e,
+    })?;
     let request = SrunRequest {
         bind: None,
         gpus_per_node: preview.gpus,
@@ -345,13 +361,20 @@ pub fn check(
     gpus::check_before_launch(settings, gpu_rules(settings.frameworks), &request, most)
 }
 
-/// Slurm's reservation for a step of `most` tasks on its fullest node: one
-/// port more than its tasks.
-fn reservation(first: u16, most: u32) -> String {
-    let last = u32::from(first) + most;
-    match last.min(u32::from(u16::MAX)) {
+/// Slurm's reservation of `count` ports from the range's first.
+fn reservation(first: u16, count: u32) -> String {
+    let last = (u32::from(first) + count.max(1) - 1).min(u32::from(u16::MAX));
+    match last {
         l if l == u32::from(first) => first.to_string(),
         l => format!("{first}-{l}"),
+    }
+}
+
+/// How many ports `first-last` (or one port) holds.
+fn list_len(list: &str) -> u32 {
+    match list.split_once('-') {
+        Some((a, b)) => b.parse::<u32>().unwrap_or(0) + 1 - a.parse::<u32>().unwrap_or(0),
+        None => 1,
     }
 }
 
@@ -360,9 +383,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_reservation_is_as_long_as_the_fullest_node() {
-        assert_eq!(reservation(12000, 0), "12000");
-        assert_eq!(reservation(12000, 1), "12000-12001");
-        assert_eq!(reservation(12000, 3), "12000-12003");
+    fn a_reservation_holds_the_ports_counted() {
+        assert_eq!(reservation(12000, 1), "12000");
+        assert_eq!(reservation(12000, 2), "12000-12001");
+        assert_eq!(reservation(12000, 4), "12000-12003");
+        assert_eq!(reservation(65535, 4), "65535");
+        assert_eq!(list_len("12000-12003"), 4);
+        assert_eq!(list_len("12000"), 1);
     }
 }

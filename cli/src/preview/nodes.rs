@@ -141,6 +141,25 @@ fn cluster_nodes() -> Option<(Vec<String>, Vec<u32>)> {
     parse_cluster(&partitions, &nodes)
 }
 
+/// The GPUs on each node of job `id` as slurmctld holds them, for a job
+/// whose variables name none (`salloc --gres=gpu:N` sets no GPU variable;
+/// a step there gets the job's GPUs all the same).
+pub fn job_gpus(id: &str) -> Option<u32> {
+    let text = scontrol(&["show", "job", "-o", id])?;
+    parse_job_gpus(text.lines().next()?)
+}
+
+/// TresPerNode's gpu entries of one `scontrol show job -o` line
+/// (`gres:gpu:4` in 22.05, `gres/gpu:4` later).
+pub fn parse_job_gpus(line: &str) -> Option<u32> {
+    let tres = field(line, "TresPerNode")?;
+    let entries: Vec<&str> = tres
+        .split(',')
+        .map(|e| e.strip_prefix("gres:").unwrap_or(e))
+        .collect();
+    super::shape::gres_gpus(&entries.join(",")).ok().flatten()
+}
+
 /// `Key=Value` words of one `scontrol … -o` line.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace()
@@ -189,6 +208,16 @@ mod tests {
         let mut names = vec!["n10", "n9", "a1", "n1"];
         names.sort_by_key(|n| natural_key(n));
         assert_eq!(names, ["a1", "n1", "n9", "n10"]);
+    }
+
+    #[test]
+    fn the_jobs_gpus_per_node_in_either_spelling() {
+        let line = |tres: &str| format!("JobId=1 NumNodes=2 TresPerNode={tres} Gres=x");
+        assert_eq!(parse_job_gpus(&line("gres:gpu:4")), Some(4));
+        assert_eq!(parse_job_gpus(&line("gres/gpu:4")), Some(4));
+        assert_eq!(parse_job_gpus(&line("gres:gpu:a100:2,gres:nic:1")), Some(2));
+        assert_eq!(parse_job_gpus(&line("gres:nic:1")), None);
+        assert_eq!(parse_job_gpus("JobId=1 NumNodes=2"), None);
     }
 
     #[test]

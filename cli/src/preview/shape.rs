@@ -6,7 +6,7 @@
 use clap::Args;
 use tf_cluster_core::distribution::Distribution;
 use tf_cluster_core::number::parse_u32;
-use tf_cluster_core::{Error, Result};
+use tf_cluster_core::{Error, MAX_NODES, MAX_TASKS, Result};
 
 use super::job::{Job, count, gpus_per_node};
 
@@ -35,6 +35,15 @@ pub struct Shape {
     /// Generic resources on each node; gpu[:TYPE][:N] entries count as GPUs.
     #[arg(long = "gres", value_name = "LIST")]
     pub gres: Option<String>,
+    /// Ports Slurm reserves for the step on each node (default: one more than the fullest node's tasks), where slurm.conf has MpiParams=ports.
+    #[arg(
+        long = "resv-ports",
+        value_name = "N",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    pub resv_ports: Option<String>,
     /// srun's --gpus-per-task: refused here (Slurm then binds GPUs per task).
     #[arg(long = "gpus-per-task", value_name = "N", hide = true)]
     pub gpus_per_task: Option<String>,
@@ -58,6 +67,15 @@ impl Shape {
             || self.gpus_per_node.is_some()
             || self.gres.is_some()
             || self.gpus_per_task.is_some()
+            || self.resv_ports.is_some()
+    }
+
+    /// `--resv-ports=N`'s N; `None` for srun's default, bare or absent.
+    pub fn resv_ports(&self) -> Result<Option<u32>> {
+        match self.resv_ports.as_deref() {
+            None | Some("") => Ok(None),
+            Some(n) => count(n, "--resv-ports", u32::from(u16::MAX)).map(Some),
+        }
     }
 }
 
@@ -80,17 +98,19 @@ impl Request {
     pub fn new(shape: &Shape, job: &Job) -> Result<Request> {
         if shape.gpus_per_task.is_some() {
             return Err(Error::new(
-                "srun's --gpus-per-task makes Slurm bind GPUs to each task, which a preview cannot show: preview with --gpus-per-node=N, or run explain in the step (the plugin's own setting is --tf-gpus-per-task)",
+                "srun's --gpus-per-task makes Slurm bind GPUs to each task, which a preview cannot show: preview with --gpus-per-node=N, or run the preview in the step (the plugin's own setting is --tf-gpus-per-task)",
             ));
         }
-        let opt = |v: &Option<String>, what: &str| v.as_deref().map(|t| count(t, what)).transpose();
+        let opt = |v: &Option<String>, what: &str, max: u32| {
+            v.as_deref().map(|t| count(t, what, max)).transpose()
+        };
         if let Some(t) = shape.nodes.as_deref().filter(|t| t.contains('-')) {
             return Err(Error::new(format!(
                 "-N/--nodes {t:?}: a range; the preview needs one node count"
             )));
         }
-        let ntasks = opt(&shape.ntasks, "-n/--ntasks")?;
-        let per_node = opt(&shape.ntasks_per_node, "--ntasks-per-node")?;
+        let ntasks = opt(&shape.ntasks, "-n/--ntasks", MAX_TASKS)?;
+        let per_node = opt(&shape.ntasks_per_node, "--ntasks-per-node", MAX_TASKS)?;
         // The job's task counts stand unless a task option is given.
         let task_option = ntasks.is_some() || per_node.is_some();
         let (dist, dist_name, plane_size) = match (&shape.distribution, &job.distribution) {
@@ -106,7 +126,7 @@ impl Request {
             _ => Err(Error::new(format!("--rank {r:?}: not a rank"))),
         });
         Ok(Request {
-            nodes: opt(&shape.nodes, "-N/--nodes")?,
+            nodes: opt(&shape.nodes, "-N/--nodes", MAX_NODES)?,
             ntasks: ntasks.or(job.ntasks.filter(|_| !task_option)),
             per_node: per_node.or(job.ntasks_per_node.filter(|_| !task_option)),
             dist,
@@ -141,7 +161,7 @@ fn gpus(shape: &Shape, job: &Job) -> Result<Option<u32>> {
 }
 
 /// The GPUs of `--gres=LIST`: gpu, gpu:N, gpu:TYPE:N entries, others skipped.
-fn gres_gpus(text: &str) -> Result<Option<u32>> {
+pub(super) fn gres_gpus(text: &str) -> Result<Option<u32>> {
     let mut total = None;
     for entry in text.split(',') {
         let entry = entry.strip_prefix("gres/").unwrap_or(entry);

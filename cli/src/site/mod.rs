@@ -3,7 +3,7 @@
 //! reserves for steps), the plugstack.conf lines that load plugins
 //! (includes followed) and the .so each names, the installed Slurm's
 //! version, all through [`Host`] ([`System`]: the real machine). `doctor`
-//! judges it; the preview of `env` and `explain`, and `launcher-env`, use it.
+//! judges it; the preview of `env` and `preview`, and `launcher-env`, use it.
 
 pub mod host;
 pub mod plugstack;
