@@ -454,7 +454,8 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
         nodes,
         shown(path)
     );
-    out.push_str(&table(&rank_rows(&ranks)));
+    out.push_str(&crate::render::table(&rank_rows(&ranks)));
+    out.push('\n');
     out.push_str(&first_failure(&ranks, path));
     if skipped > 0 {
         out.push_str(&format!(
@@ -646,24 +647,6 @@ fn clock(unix_ns: u64) -> String {
         offset.abs() / 60,
         offset.abs() % 60
     )
-}
-
-fn table(rows: &[Vec<String>]) -> String {
-    let cols = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ pub fn render(
         });
     }
     let explained = node.rank_table()?;
-    let mut out = table(explained.rows);
+    let mut out = table(&explained.rows);
     for line in explained.summaries.iter().chain(&notes) {
         out.push('\n');
         out.push_str(line);
@@ -62,13 +62,13 @@ pub fn render(
 }
 
 /// Rows as columns padded to their widest cell; the first row is the header.
-fn table(rows: Vec<Vec<String>>) -> String {
+pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for row in &rows {
+    for row in rows {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)
