@@ -12,7 +12,11 @@ fn help_lists_every_option() {
     let _t = testbed();
     for tool in ["srun", "sbatch", "salloc"] {
         let out = common::exec(&[tool, "--help"]);
-        let help = String::from_utf8_lossy(&out.stdout).replace(char::is_whitespace, " ");
+        // Slurm wraps each description: its lines joined by one space.
+        let help = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         for (option, words) in [
             (
                 "--tf-cluster=ROLE:N,...",
