@@ -859,25 +859,35 @@ fn resv_ports_is_a_shape_option() {
 
 /// Inside `salloc -N2 --ntasks-per-node=2 --gres=gpu:4`, Slurm 22.05 sets
 /// no GPU variable (the testbed's job: every variable below); the job's
-/// GPUs are slurmctld's (`scontrol show job`'s TresPerNode, `gres:gpu:4` in
-/// 22.05, `gres/gpu:4` later). The step there gave tasks 0,1 and 2,3 on
-/// each node (tests/testbed_preview.rs measures it), and so must the preview.
+/// GPUs are slurmctld's (squeue's `%b`, `gres:gpu:4` in 22.05, `gres/gpu:4`
+/// later). The step there gave tasks 0,1 and 2,3 on each node
+/// (tests/testbed/preview.rs measures it), and so must the preview. The
+/// stub `scontrol show job -o` prints the job as 26.05 does for a command
+/// of several lines: its `Command=` before `TresPerNode`, newlines and all.
 #[test]
 fn a_gpu_allocation_shows_each_tasks_gpus() {
     use std::os::unix::fs::PermissionsExt;
     for (name, tres) in [("2205", "gres:gpu:4"), ("2411", "gres/gpu:4")] {
         let dir = std::env::temp_dir().join(format!("tfc-job-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let script = dir.join("scontrol");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show job -o 1' ] || exit 1\n\
-                 echo 'JobId=1 JobName=interactive NumNodes=2 NumCPUs=4 NumTasks=4 TRES=cpu=4,node=2,billing=4,gres/gpu=8 TresPerNode={tres}'\n"
+        let stubs = [
+            (
+                "squeue",
+                format!("#!/bin/sh\n[ \"$*\" = '-h -j 1 -o %b' ] || exit 1\necho '{tres}'\n"),
             ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+            (
+                "scontrol",
+                format!(
+                    "#!/bin/sh\n[ \"$1 $2 $3 $4\" = 'show job -o 1' ] || exit 1\n\
+                     printf 'JobId=1 JobName=interactive NumNodes=2 Command=bash -c echo\\necho TresPerNode={tres}\\n'\n"
+                ),
+            ),
+        ];
+        for (program, text) in stubs {
+            let script = dir.join(program);
+            std::fs::write(&script, text).unwrap();
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         let path = dir.display().to_string();
         let env = [
             ("PATH", path.as_str()),

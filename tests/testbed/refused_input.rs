@@ -46,7 +46,7 @@ const BAD_SPECS: &[(&str, &str, &str)] = &[
     ("duplicate role", "ps:1,ps:1", "role ps is given twice"),
     ("zero count", "ps:0,worker:1", "role ps has count 0 (every count must be at least 1)"),
     ("negative count", "ps:-1", "role ps has count \"-1\" (not a whole number ≥ 1)"),
-    ("huge count", "ps:99999999999", "role ps has count \"99999999999\" (not a whole number ≥ 1)"),
+    ("huge count", "ps:99999999999", "role ps has count 99999999999 (too large, at most 262144)"),
     ("two colons", "worker:1:1", "role worker has count \"1:1\" (not a whole number ≥ 1)"),
     ("text count", "worker:x", "role worker has count \"x\" (not a whole number ≥ 1)"),
     ("shell in count", "worker:1;rm", "role worker has count \"1;rm\" (not a whole number ≥ 1)"),

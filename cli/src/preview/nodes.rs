@@ -102,12 +102,18 @@ pub fn natural_key(name: &str) -> (String, u64, String) {
     )
 }
 
-/// How long slurmctld may take to answer one `scontrol`.
-const SCONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long slurmctld may take to answer one `scontrol` or `squeue`.
+const SLURMCTLD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `scontrol ARGS`' output, or None when it fails or takes too long.
 fn scontrol(args: &[&str]) -> Option<String> {
-    let mut child = Command::new("scontrol")
+    ask("scontrol", args)
+}
+
+/// `PROGRAM ARGS`' output (a Slurm client's), or None when it fails or
+/// takes too long.
+fn ask(program: &str, args: &[&str]) -> Option<String> {
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -124,7 +130,7 @@ fn scontrol(args: &[&str]) -> Option<String> {
         match child.try_wait().ok()? {
             Some(status) if status.success() => return reader.join().ok()?.ok(),
             Some(_) => return None,
-            None if start.elapsed() > SCONTROL_TIMEOUT => {
+            None if start.elapsed() > SLURMCTLD_TIMEOUT => {
                 let _ = child.kill();
                 let _ = child.wait();
                 return None;
@@ -143,17 +149,20 @@ fn cluster_nodes() -> Option<(Vec<String>, Vec<u32>)> {
 
 /// The GPUs on each node of job `id` as slurmctld holds them, for a job
 /// whose variables name none (`salloc --gres=gpu:N` sets no GPU variable;
-/// a step there gets the job's GPUs all the same).
+/// a step there gets the job's GPUs all the same). From squeue's one field
+/// (`%b`, the job's TRES per node), never from `scontrol show job`'s line:
+/// its `Command=` holds the job's command as typed, newlines and
+/// `Key=Value` words included.
 pub fn job_gpus(id: &str) -> Option<u32> {
-    let text = scontrol(&["show", "job", "-o", id])?;
-    parse_job_gpus(text.lines().next()?)
+    let text = ask("squeue", &["-h", "-j", id, "-o", "%b"])?;
+    parse_tres_per_node(text.lines().next()?)
 }
 
-/// TresPerNode's gpu entries of one `scontrol show job -o` line
-/// (`gres:gpu:4` in 22.05, `gres/gpu:4` later).
-pub fn parse_job_gpus(line: &str) -> Option<u32> {
-    let tres = field(line, "TresPerNode")?;
+/// The GPUs of squeue's `%b` (TRES per node): `gres:gpu:4` in 22.05,
+/// `gres/gpu:4` later, `N/A` for none.
+pub fn parse_tres_per_node(tres: &str) -> Option<u32> {
     let entries: Vec<&str> = tres
+        .trim()
         .split(',')
         .map(|e| e.strip_prefix("gres:").unwrap_or(e))
         .collect();
@@ -212,12 +221,11 @@ mod tests {
 
     #[test]
     fn the_jobs_gpus_per_node_in_either_spelling() {
-        let line = |tres: &str| format!("JobId=1 NumNodes=2 TresPerNode={tres} Gres=x");
-        assert_eq!(parse_job_gpus(&line("gres:gpu:4")), Some(4));
-        assert_eq!(parse_job_gpus(&line("gres/gpu:4")), Some(4));
-        assert_eq!(parse_job_gpus(&line("gres:gpu:a100:2,gres:nic:1")), Some(2));
-        assert_eq!(parse_job_gpus(&line("gres:nic:1")), None);
-        assert_eq!(parse_job_gpus("JobId=1 NumNodes=2"), None);
+        assert_eq!(parse_tres_per_node("gres:gpu:4\n"), Some(4));
+        assert_eq!(parse_tres_per_node("gres/gpu:4"), Some(4));
+        assert_eq!(parse_tres_per_node("gres:gpu:a100:2,gres:nic:1"), Some(2));
+        assert_eq!(parse_tres_per_node("gres:nic:1"), None);
+        assert_eq!(parse_tres_per_node("N/A"), None);
     }
 
     #[test]
