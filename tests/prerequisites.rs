@@ -184,3 +184,33 @@ fn a_daemon_that_never_answers_fails_in_its_time_with_one_line() {
         "the line says neither the wait nor Docker's own reason: {err}"
     );
 }
+
+/// `.ci/run` opts in on CI's own machine (Docker started, overlay2) unless a
+/// variable says otherwise: set empty, it keeps the machine's Docker as it
+/// is. Its export line, run as bash runs it.
+#[test]
+fn ci_opts_in_unless_told_not_to() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(".ci/run")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("export TFC_DOCKER_START="))
+        .expect(".ci/run exports TFC_DOCKER_START and TFC_DOCKER_DRIVER");
+    let run = |vars: &[(&str, &str)]| {
+        let mut cmd = Command::new("bash");
+        cmd.args([
+            "-c",
+            &format!("{line}; echo \"[$TFC_DOCKER_START][$TFC_DOCKER_DRIVER]\""),
+        ])
+        .env_remove("TFC_DOCKER_START")
+        .env_remove("TFC_DOCKER_DRIVER");
+        cmd.envs(vars.iter().copied());
+        String::from_utf8(cmd.output().unwrap().stdout).unwrap()
+    };
+    assert_eq!(run(&[]), "[1][overlay2]\n");
+    assert_eq!(
+        run(&[("TFC_DOCKER_START", ""), ("TFC_DOCKER_DRIVER", "")]),
+        "[][]\n"
+    );
+    assert_eq!(run(&[("TFC_DOCKER_DRIVER", "")]), "[1][]\n");
+}
