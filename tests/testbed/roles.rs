@@ -1,0 +1,180 @@
+//! Roles in one step (`--tf-roles`) on real srun steps: every task's world
+//! in its role, the step-wide world, the address book, its own ports and
+//! the engines' variables, each expected value derived from where Slurm ran
+//! the tasks and the ports it reserved (the order docs/user-guide.md gives:
+//! PyTorch's port, one per role, then each local task's K), never from the
+//! plugin's output; and what srun refuses.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+
+use common::{reserved_ports, srun_tasks_env, testbed};
+use serde_json::Value;
+
+/// Each task prints Slurm's facts and what it was given, as one JSON line.
+const SHOW: &str = r#"
+import json, os, socket
+names = ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_RESV_PORTS", "TF_CLUSTER_ROLE",
+         "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+         "TF_CLUSTER_STEP_RANK", "TF_CLUSTER_STEP_WORLD_SIZE", "TF_CLUSTER_STEP_MASTER_ADDR",
+         "TF_CLUSTER_STEP_MASTER_PORT", "TF_CLUSTER_ROLE_TRAINER_ADDRS",
+         "TF_CLUSTER_ROLE_ROLLOUT_ADDRS", "TF_CLUSTER_PORTS", "VLLM_HOST_IP", "SGLANG_HOST_IP",
+         "VLLM_PORT"]
+out = {n: os.environ.get(n) for n in names}
+out["host"] = socket.gethostname()
+out["ip"] = socket.gethostbyname(out["host"])
+print("ROLEVARS " + json.dumps(out), flush=True)
+"#;
+
+/// The tasks of one step, by rank.
+fn run(vars: &[&str], args: &[&str]) -> (std::process::Output, BTreeMap<u32, Value>) {
+    let mut full = args.to_vec();
+    full.extend(["python3", "-c", SHOW]);
+    let out = srun_tasks_env(vars, &full);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tasks = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ROLEVARS "))
+        .map(|j| serde_json::from_str::<Value>(j).unwrap())
+        .map(|v| (v["SLURM_PROCID"].as_str().unwrap().parse().unwrap(), v))
+        .collect();
+    (out, tasks)
+}
+
+fn s(v: &Value, name: &str) -> String {
+    v[name].as_str().unwrap_or("<unset>").to_string()
+}
+
+/// `srun -N3 -n6 -m cyclic --resv-ports=11 --torch-cluster
+/// --tf-roles=trainer:4,rollout:2`, with the user's own VLLM_PORT: each of
+/// the 6 tasks gets its role's world, the step's, both roles' addresses,
+/// its 4 own ports, the node's address for the engines and keeps the
+/// user's VLLM_PORT.
+#[test]
+fn every_task_gets_its_roles_world() {
+    let _t = testbed();
+    let args = [
+        "-N3",
+        "-n6",
+        "-m",
+        "cyclic",
+        "--resv-ports=11",
+        "--torch-cluster",
+        "--tf-roles=trainer:4,rollout:2",
+    ];
+    let (out, tasks) = run(&[], &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(tasks.len(), 6, "{err}");
+    let first = |rank: u32| if rank < 4 { 0 } else { 4 };
+    let role = |rank: u32| if rank < 4 { "trainer" } else { "rollout" };
+    let host = |rank: u32| s(&tasks[&rank], "host");
+    let local = |rank: u32| s(&tasks[&rank], "SLURM_LOCALID").parse::<usize>().unwrap();
+    let ports = |rank: u32| reserved_ports(&s(&tasks[&rank], "SLURM_STEP_RESV_PORTS"));
+    // Ports in the documented order: PyTorch's own (the step-wide one), the
+    // trainers', the rollout servers', then 4 per local task.
+    let own = |rank: u32| ports(rank)[3 + 4 * local(rank)..3 + 4 * local(rank) + 4].to_vec();
+    let book = |lo: u32, hi: u32| {
+        (lo..hi)
+            .map(|r| format!("{}:{}", host(r), own(r)[0]))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    for (&rank, v) in &tasks {
+        let mates: Vec<u32> = (first(rank)..)
+            .take(if rank < 4 { 4 } else { 2 })
+            .filter(|&r| host(r) == host(rank))
+            .collect();
+        let p = ports(rank);
+        let want = [
+            ("TF_CLUSTER_ROLE", role(rank).to_string()),
+            ("RANK", (rank - first(rank)).to_string()),
+            ("WORLD_SIZE", if rank < 4 { "4" } else { "2" }.to_string()),
+            (
+                "LOCAL_RANK",
+                mates.iter().filter(|&&r| r < rank).count().to_string(),
+            ),
+            ("LOCAL_WORLD_SIZE", mates.len().to_string()),
+            ("MASTER_ADDR", host(first(rank))),
+            ("MASTER_PORT", p[if rank < 4 { 1 } else { 2 }].to_string()),
+            ("TF_CLUSTER_STEP_RANK", rank.to_string()),
+            ("TF_CLUSTER_STEP_WORLD_SIZE", "6".to_string()),
+            ("TF_CLUSTER_STEP_MASTER_ADDR", host(0)),
+            ("TF_CLUSTER_STEP_MASTER_PORT", p[0].to_string()),
+            ("TF_CLUSTER_ROLE_TRAINER_ADDRS", book(0, 4)),
+            ("TF_CLUSTER_ROLE_ROLLOUT_ADDRS", book(4, 6)),
+            (
+                "TF_CLUSTER_PORTS",
+                own(rank)
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            ("VLLM_HOST_IP", s(v, "ip")),
+            ("SGLANG_HOST_IP", s(v, "ip")),
+            ("VLLM_PORT", own(rank)[1].to_string()),
+        ];
+        for (name, value) in want {
+            assert_eq!(s(v, name), value, "rank {rank} {name}: {v}");
+        }
+    }
+    // The user's own VLLM_PORT is kept.
+    let (out, tasks) = run(&["VLLM_PORT=7777"], &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        tasks.values().all(|v| s(v, "VLLM_PORT") == "7777"),
+        "{tasks:?}"
+    );
+}
+
+/// srun refuses, in one line and before any task runs: counts that do not
+/// add up to the step, roles with TensorFlow, and a reservation too small
+/// (naming the --resv-ports to ask for).
+#[test]
+fn roles_that_do_not_fit_are_refused_by_srun() {
+    let _t = testbed();
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &[
+                "-N3",
+                "-n6",
+                "--resv-ports=11",
+                "--torch-cluster",
+                "--tf-roles=trainer:4,rollout:1",
+            ],
+            "--tf-roles=trainer:4,rollout:1 asks for 5 tasks but the step has 6",
+        ),
+        (
+            &[
+                "-N1",
+                "-n2",
+                "--tf-cluster",
+                "--torch-cluster",
+                "--tf-roles=a:1,b:1",
+            ],
+            "TensorFlow",
+        ),
+        (
+            &[
+                "-N3",
+                "-n6",
+                "--resv-ports=10",
+                "--torch-cluster",
+                "--tf-roles=trainer:4,rollout:2",
+            ],
+            "ask for them with srun --resv-ports=11",
+        ),
+    ];
+    for (args, why) in cases {
+        let mut full = args.to_vec();
+        full.extend(["bash", "-c", common::PROBE]);
+        let run = common::parse_run(common::srun_tasks(&full));
+        run.assert_refused(why);
+    }
+}
