@@ -366,6 +366,7 @@ impl Node {
         for f in self.settings.frameworks.iter() {
             header.extend(f.columns.iter().map(|c| c.to_string()));
         }
+        header.extend(self.worlds.columns().into_iter().map(String::from));
         header.push("GPUS".into());
         let mut rows = vec![header];
         let mut summaries = Vec::new();
@@ -381,6 +382,7 @@ impl Node {
                     summaries.extend((f.summary)(&task));
                 }
             }
+            row.extend(self.worlds.row(&self.layout, placement, world));
             let visible = gpus.vars.into_iter().next().map(|(_, list)| list);
             row.push(visible.unwrap_or_else(|| "-".into()));
             rows.push(row);
@@ -388,6 +390,7 @@ impl Node {
         if let Some(node) = &self.step.network {
             summaries.push(frameworks::network_summary(&self.settings, node));
         }
+        summaries.extend(self.worlds.summary(&self.layout, self.step_port()));
         Ok(RankTable { rows, summaries })
     }
 }

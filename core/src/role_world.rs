@@ -273,6 +273,64 @@ impl RoleWorlds {
         Ok(vars)
     }
 
+    /// Its columns in `tf-cluster preview`: the role, the rank in it and its
+    /// size, its rendezvous (the role's first node and port), the task's
+    /// own ports.
+    pub fn columns(&self) -> Vec<&'static str> {
+        let mut columns = Vec::new();
+        if self.any() {
+            columns.extend(["ROLE", "ROLE_RANK", "ROLE_MASTER"]);
+        }
+        if self.per_task > 0 {
+            columns.push("PORTS");
+        }
+        columns
+    }
+
+    /// One task's cells of [`RoleWorlds::columns`].
+    pub fn row(&self, layout: &Layout, p: Placement, world: World) -> Vec<String> {
+        let mut row = Vec::new();
+        if let Some(role) = world.role {
+            let port = self.role_port(Some(role), 0).map_or(0, |p| p[0]);
+            row.extend([
+                self.name(role).to_string(),
+                format!("{}/{}", world.rank, world.size),
+                format!("{}:{port}", layout.address(world.master_node)),
+            ]);
+        }
+        if self.per_task > 0 {
+            let own: Vec<String> = self
+                .task_ports(p.local)
+                .iter()
+                .map(u16::to_string)
+                .collect();
+            row.push(own.join(","));
+        }
+        row
+    }
+
+    /// The lines after `tf-cluster preview`'s table: the step-wide world's
+    /// rendezvous and each role's address book.
+    pub fn summary(&self, layout: &Layout, step_port: Option<u16>) -> Vec<String> {
+        if !self.any() {
+            return Vec::new();
+        }
+        let master = layout
+            .placement(0)
+            .map(|p| layout.address(p.node).into_owned())
+            .unwrap_or_default();
+        let mut lines = vec![format!(
+            "roles: the step-wide world TF_CLUSTER_STEP_MASTER_ADDR={master} TF_CLUSTER_STEP_MASTER_PORT={}",
+            step_port.map_or("-".into(), |p| p.to_string())
+        )];
+        lines.extend(
+            self.book
+                .iter()
+                .map(|(name, value)| format!("{name}={value}")),
+        );
+        lines
+    }
+
     /// The world's own variables for a step whose frameworks set none of
     /// them (JAX alone): RANK … MASTER_PORT of the task's role.
     pub fn world_vars(

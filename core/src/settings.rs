@@ -384,8 +384,8 @@ pub const SETTINGS: [Setting; 16] = [
     },
     Setting {
         key: "roles",
-        arg: "NAME:COUNT,…",
-        help: "split the step's tasks, in rank order, into named roles (NAME: a-z, 0-9 and '_'), each with its own RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, beside a step-wide world and every role's addresses; with --torch-cluster or --jax-cluster; in a heterogeneous step NAME,NAME… names its components (default: none)",
+        arg: "NAME:COUNT,...",
+        help: "split the step's tasks, in rank order, into named roles (NAME: lower-case letters, digits and '_', a letter first), each with its own RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, beside a step-wide world and every role's addresses; with --torch-cluster or --jax-cluster; in a heterogeneous step NAME,NAME,... names its components (default: none)",
         range: None,
         default: Unset::Absent("none"),
         set: |s, v| {
