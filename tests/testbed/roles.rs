@@ -178,3 +178,113 @@ fn roles_that_do_not_fit_are_refused_by_srun() {
         run.assert_refused(why);
     }
 }
+
+/// Where the GRPO-shaped training is put on the shared /home.
+const DIR: &str = "/home/alice/roles-tests";
+
+/// One job of a pair: its exit code and each task's RESULT, with its output
+/// for failure messages.
+struct Job {
+    code: Option<i32>,
+    results: Vec<Value>,
+    output: String,
+}
+
+impl Job {
+    /// Errors its tasks reported that say an address was in use.
+    fn in_use(&self) -> usize {
+        self.results
+            .iter()
+            .flat_map(|r| r["errors"].as_array().cloned().unwrap_or_default())
+            .filter(|e| e.as_str().is_some_and(|e| e.starts_with("EADDRINUSE")))
+            .count()
+    }
+}
+
+/// Two GRPO-shaped jobs started at once on the same 3 nodes, their tasks
+/// meeting before they bind anything; `extra`: the program's options.
+fn grpo_pair(tag: &str, extra: &str) -> [Job; 2] {
+    let meet = format!("{DIR}/meet-{tag}-{}", std::process::id());
+    let run = |i: u32| {
+        let outputs = common::outputs::Outputs::new(&format!("roles-{tag}-{i}"));
+        let [out, err] = outputs.srun_args();
+        let script = format!(
+            "cd {DIR}; TFC_REPORT_DIR={} srun -N3 -n6 -m cyclic -w node[1-3] --resv-ports=11 \
+             --kill-on-bad-exit=1 {out} {err} --torch-cluster --tf-roles=trainer:4,rollout:2 \
+             python3 grpo.py --meet {meet} 12 {extra}",
+            outputs.path()
+        );
+        std::thread::spawn(move || {
+            let srun = common::exec_for(300, &["bash", "-c", &script]);
+            Job {
+                code: srun.status.code(),
+                results: outputs.reports("RESULT"),
+                output: format!(
+                    "{}\n{}",
+                    String::from_utf8_lossy(&srun.stderr),
+                    outputs.dump()
+                ),
+            }
+        })
+    };
+    let (a, b) = (run(0), run(1));
+    [a.join().unwrap(), b.join().unwrap()]
+}
+
+/// GRPO's shape on the testbed, with stand-in rollout servers
+/// (tests/fixtures/rl/grpo.py): 4 trainer ranks in gloo DDP over their own
+/// world, 2 servers each serving "generate" on its first own port; trainer
+/// rank 0 calls both through TF_CLUSTER_ROLE_ROLLOUT_ADDRS and checks each
+/// answers with the weights of the step before; after each of the 3 steps
+/// the weights go to the servers over a gloo group on the step-wide world,
+/// and each server checks it got them whole and new. Two such jobs at once
+/// on the same 3 nodes both train, with no address in use
+/// (TFC_ROLES_PAIRS pairs, default 1). The control: the same jobs on TRL's
+/// default ports (the server on 8000, the weight sync on 51216) collide.
+#[test]
+fn two_grpo_jobs_on_the_same_nodes_both_train() {
+    let _t = testbed();
+    common::install(
+        DIR,
+        &[
+            ("grpo.py", include_str!("../fixtures/rl/grpo.py")),
+            ("tfc_report.py", include_str!("../fixtures/tfc_report.py")),
+        ],
+        "",
+    );
+    let pairs: u32 = std::env::var("TFC_ROLES_PAIRS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    let mut in_use = 0;
+    for i in 0..pairs {
+        for job in grpo_pair(&format!("own{i}"), "") {
+            in_use += job.in_use();
+            assert_eq!(job.code, Some(0), "{}", job.output);
+            assert_eq!(job.results.len(), 6, "{}", job.output);
+            for r in &job.results {
+                assert_eq!(r["errors"], serde_json::json!([]), "{}", job.output);
+                match r["role"].as_str().unwrap() {
+                    "rollout" => assert_eq!(r["synced"], 3, "{}", job.output),
+                    _ if r["rank"] == 0 => {
+                        // Both servers, before each of the 3 steps and after the last.
+                        assert_eq!(r["checked"], 8, "{}", job.output)
+                    }
+                    _ => assert_eq!(r["steps"], 3, "{}", job.output),
+                }
+            }
+        }
+    }
+    eprintln!("own ports: {pairs} pair(s), {in_use} address-in-use errors");
+    assert_eq!(in_use, 0);
+    let control = grpo_pair("fixed", "--fixed-ports");
+    let failed = control.iter().filter(|j| j.code != Some(0)).count();
+    let in_use: usize = control.iter().map(Job::in_use).sum();
+    eprintln!("TRL's default ports: {failed} of 2 jobs failed, {in_use} address-in-use errors");
+    assert!(
+        failed >= 1 && in_use >= 1,
+        "{}\n{}",
+        control[0].output,
+        control[1].output
+    );
+}
