@@ -10,6 +10,9 @@ use crate::settings::Settings;
 use crate::source::Given;
 use crate::step::Step;
 
+/// Each task: its rank, its node, its variables.
+type Tasks = Vec<(u32, String, HashMap<String, String>)>;
+
 /// Every task of `srun -N3 -n6 -m cyclic --resv-ports …` (ranks 0 and 3 on
 /// n1, 1 and 4 on n2, 2 and 5 on n3; ports 12000-12099 reserved), as
 /// (rank, node, its variables); `extra`: more of the step's variables,
@@ -18,7 +21,7 @@ fn step_tasks(
     settings: &Settings,
     extra: &[(&str, &str)],
     hosts: &str,
-) -> crate::error::Result<Vec<(u32, String, HashMap<String, String>)>> {
+) -> crate::error::Result<Tasks> {
     let mut out = Vec::new();
     for node in ["n1", "n2", "n3"] {
         let mut vars: Vec<(String, String)> = [

@@ -46,7 +46,7 @@ fn s(v: &Value, name: &str) -> String {
     v[name].as_str().unwrap_or("<unset>").to_string()
 }
 
-/// `srun -N3 -n6 -m cyclic --resv-ports=11 --torch-cluster
+/// `srun -N3 --ntasks-per-node=2 -m cyclic --resv-ports=11 --torch-cluster
 /// --tf-roles=trainer:4,rollout:2`, with the user's own VLLM_PORT: each of
 /// the 6 tasks gets its role's world, the step's, both roles' addresses,
 /// its 4 own ports, the node's address for the engines and keeps the
@@ -56,7 +56,7 @@ fn every_task_gets_its_roles_world() {
     let _t = testbed();
     let args = [
         "-N3",
-        "-n6",
+        "--ntasks-per-node=2",
         "-m",
         "cyclic",
         "--resv-ports=11",
@@ -163,7 +163,7 @@ fn roles_that_do_not_fit_are_refused_by_srun() {
         (
             &[
                 "-N3",
-                "-n6",
+                "--ntasks-per-node=2",
                 "--resv-ports=10",
                 "--torch-cluster",
                 "--tf-roles=trainer:4,rollout:2",
@@ -209,7 +209,7 @@ fn grpo_pair(tag: &str, extra: &str) -> [Job; 2] {
         let outputs = common::outputs::Outputs::new(&format!("roles-{tag}-{i}"));
         let [out, err] = outputs.srun_args();
         let script = format!(
-            "cd {DIR}; TFC_REPORT_DIR={} srun -N3 -n6 -m cyclic -w node[1-3] --resv-ports=11 \
+            "cd {DIR}; TFC_REPORT_DIR={} srun -N3 --ntasks-per-node=2 -m cyclic -w node[1-3] --resv-ports=11 \
              --kill-on-bad-exit=1 {out} {err} --torch-cluster --tf-roles=trainer:4,rollout:2 \
              python3 grpo.py --meet {meet} 12 {extra}",
             outputs.path()
