@@ -48,7 +48,8 @@ impl Node {
             }
         }
         let this_node = layout.this_node(&step)?;
-        let roles = frameworks::check_roles(&settings, layout.num_tasks(), None)?;
+        let components = component_tasks(&step, &layout)?;
+        let roles = frameworks::check_roles(&settings, layout.num_tasks(), components.as_deref())?;
         let needs = frameworks::needs(&settings, &layout, roles.len());
         let plan = NodePlan::new(&settings, &step, &layout, this_node, &needs)?;
         let per_role = frameworks::per_role(&settings).len() as u32;
@@ -393,6 +394,17 @@ impl Node {
         summaries.extend(self.worlds.summary(&self.layout, self.step_port()));
         Ok(RankTable { rows, summaries })
     }
+}
+
+/// A heterogeneous step's tasks per component (None: not one).
+fn component_tasks(step: &Step, layout: &Layout) -> Result<Option<Vec<u32>>> {
+    if step.het_nodelists.is_empty() {
+        return Ok(None);
+    }
+    let nodes = (0..layout.num_nodes()).map(|i| (layout.host(i), layout.count(i)));
+    super::step_roles::component_tasks(nodes, &step.het_nodelists)
+        .map(Some)
+        .map_err(super::error::Error::new)
 }
 
 /// The table of `tf-cluster explain`.

@@ -376,3 +376,42 @@ fn roles_that_do_not_fit_are_refused() {
         .to_string();
     assert_eq!(e, "ports-per-task=\"0\": ports per task must be 1-64");
 }
+
+/// In a heterogeneous step (`srun -n1 -w node3 : -N2 -n3 -w node1,node2`)
+/// `--tf-roles=server,trainer` names its components: the first's task is
+/// the server, the second's three tasks the trainers (ranks 1-3, their
+/// RANK 0-2).
+#[test]
+fn names_alone_are_the_components_of_a_heterogeneous_step() {
+    let settings = with_roles(torch(), "server,trainer");
+    let task = |procid: &str, node_id: &str, gtids: &str| {
+        let vars = [
+            ("SLURM_PROCID", procid),
+            ("SLURM_STEP_NUM_TASKS", "4"),
+            ("SLURM_STEP_NODELIST", "node[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2,1(x2)"),
+            ("SLURM_DISTRIBUTION", "block"),
+            ("SLURM_NODEID", node_id),
+            ("SLURM_GTIDS", gtids),
+            ("SLURM_HET_SIZE", "2"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_0", "node3"),
+            ("SLURM_JOB_NODELIST_HET_GROUP_1", "node[1-2]"),
+        ];
+        let mut source = Given::vars(vars).gpus(0);
+        let step = Step::gather(&settings, &mut source)
+            .unwrap()
+            .step()
+            .unwrap();
+        crate::node::resolve(&settings, &step).unwrap()
+    };
+    let server = task("0", "0", "0");
+    assert_eq!(server.get("TF_CLUSTER_ROLE"), Some("server"));
+    assert_eq!(server.get("WORLD_SIZE"), Some("1"));
+    assert_eq!(server.get("MASTER_ADDR"), Some("node3"));
+    let trainer = task("2", "1", "1,2");
+    assert_eq!(trainer.get("TF_CLUSTER_ROLE"), Some("trainer"));
+    assert_eq!(trainer.get("RANK"), Some("1"));
+    assert_eq!(trainer.get("WORLD_SIZE"), Some("3"));
+    assert_eq!(trainer.get("TF_CLUSTER_STEP_RANK"), Some("2"));
+    assert_eq!(trainer.get("MASTER_ADDR"), Some("node1"));
+}

@@ -257,8 +257,12 @@ impl Step {
             handed_network,
             self.nodename.as_deref(),
         )?;
-        if settings.step_roles.is_some() {
+        if let Some(roles) = &settings.step_roles {
             self.read_engines(source)?;
+            // Roles named by component: the components' nodes tell their tasks.
+            if roles.0.iter().all(|r| r.count.is_none()) && self.het_nodelists.is_empty() {
+                self.het_nodelists = het_nodelists(source)?;
+            }
         }
         Ok(())
     }

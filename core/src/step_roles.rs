@@ -6,6 +6,7 @@
 //! names its components, one role each.
 
 use super::error::shown;
+use super::hostlist::HostList;
 use super::limits::MAX_TASKS;
 use super::number::parse_u32;
 
@@ -153,6 +154,34 @@ impl StepRoles {
     }
 }
 
+/// The tasks of each component of a heterogeneous step, from its `nodes`
+/// (each node's name and its tasks) and the components' node lists: a
+/// component's tasks are those on its nodes. Components sharing a node
+/// cannot be told apart so.
+pub fn component_tasks<'n>(
+    nodes: impl Iterator<Item = (&'n str, u32)>,
+    components: &[HostList],
+) -> Result<Vec<u32>, String> {
+    let mut tasks = vec![0u32; components.len()];
+    for (name, count) in nodes {
+        let mut owners = (0..components.len()).filter(|&k| components[k].position(name).is_some());
+        match (owners.next(), owners.next()) {
+            (Some(k), None) => tasks[k] += count,
+            (Some(a), Some(b)) => {
+                return Err(format!(
+                    "--tf-roles=NAME,NAME… cannot tell the components of this heterogeneous step apart: {name} is in components {a} and {b}; write NAME:COUNT for each role"
+                ));
+            }
+            (None, _) => {
+                return Err(format!(
+                    "--tf-roles=NAME,NAME…: {name} is in no component of this heterogeneous step"
+                ));
+            }
+        }
+    }
+    Ok(tasks)
+}
+
 /// The variable naming the addresses of role `name`'s tasks.
 pub fn addrs_var(name: &str) -> String {
     format!("TF_CLUSTER_ROLE_{}_ADDRS", name.to_ascii_uppercase())
@@ -217,6 +246,22 @@ mod tests {
             e.contains("names 2 roles but the heterogeneous step has 3"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_components_tasks_are_those_on_its_nodes() {
+        let lists = [
+            HostList::parse("node3", 64).unwrap(),
+            HostList::parse("node[1-2]", 64).unwrap(),
+        ];
+        let nodes = [("node1", 2), ("node2", 1), ("node3", 1)];
+        assert_eq!(component_tasks(nodes.into_iter(), &lists).unwrap(), [1, 3]);
+        let shared = [
+            HostList::parse("node[1-2]", 64).unwrap(),
+            HostList::parse("node2", 64).unwrap(),
+        ];
+        let e = component_tasks(nodes.into_iter(), &shared).unwrap_err();
+        assert!(e.contains("node2 is in components 0 and 1"), "{e}");
     }
 
     #[test]

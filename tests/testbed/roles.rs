@@ -288,3 +288,48 @@ fn two_grpo_jobs_on_the_same_nodes_both_train() {
         control[1].output
     );
 }
+
+/// In a heterogeneous step (`salloc -N1 -n2 -w node1 : -N1 -n2 -w node2`,
+/// `srun --het-group=0,1`), `--tf-roles=server,trainer` names its
+/// components: node1's two tasks are the servers, node2's the trainers,
+/// each role a world of 2, whichever component srun's word reaches.
+#[test]
+fn names_alone_are_a_heterogeneous_steps_components() {
+    let _t = testbed();
+    let outputs = common::outputs::Outputs::new("roles-het");
+    let [out_mode, err_mode, _] = outputs.env();
+    let show = r#"echo "ROLE $(hostname) ${TF_CLUSTER_ROLE-unset} ${RANK-unset} ${WORLD_SIZE-unset} ${MASTER_ADDR-unset} ${TF_CLUSTER_STEP_RANK-unset}""#;
+    let script = format!(
+        "srun --het-group=0,1 --torch-cluster --tf-roles=server,trainer sh -c '{show}'; echo rc=$?"
+    );
+    let out = common::exec_for(
+        240,
+        &[
+            "env", &out_mode, &err_mode, "salloc", "-N1", "-n2", "-w", "node1", ":", "-N1", "-n2",
+            "-w", "node2", "sh", "-c", &script,
+        ],
+    );
+    let text = format!(
+        "{}{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        outputs.dump()
+    );
+    assert!(text.contains("rc=0"), "{text}");
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_once("ROLE ").map(|(_, r)| r.trim().to_string()))
+        .collect();
+    lines.sort();
+    // host, role, RANK, WORLD_SIZE, MASTER_ADDR, TF_CLUSTER_STEP_RANK
+    assert_eq!(
+        lines,
+        [
+            "node1 server 0 2 node1 0",
+            "node1 server 1 2 node1 1",
+            "node2 trainer 0 2 node2 2",
+            "node2 trainer 1 2 node2 3",
+        ],
+        "{text}"
+    );
+}

@@ -94,6 +94,8 @@ pub struct Launch<'a> {
     pub most_local: Option<u32>,
     /// The step's command (srun's argv), when known.
     pub command: Option<&'a [String]>,
+    /// A heterogeneous step's tasks per component, when known.
+    pub components: Option<&'a [u32]>,
 }
 
 /// One task as a framework renders it.

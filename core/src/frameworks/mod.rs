@@ -110,7 +110,7 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         check_limit(f, launch.tasks)?;
         (f.check_before_launch)(settings, launch)?;
     }
-    let roles = check_roles(settings, launch.tasks, None)?;
+    let roles = check_roles(settings, launch.tasks, launch.components)?;
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
         let roles_block = block_size(settings, roles.len(), per_role(settings).len() as u32, most);
