@@ -188,8 +188,10 @@ impl Node {
         let mut ports: Vec<u16> = (0..self.layout.count(here))
             .flat_map(|l| self.ports_of(l, rank0.is_some_and(|p| p.local == l)))
             .collect();
-        // With roles, each role's rank 0 listens on its role's ports.
+        // Each task's own ports (a server's), and with roles each role's
+        // rank 0 listens on its role's ports.
         for (local, rank) in (0u32..).zip(self.layout.ranks_on(here)) {
+            ports.extend(self.worlds.task_ports(local));
             let placement = Placement { node: here, local };
             let Ok(world) = self.worlds.world(&self.layout, rank, placement) else {
                 continue;

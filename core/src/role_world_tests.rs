@@ -415,3 +415,39 @@ fn names_alone_are_the_components_of_a_heterogeneous_step() {
     assert_eq!(trainer.get("TF_CLUSTER_STEP_RANK"), Some("2"));
     assert_eq!(trainer.get("MASTER_ADDR"), Some("node1"));
 }
+
+/// The preflight checks every port a node's tasks listen on: each task's
+/// own, each role's rendezvous port on its first rank's node, and the
+/// step-wide one on rank 0's.
+#[test]
+fn a_node_listens_on_its_roles_and_tasks_ports() {
+    let settings = with_roles(torch(), "trainer:4,rollout:2");
+    let listening = |node: &str| {
+        let vars = [
+            ("SLURM_STEP_NUM_TASKS", "6"),
+            ("SLURM_STEP_NODELIST", "n[1-3]"),
+            ("SLURM_STEP_TASKS_PER_NODE", "2(x3)"),
+            ("SLURM_DISTRIBUTION", "cyclic"),
+            ("SLURMD_NODENAME", node),
+            ("SLURM_STEP_RESV_PORTS", "12000-12099"),
+        ];
+        let step = Step::gather(&settings, &mut Given::vars(vars).gpus(0))
+            .unwrap()
+            .step()
+            .unwrap();
+        let mut ports = Node::prepare(settings.clone(), step)
+            .unwrap()
+            .listening_ports();
+        ports.sort();
+        ports
+    };
+    let own: Vec<u16> = (12003..=12010).collect();
+    let with = |extra: &[u16]| {
+        let mut all: Vec<u16> = extra.iter().copied().chain(own.iter().copied()).collect();
+        all.sort();
+        all
+    };
+    assert_eq!(listening("n1"), with(&[12000, 12001]));
+    assert_eq!(listening("n2"), with(&[12002]));
+    assert_eq!(listening("n3"), with(&[]));
+}
