@@ -220,9 +220,14 @@ impl Node {
         gpus.vars.into_iter().next().map(|(_, list)| list)
     }
 
-    /// TensorFlow's role and index of `rank` (`worker 3`), when the step
-    /// asked for TensorFlow.
+    /// The role and index of `rank` (`worker 3`): its step role's
+    /// (`--tf-roles`), else TensorFlow's when the step asked for TensorFlow.
     pub fn role_of(&self, rank: u32) -> Option<String> {
+        if self.worlds.any() {
+            let placement = self.layout.placement(rank).ok()?;
+            let world = self.worlds.world(&self.layout, rank, placement).ok()?;
+            return Some(format!("{} {}", self.worlds.name(world.role?), world.rank));
+        }
         if !self
             .settings
             .frameworks
