@@ -300,7 +300,7 @@ fn names_alone_are_a_heterogeneous_steps_components() {
     let [out_mode, err_mode, _] = outputs.env();
     let show = r#"echo "ROLE $(hostname) ${TF_CLUSTER_ROLE-unset} ${RANK-unset} ${WORLD_SIZE-unset} ${MASTER_ADDR-unset} ${TF_CLUSTER_STEP_RANK-unset}""#;
     let script = format!(
-        "srun --het-group=0,1 --torch-cluster --tf-roles=server,trainer sh -c '{show}'; echo rc=$?"
+        "srun --het-group=0,1 --resv-ports=11 --torch-cluster --tf-roles=server,trainer sh -c '{show}'; echo rc=$?"
     );
     let out = common::exec_for(
         240,
