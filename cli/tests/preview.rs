@@ -906,3 +906,140 @@ fn a_gpu_allocation_shows_each_tasks_gpus() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// `preview --tf-roles`: each task's role, its rank in it over the role's
+/// size, its role's rendezvous (the role's first rank's node, a port of the
+/// role's own) and its own ports, then the step-wide world and each role's
+/// addresses. Ports by the documented order from the port base: PyTorch's
+/// 8888 (the step-wide one), 8889 the trainers', 8890 the rollout servers',
+/// then 4 per local task (local 0: 8891-8894, local 1: 8895-8898); cyclic
+/// puts ranks 0 and 3 on node1, 1 and 4 on node2, 2 and 5 on node3.
+#[test]
+fn login_node_roles() {
+    let args = [
+        "preview",
+        "-N3",
+        "--ntasks-per-node=2",
+        "-m",
+        "cyclic",
+        "--torch-cluster",
+        "--tf-roles=trainer:4,rollout:2",
+    ];
+    let text = ok(&cli(&args, &[]));
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "RANK",
+            "HOST",
+            "LOCAL_RANK",
+            "GROUP_RANK",
+            "ROLE",
+            "ROLE_RANK",
+            "ROLE_MASTER",
+            "PORTS",
+            "GPUS"
+        ],
+        "{text}"
+    );
+    let rows: Vec<Vec<&str>> = lines
+        .by_ref()
+        .take(6)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let own = ["8891,8892,8893,8894", "8895,8896,8897,8898"];
+    let want = [
+        [
+            "0",
+            "node1",
+            "0",
+            "0",
+            "trainer",
+            "0/4",
+            "node1:8889",
+            own[0],
+            "-",
+        ],
+        [
+            "1",
+            "node2",
+            "0",
+            "1",
+            "trainer",
+            "1/4",
+            "node1:8889",
+            own[0],
+            "-",
+        ],
+        [
+            "2",
+            "node3",
+            "0",
+            "2",
+            "trainer",
+            "2/4",
+            "node1:8889",
+            own[0],
+            "-",
+        ],
+        [
+            "3",
+            "node1",
+            "1",
+            "0",
+            "trainer",
+            "3/4",
+            "node1:8889",
+            own[1],
+            "-",
+        ],
+        [
+            "4",
+            "node2",
+            "0",
+            "0",
+            "rollout",
+            "0/2",
+            "node2:8890",
+            own[1],
+            "-",
+        ],
+        [
+            "5",
+            "node3",
+            "0",
+            "1",
+            "rollout",
+            "1/2",
+            "node2:8890",
+            own[1],
+            "-",
+        ],
+    ];
+    assert_eq!(rows, want, "{text}");
+    for line in [
+        "roles: the step-wide world TF_CLUSTER_STEP_MASTER_ADDR=node1 TF_CLUSTER_STEP_MASTER_PORT=8888",
+        "TF_CLUSTER_ROLE_TRAINER_ADDRS=node1:8891,node2:8891,node3:8891,node1:8895",
+        "TF_CLUSTER_ROLE_ROLLOUT_ADDRS=node2:8895,node3:8895",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}: {text}");
+    }
+    // srun's refusal, as srun words it.
+    let out = cli(
+        &[
+            "preview",
+            "-N3",
+            "-n6",
+            "--torch-cluster",
+            "--tf-roles=a:2,b:2",
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--tf-roles=a:2,b:2 asks for 4 tasks but the step has 6"),
+        "{err}"
+    );
+}

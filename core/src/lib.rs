@@ -44,6 +44,9 @@ mod ports_tests;
 pub mod preflight;
 pub mod record;
 pub mod rendezvous;
+pub mod role_world;
+#[cfg(test)]
+mod role_world_tests;
 pub mod roles;
 #[cfg(test)]
 mod run_id_tests;
@@ -55,6 +58,7 @@ mod settings_tests;
 pub mod source;
 pub mod step;
 pub mod step_layout;
+pub mod step_roles;
 pub mod task_map;
 pub mod tasks_per_node;
 #[cfg(test)]

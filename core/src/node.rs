@@ -16,6 +16,7 @@ use super::injection::Injection;
 use super::layout::{Layout, required};
 use super::limits::ENV_LIMIT;
 use super::node_plan::{NodePlan, TaskBinding};
+use super::role_world::{RoleWorlds, World};
 use super::settings::Settings;
 use super::step::{Handed, RUN_ID_VAR, Step};
 
@@ -31,6 +32,8 @@ pub struct Node {
     /// What each of the step's frameworks shares among a node's tasks, in
     /// table order ("" for none).
     shared: Vec<String>,
+    /// The step's roles (`--tf-roles`) and each task's own ports.
+    worlds: RoleWorlds,
 }
 
 impl Node {
@@ -45,8 +48,13 @@ impl Node {
             }
         }
         let this_node = layout.this_node(&step)?;
-        let needs = frameworks::needs(&settings, &layout);
+        let components = component_tasks(&step, &layout)?;
+        let roles = frameworks::check_roles(&settings, layout.num_tasks(), components.as_deref())?;
+        let needs = frameworks::needs(&settings, &layout, roles.len());
         let plan = NodePlan::new(&settings, &step, &layout, this_node, &needs)?;
+        let per_role = frameworks::per_role(&settings).len() as u32;
+        let block = plan.ports.of(needs.ports.len() - 1);
+        let worlds = RoleWorlds::new(&settings, &layout, &roles, per_role, block)?;
         let mut shared = Vec::with_capacity(needs.ports.len());
         for (i, f) in settings.frameworks.iter().enumerate() {
             let node = Shared {
@@ -66,6 +74,7 @@ impl Node {
             this_node,
             plan,
             shared,
+            worlds,
         })
     }
 
@@ -127,8 +136,13 @@ impl Node {
             }
             vars.push((name, list.clone()));
         }
+        let world = self.worlds.world(&self.layout, rank, placement)?;
         for (i, f) in self.settings.frameworks.iter().enumerate() {
-            (f.render)(&self.view(i, f, rank, placement, &gpus), &mut vars)?;
+            (f.render)(&self.view(i, f, rank, placement, world, &gpus), &mut vars)?;
+        }
+        if world.role.is_some() && !vars.iter().any(|(n, _)| *n == "RANK") {
+            let port = self.worlds.role_port(world.role, 0).map(|p| p[0]);
+            vars.extend(self.worlds.world_vars(&self.layout, world, port));
         }
         if let Some(node) = &self.step.network {
             vars.extend(frameworks::network_vars(self.settings.frameworks, node));
@@ -136,13 +150,30 @@ impl Node {
         if let Some(id) = self.step.run_id() {
             vars.push((RUN_ID_VAR, id));
         }
-        let injection = Injection {
-            list: vars.into_iter().map(|(n, v)| (n.into(), v)).collect(),
-        };
+        let mut list: Vec<_> = vars.into_iter().map(|(n, v)| (n.into(), v)).collect();
+        let step_port = self.step_port();
+        let placed = (rank, placement, world);
+        list.extend(
+            self.worlds
+                .vars(&self.layout, &self.step, placed, step_port)?,
+        );
+        let injection = Injection { list };
         if self.settings.apptainer_env {
             return injection.with_apptainer_mirror();
         }
         Ok(injection)
+    }
+
+    /// The step-wide rendezvous port of a step with roles: the first
+    /// per-role framework's own (PyTorch's MASTER_PORT without roles).
+    fn step_port(&self) -> Option<u16> {
+        let first = *frameworks::per_role(&self.settings).first()?;
+        let i = self
+            .settings
+            .frameworks
+            .iter()
+            .position(|f| std::ptr::eq(f, first))?;
+        self.plan.ports.of(i).first().copied()
     }
 
     /// The ports this node's tasks will listen on: a framework taking one
@@ -154,9 +185,24 @@ impl Node {
             return Vec::new();
         };
         let rank0 = self.layout.placement(0).ok().filter(|p| p.node == here);
-        (0..self.layout.count(here))
+        let mut ports: Vec<u16> = (0..self.layout.count(here))
             .flat_map(|l| self.ports_of(l, rank0.is_some_and(|p| p.local == l)))
-            .collect()
+            .collect();
+        // Each task's own ports (a server's), and with roles each role's
+        // rank 0 listens on its role's ports.
+        for (local, rank) in (0u32..).zip(self.layout.ranks_on(here)) {
+            ports.extend(self.worlds.task_ports(local));
+            let placement = Placement { node: here, local };
+            let Ok(world) = self.worlds.world(&self.layout, rank, placement) else {
+                continue;
+            };
+            if world.role.is_some() && world.rank == 0 {
+                for j in 0..frameworks::per_role(&self.settings).len() as u32 {
+                    ports.extend(self.worlds.role_port(world.role, j).unwrap_or_default());
+                }
+            }
+        }
+        ports
     }
 
     /// This node's tasks as (rank, local id), in local order.
@@ -174,9 +220,14 @@ impl Node {
         gpus.vars.into_iter().next().map(|(_, list)| list)
     }
 
-    /// TensorFlow's role and index of `rank` (`worker 3`), when the step
-    /// asked for TensorFlow.
+    /// The role and index of `rank` (`worker 3`): its step role's
+    /// (`--tf-roles`), else TensorFlow's when the step asked for TensorFlow.
     pub fn role_of(&self, rank: u32) -> Option<String> {
+        if self.worlds.any() {
+            let placement = self.layout.placement(rank).ok()?;
+            let world = self.worlds.world(&self.layout, rank, placement).ok()?;
+            return Some(format!("{} {}", self.worlds.name(world.role?), world.rank));
+        }
         if !self
             .settings
             .frameworks
@@ -284,26 +335,33 @@ impl Node {
         );
     }
 
-    /// Framework `f` (the `i`-th of the step's) as one task sees it.
+    /// Framework `f` (the `i`-th of the step's) as one task of `world`
+    /// sees it: with roles, a per-role framework's port is its role's.
     fn view<'a>(
         &'a self,
         i: usize,
         f: &'static Framework,
         rank: u32,
         placement: Placement,
+        world: World,
         gpus: &'a Gpus,
     ) -> Task<'a> {
         debug_assert!(std::ptr::eq(
             self.settings.frameworks.iter().nth(i).unwrap(),
             f
         ));
+        let j = frameworks::per_role(&self.settings)
+            .iter()
+            .position(|g| std::ptr::eq(*g, f));
+        let role_port = j.and_then(|j| self.worlds.role_port(world.role, j as u32));
         Task {
             settings: &self.settings,
             step: &self.step,
             layout: &self.layout,
             rank,
             placement,
-            ports: self.plan.ports.of(i),
+            world,
+            ports: role_port.unwrap_or_else(|| self.plan.ports.of(i)),
             gpus,
             shared: &self.shared[i],
         }
@@ -316,20 +374,23 @@ impl Node {
         for f in self.settings.frameworks.iter() {
             header.extend(f.columns.iter().map(|c| c.to_string()));
         }
+        header.extend(self.worlds.columns().into_iter().map(String::from));
         header.push("GPUS".into());
         let mut rows = vec![header];
         let mut summaries = Vec::new();
         for rank in 0..self.layout.num_tasks() {
             let placement = self.layout.placement(rank)?;
             let gpus = self.plan.gpus(&self.settings, placement.local, None)?;
+            let world = self.worlds.world(&self.layout, rank, placement)?;
             let mut row = vec![rank.to_string()];
             for (i, f) in self.settings.frameworks.iter().enumerate() {
-                let task = self.view(i, f, rank, placement, &gpus);
+                let task = self.view(i, f, rank, placement, world, &gpus);
                 row.extend((f.row)(&task));
                 if rank == 0 {
                     summaries.extend((f.summary)(&task));
                 }
             }
+            row.extend(self.worlds.row(&self.layout, placement, world));
             let visible = gpus.vars.into_iter().next().map(|(_, list)| list);
             row.push(visible.unwrap_or_else(|| "-".into()));
             rows.push(row);
@@ -337,8 +398,20 @@ impl Node {
         if let Some(node) = &self.step.network {
             summaries.push(frameworks::network_summary(&self.settings, node));
         }
+        summaries.extend(self.worlds.summary(&self.layout, self.step_port()));
         Ok(RankTable { rows, summaries })
     }
+}
+
+/// A heterogeneous step's tasks per component (None: not one).
+fn component_tasks(step: &Step, layout: &Layout) -> Result<Option<Vec<u32>>> {
+    if step.het_nodelists.is_empty() {
+        return Ok(None);
+    }
+    let nodes = (0..layout.num_nodes()).map(|i| (layout.host(i), layout.count(i)));
+    super::step_roles::component_tasks(nodes, &step.het_nodelists)
+        .map(Some)
+        .map_err(super::error::Error::new)
 }
 
 /// The table of `tf-cluster explain`.

@@ -9,6 +9,7 @@ use super::number::parse_u32;
 use super::ports::{DEFAULT_RANGE, PortRange};
 use super::rendezvous::Rendezvous;
 use super::roles::RoleSpec;
+use super::step_roles::{MAX_PORTS_PER_TASK, StepRoles};
 use crate::network::addresses::Network;
 
 /// TensorFlow's default port base: the ports of a step whose job and step
@@ -57,6 +58,11 @@ pub struct Settings {
     /// `requeue_on` requeues no job Slurm has already restarted this many
     /// times (its restart count, whatever requeued it).
     pub requeue_max: u32,
+    /// The step's roles (`--tf-roles`): each its own world.
+    pub step_roles: Option<StepRoles>,
+    /// Ports of each task's own (`--tf-ports-per-task`); None: the
+    /// default of a step with roles, none without.
+    pub ports_per_task: Option<u32>,
 }
 
 /// The most times `--tf-requeue-on` lets a job be restarted, unless the site
@@ -89,6 +95,8 @@ impl Default for Settings {
             record_log: false,
             requeue_on: None,
             requeue_max: DEFAULT_REQUEUE_MAX,
+            step_roles: None,
+            ports_per_task: None,
         }
     }
 }
@@ -166,6 +174,8 @@ const GPU_COUNTS: (u32, u32) = (0, MAX_GPUS);
 const EXIT_CODES: (u32, u32) = (3, 125);
 /// The counts of restarts `requeue-max` takes.
 const RESTART_COUNTS: (u32, u32) = (0, MAX_REQUEUE_MAX);
+/// The ports a task may ask for of its own.
+const TASK_PORTS: (u32, u32) = (1, MAX_PORTS_PER_TASK);
 
 /// `v` as a whole number in `range`; Err(Some(n)) for a number outside it,
 /// Err(None) for no number.
@@ -177,7 +187,7 @@ fn within(v: &str, (lo, hi): (u32, u32)) -> std::result::Result<u32, Option<u32>
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 14] = [
+pub const SETTINGS: [Setting; 16] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -367,6 +377,34 @@ pub const SETTINGS: [Setting; 14] = [
                         "{}: a count of requeues must be {lo}-{hi}",
                         shown(v)
                     ));
+                }
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "roles",
+        arg: "NAME:COUNT,...",
+        help: "split the step's tasks, in rank order, into named roles (NAME: lower-case letters, digits and '_', a letter first), each with its own RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, beside a step-wide world and every role's addresses; with --torch-cluster or --jax-cluster; in a heterogeneous step NAME,NAME,... names its components (default: none)",
+        range: None,
+        default: Unset::Absent("none"),
+        set: |s, v| {
+            s.step_roles = Some(StepRoles::parse(v)?);
+            Ok(())
+        },
+    },
+    Setting {
+        key: "ports-per-task",
+        arg: "K",
+        help: "ports of each task's own, in TF_CLUSTER_PORTS (1-64), from Slurm's reservation or the step's block (default 4 with --tf-roles, else none)",
+        range: Some(TASK_PORTS),
+        default: Unset::Absent("4 with --tf-roles, else none"),
+        set: |s, v| {
+            s.ports_per_task = match within(v, TASK_PORTS) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    let (lo, hi) = TASK_PORTS;
+                    return Err(format!("{}: ports per task must be {lo}-{hi}", shown(v)));
                 }
             };
             Ok(())

@@ -22,7 +22,9 @@ fn every_setting_has_a_key_an_argument_and_help() {
             "record",
             "record-log",
             "requeue-on",
-            "requeue-max"
+            "requeue-max",
+            "roles",
+            "ports-per-task"
         ]
     );
     for s in &crate::settings::SETTINGS {
@@ -90,7 +92,8 @@ fn every_setting_takes_its_declared_range_and_no_more() {
             "gpus-per-node",
             "gpus-per-task",
             "requeue-on",
-            "requeue-max"
+            "requeue-max",
+            "ports-per-task"
         ]
     );
     for s in &SETTINGS {
@@ -118,6 +121,8 @@ fn is_absent(s: &Settings, key: &str) -> bool {
         "network" => s.network.is_none(),
         "record" => s.record.is_none(),
         "requeue-on" => s.requeue_on.is_none(),
+        "roles" => s.step_roles.is_none(),
+        "ports-per-task" => s.ports_per_task.is_none(),
         _ => panic!("{key}: declared without a value, but its field always has one"),
     }
 }

@@ -19,6 +19,7 @@ use super::settings::Settings;
 use super::source::{Probe, Source};
 use super::tasks_per_node;
 use crate::network::addresses::{Network, NodeNetwork};
+use crate::step_roles::ENGINE_VARS;
 
 /// What [`Step::gather_handed`] found: srun's verdict on the step, or the step
 /// with srun's word applied.
@@ -127,6 +128,13 @@ pub struct Step {
     /// This node's interface on the step's network, if the step names one
     /// ([`network::decision::for_node`]).
     pub network: Option<NodeNetwork>,
+    /// This node's address for the inference engines of a step with roles
+    /// (VLLM_HOST_IP): its address on the step's network, else the one its
+    /// name has in /etc/hosts (None: its name is used).
+    pub engine_host: Option<String>,
+    /// The engines' variables the step's environment holds (the user's
+    /// own, kept).
+    pub engine_kept: Vec<String>,
 }
 
 /// The variable that names one run of a step: the job (a heterogeneous
@@ -249,6 +257,35 @@ impl Step {
             handed_network,
             self.nodename.as_deref(),
         )?;
+        if let Some(roles) = &settings.step_roles {
+            self.read_engines(source)?;
+            // Roles named by component: the components' nodes tell their tasks.
+            if roles.0.iter().all(|r| r.count.is_none()) && self.het_nodelists.is_empty() {
+                self.het_nodelists = het_nodelists(source)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What a step with roles gives the inference engines: this node's
+    /// address on the step's network, else its name's in /etc/hosts, and
+    /// the engines' variables the user set.
+    fn read_engines(&mut self, source: &mut (impl Source + Probe)) -> Result<()> {
+        for name in ENGINE_VARS {
+            if source.var(name)?.is_some() {
+                self.engine_kept.push(name.to_string());
+            }
+        }
+        self.engine_host = match (&self.network, &self.nodename) {
+            (Some(node), _) => node.address.map(|a| a.to_string()),
+            (None, Some(name)) => {
+                let addrs = source.resolve(name).unwrap_or_default();
+                let v4 = addrs.iter().find(|a| a.is_ipv4() && !a.is_loopback());
+                v4.or(addrs.iter().find(|a| !a.is_loopback()))
+                    .map(|a| a.to_string())
+            }
+            (None, None) => None,
+        };
         Ok(())
     }
 
@@ -307,6 +344,8 @@ impl Step {
             from_srun,
             block_topology: None,
             network: None,
+            engine_host: None,
+            engine_kept: Vec::new(),
         })
     }
 

@@ -35,6 +35,7 @@ mod refusals;
 mod refused_input;
 mod requeue;
 mod requeue_on;
+mod roles;
 mod templates;
 mod tensorflow;
 mod untouched;

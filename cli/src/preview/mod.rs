@@ -343,6 +343,7 @@ pub fn check(
             resv_ports: reserved.as_deref(),
             most_local: Some(most),
             command: (!command.is_empty()).then_some(command),
+            components: None,
         },
     )
     .map_err(|e| match &reserved {

@@ -6,6 +6,7 @@ use crate::error::Result;
 use crate::layout::Layout;
 use crate::network::addresses::InterfaceVar;
 use crate::node_plan::Gpus;
+use crate::role_world::World;
 use crate::settings::Settings;
 use crate::step::Step;
 
@@ -93,6 +94,8 @@ pub struct Launch<'a> {
     pub most_local: Option<u32>,
     /// The step's command (srun's argv), when known.
     pub command: Option<&'a [String]>,
+    /// A heterogeneous step's tasks per component, when known.
+    pub components: Option<&'a [u32]>,
 }
 
 /// One task as a framework renders it.
@@ -102,7 +105,10 @@ pub struct Task<'a> {
     pub layout: &'a Layout,
     pub rank: u32,
     pub placement: Placement,
-    /// This framework's ports on every node, from the node's plan.
+    /// The task's world: its role's (`--tf-roles`), else the whole step's.
+    pub world: World,
+    /// This framework's ports on every node, from the node's plan (with
+    /// roles, its rendezvous port of the task's role).
     pub ports: &'a [u16],
     pub gpus: &'a Gpus,
     /// What [`Framework::shared`] rendered once for the node ("" without).

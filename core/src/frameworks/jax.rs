@@ -47,8 +47,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
 }
 
 fn coordinator(task: &Task) -> Result<String> {
-    let layout = task.layout;
-    let host = layout.address(layout.placement(0)?.node);
+    let host = task.layout.address(task.world.master_node);
     Ok(format!("{host}:{}", task.ports[0]))
 }
 

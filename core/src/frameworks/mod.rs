@@ -19,6 +19,7 @@ use super::layout::Layout;
 use super::limits::check_size;
 pub use super::node_plan::Gpus;
 use super::node_plan::Needs;
+use super::role_world::block_size;
 use super::settings::Settings;
 use crate::network::addresses::{NodeNetwork, VARS};
 
@@ -109,11 +110,59 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         check_limit(f, launch.tasks)?;
         (f.check_before_launch)(settings, launch)?;
     }
+    let roles = check_roles(settings, launch.tasks, launch.components)?;
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
-        crate::ports::reserved_ports(list, ports_needed(settings.frameworks, most))?;
+        let roles_block = block_size(settings, roles.len(), per_role(settings).len() as u32, most);
+        let need = ports_needed(settings.frameworks, most) + roles_block;
+        crate::ports::reserved_ports(list, need)?;
     }
     Ok(())
+}
+
+/// The frameworks each role gets a rendezvous of its own of, in the
+/// order of their ports in a role's block.
+static PER_ROLE: [&Framework; 2] = [&pytorch::FRAMEWORK, &jax::FRAMEWORK];
+
+/// The step's frameworks that take a rendezvous port per role.
+pub fn per_role(settings: &Settings) -> Vec<&'static Framework> {
+    PER_ROLE
+        .iter()
+        .copied()
+        .filter(|f| settings.frameworks.contains(f))
+        .collect()
+}
+
+/// The step's roles for its `tasks` tasks (`components`: a heterogeneous
+/// step's tasks per component), or why they do not fit it: roles split a
+/// PyTorch or JAX step with a static rendezvous (none: an empty list).
+pub fn check_roles(
+    settings: &Settings,
+    tasks: u32,
+    components: Option<&[u32]>,
+) -> Result<Vec<(String, u32)>> {
+    let Some(roles) = &settings.step_roles else {
+        return Ok(Vec::new());
+    };
+    if settings.frameworks.contains(&tensorflow::FRAMEWORK) {
+        bail!(
+            "--tf-roles gives each role a world of its own, which TensorFlow has not: its roles are its job names (--tf-cluster=ps:1,worker:3); use --tf-roles with --torch-cluster or --jax-cluster"
+        );
+    }
+    if per_role(settings).is_empty() {
+        bail!(
+            "--tf-roles={} needs --torch-cluster or --jax-cluster",
+            roles.text()
+        );
+    }
+    if matches!(settings.torch, pytorch::Rendezvous::Elastic { .. })
+        && settings.frameworks.contains(&pytorch::FRAMEWORK)
+    {
+        bail!(
+            "--tf-roles gives each role a static rendezvous: use it with --torch-cluster, not --torch-cluster=elastic"
+        );
+    }
+    roles.for_step(tasks, components).map_err(Error::new)
 }
 
 /// The ports the step's frameworks take on a node, given the most tasks on
@@ -130,13 +179,18 @@ pub fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
 }
 
 /// What the step's frameworks need of a node: their ports and GPU rules.
-pub fn needs(settings: &Settings, layout: &Layout) -> Needs {
+/// The roles' block ([`crate::role_world`]) comes after every framework's,
+/// where the step has roles or ports per task.
+pub fn needs(settings: &Settings, layout: &Layout, roles: usize) -> Needs {
+    let mut ports: Vec<u32> = settings
+        .frameworks
+        .iter()
+        .map(|f| (f.ports)(layout.max_local()))
+        .collect();
+    let per_role = per_role(settings).len() as u32;
+    ports.push(block_size(settings, roles, per_role, layout.max_local()));
     Needs {
-        ports: settings
-            .frameworks
-            .iter()
-            .map(|f| (f.ports)(layout.max_local()))
-            .collect(),
+        ports,
         rules: gpu_rules(settings.frameworks),
     }
 }

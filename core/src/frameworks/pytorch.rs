@@ -116,7 +116,7 @@ pub fn starts_torchrun(command: &[String]) -> bool {
 /// per node): the list the plugin gives it, else Slurm's, else Slurm's count
 /// of the step's GPUs on the node. None without GPUs.
 fn node_gpus(task: &Task) -> Result<Option<usize>> {
-    if task.layout.count(task.placement.node) != 1 {
+    if task.world.local_size != 1 {
         return Ok(None);
     }
     let count = match task.gpus.vars.first() {
@@ -129,22 +129,22 @@ fn node_gpus(task: &Task) -> Result<Option<usize>> {
 }
 
 fn render(task: &Task, vars: &mut Vars) -> Result<()> {
-    let layout = task.layout;
-    let p = task.placement;
-    let host_node = layout.placement(0)?.node;
+    let (layout, p) = (task.layout, task.placement);
+    // The task's world: its role's with --tf-roles, else the step's.
+    let (w, host_node) = (task.world, task.world.master_node);
     let master_addr = layout.address(host_node).into_owned();
     let master_port = task.ports[0].to_string();
-    let world = layout.num_tasks().to_string();
-    let rank = task.rank.to_string();
+    let world = w.size.to_string();
+    let rank = w.rank.to_string();
     vars.extend([
         ("MASTER_ADDR", master_addr.clone()),
         ("MASTER_PORT", master_port.clone()),
         ("RANK", rank.clone()),
         ("WORLD_SIZE", world.clone()),
-        ("LOCAL_RANK", p.local.to_string()),
-        ("LOCAL_WORLD_SIZE", layout.count(p.node).to_string()),
-        ("GROUP_RANK", layout.group_of(p.node).to_string()),
-        ("GROUP_WORLD_SIZE", layout.num_nodes().to_string()),
+        ("LOCAL_RANK", w.local.to_string()),
+        ("LOCAL_WORLD_SIZE", w.local_size.to_string()),
+        ("GROUP_RANK", w.group.to_string()),
+        ("GROUP_WORLD_SIZE", w.groups.to_string()),
     ]);
     // torchrun reads each argument it is not given from PET_<NAME>
     // (torch/distributed/argparse_util.py), and a directly started rank
@@ -174,7 +174,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
             vars.push(("PET_RDZV_BACKEND", "static".to_string()));
         }
         Rendezvous::Elastic { min, max_restarts } => {
-            let nodes = layout.num_nodes();
+            let nodes = w.groups;
             // c10d's store on rank 0's node, told so by is_host (c10d would
             // otherwise compare the endpoint with gethostname(), which Slurm's
             // node names need not match); node ranks follow c10d's order.
@@ -200,11 +200,10 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
 }
 
 fn row(task: &Task) -> Vec<String> {
-    let p = task.placement;
     vec![
-        task.layout.host(p.node).to_string(),
-        p.local.to_string(),
-        task.layout.group_of(p.node).to_string(),
+        task.layout.host(task.placement.node).to_string(),
+        task.world.local.to_string(),
+        task.world.group.to_string(),
     ]
 }
 

@@ -227,6 +227,7 @@ fn option_values_as_srun_takes_them() {
 #[test]
 fn a_users_interface_variable_is_kept_not_set() {
     let found = |kept: &[&str]| crate::network::addresses::NodeNetwork {
+        address: None,
         network: crate::network::addresses::Network::parse("eth1").unwrap(),
         interface: "eth1".into(),
         kept: kept.iter().map(|k| k.to_string()).collect(),

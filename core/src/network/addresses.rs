@@ -163,6 +163,18 @@ pub fn choose<'a>(interfaces: &'a [Interface], network: &Network) -> Result<&'a 
     }
 }
 
+/// `interface`'s address on `network` (an IPv4 one first), among
+/// `interfaces`.
+pub fn address_on(interfaces: &[Interface], interface: &str, network: &Network) -> Option<IpAddr> {
+    let addrs = &interfaces.iter().find(|i| i.name == interface)?.addrs;
+    let on = |a: &&IpAddr| match network {
+        Network::Interface(_) => true,
+        Network::Subnets(cidrs) => cidrs.iter().any(|c| c.contains(**a)),
+    };
+    let v4 = addrs.iter().filter(on).find(|a| a.is_ipv4());
+    v4.or(addrs.iter().find(on)).copied()
+}
+
 /// A variable a framework reads to pick the interface of its data
 /// connections.
 pub struct InterfaceVar {
@@ -206,6 +218,8 @@ pub static VARS: [&InterfaceVar; 3] = [&NCCL, &GLOO, &TENSORPIPE];
 pub struct NodeNetwork {
     pub network: Network,
     pub interface: String,
+    /// The interface's address on the network (an IPv4 first).
+    pub address: Option<IpAddr>,
     pub kept: Vec<String>,
 }
 

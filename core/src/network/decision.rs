@@ -1,7 +1,7 @@
 //! The step's network decided: srun's, before launch ([`for_step`]), and
 //! each node's interface on it ([`for_node`]).
 
-use super::addresses::{Network, NodeNetwork, VARS, choose, covering};
+use super::addresses::{Network, NodeNetwork, VARS, address_on, choose, covering};
 use super::lookups::{Lookups, resolve_all};
 use crate::error::{Error, Kind, Result, bail};
 use crate::settings::Settings;
@@ -125,6 +125,7 @@ pub fn for_node(
         })?
         .to_string();
     Ok(Some(NodeNetwork {
+        address: address_on(&interfaces, &interface, &network),
         network,
         interface,
         kept,

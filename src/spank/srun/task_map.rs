@@ -53,6 +53,14 @@ pub fn with_map(
 ) -> Result<Verdict> {
     // Unknown (None) only where Slurm would not say: nothing refused then.
     let command = spank.job_argv().ok();
+    let components = match checks.het_nodelists {
+        Some(lists) => {
+            let counts = map.runs.counts(map.hosts.len());
+            let nodes = (0..map.hosts.len()).map(|i| (map.hosts.get(i), counts[i]));
+            Some(core::step_roles::component_tasks(nodes, lists).map_err(Error::new)?)
+        }
+        None => None,
+    };
     core::check_before_launch(
         settings,
         &core::Launch {
@@ -62,6 +70,7 @@ pub fn with_map(
             resv_ports: checks.resv_ports,
             most_local: Some(most_local(&map)),
             command: command.as_deref(),
+            components: components.as_deref(),
         },
     )?;
     check_gpus(settings, &map, checks.info)?;
