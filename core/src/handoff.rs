@@ -376,6 +376,12 @@ impl Word {
         Ok(Handoff::decode(text, job, step)?.map_or(Word::Nothing, Word::Handoff))
     }
 
+    /// srun refused the step (a step whose options ask for no framework
+    /// reads only this: srun refuses a `--tf-<key>` given alone).
+    pub fn refused(&self) -> bool {
+        matches!(self, Word::Handoff(h) if matches!(h.verdict, Verdict::Refused))
+    }
+
     /// srun's word applied to the step whose `options` say what it asks:
     /// the one place every field of srun's word is read, for slurmstepd
     /// (the node's share, a task without it, a node that could not register
@@ -392,6 +398,11 @@ impl Word {
                 };
             }
         };
+        // srun refused the step: whatever its options ask (a `--tf-<key>`
+        // alone asks for no framework, and srun refuses that too).
+        if self.refused() {
+            return Ok(Applied::Refused);
+        }
         let off_overridden = match &self {
             Word::Handoff(h) => h.off_overridden,
             Word::Early(e) => e.off_overridden,

@@ -158,6 +158,16 @@ pub fn given_here(option: &str) -> bool {
     given.load(Ordering::Relaxed) || given_in_pass(rest, inherited)
 }
 
+/// The `--tf-<key>` setting options given to this srun itself (not only
+/// handed down), by name.
+pub fn settings_given_here() -> Vec<&'static str> {
+    all()
+        .iter()
+        .filter(|o| matches!(o.meaning, Meaning::Setting(_)) && given_here(&o.name))
+        .map(|o| o.name.as_str())
+        .collect()
+}
+
 /// The last value each option's callback was given in this process, by
 /// `val` (what `spank_option_getopt` returns later; Slurm refuses that call
 /// in `init_post_opt`).

@@ -88,3 +88,93 @@ fn plugstack_arguments_are_site_defaults() {
     run.assert_ran(2)
         .assert_tf_config_rpc(&[("worker", 2)], 3000, Some("grpc+verbs"));
 }
+
+/// A valid value of every `--tf-<key>` of the settings table.
+const SETTING_VALUES: &[(&str, &str)] = &[
+    ("port-base", "9000"),
+    ("port-range", "20000-29499"),
+    ("gpus-per-node", "1"),
+    ("gpus-per-task", "1"),
+    ("auto-set-gpu", "false"),
+    ("rpc-layer", "grpc"),
+    ("host-template", "{}-ib"),
+    ("network", "eth0"),
+    ("apptainer-env", "true"),
+    ("preflight", "false"),
+    ("record", "/tmp"),
+    ("record-log", "true"),
+    ("requeue-on", "42"),
+    ("requeue-max", "3"),
+    ("roles", "a:1"),
+    ("ports-per-task", "2"),
+];
+
+/// Every setting of the table given alone to srun (no framework option)
+/// would change nothing: srun refuses the step with one line naming the
+/// option, and the command never runs, in srun's own allocation and inside
+/// one. Handed down by salloc alone, the same option leaves a helper step
+/// as if the plugin were absent.
+#[test]
+fn a_setting_without_a_framework_is_refused() {
+    let _t = testbed();
+    let keys: Vec<&str> = tf_cluster_core::settings::SETTINGS
+        .iter()
+        .map(|s| s.key)
+        .collect();
+    let listed: Vec<&str> = SETTING_VALUES.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        listed, keys,
+        "SETTING_VALUES names every setting of the table"
+    );
+    let mut script = String::new();
+    for (key, value) in SETTING_VALUES {
+        script.push_str(&format!(
+            "srun -N1 -n1 --tf-{key}='{value}' echo RAN-{key} 2>&1; echo \"RC-{key} $?\"\n"
+        ));
+    }
+    let out = common::exec(&["bash", "-c", &script]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let frameworks = "(--tf-cluster, --torch-cluster, --jax-cluster or --ray-cluster)";
+    for (key, _) in SETTING_VALUES {
+        let line = format!(
+            "--tf-{key} acts only on a step with a framework option {frameworks}; without one this step would run as if it were absent"
+        );
+        assert!(
+            text.contains(&line),
+            "--tf-{key}: no refusal {line:?}:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("RAN-{key}")),
+            "--tf-{key} ran:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("RC-{key} 0")),
+            "--tf-{key} succeeded:\n{text}"
+        );
+    }
+    // Inside an allocation (srun cannot fail there without leaving the
+    // step behind: its task refuses it), and handed down by salloc.
+    let out = common::exec(&[
+        "salloc",
+        "-N1",
+        "--tf-record=/tmp",
+        "bash",
+        "-c",
+        "srun -n1 --tf-requeue-on=42 echo RAN-INSIDE 2>&1; echo \"RC-INSIDE $?\"; \
+         srun -n1 echo HELPER-RAN; echo \"RC-HELPER $?\"",
+    ]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("--tf-requeue-on acts only on a step with a framework option"),
+        "inside salloc: no refusal:\n{text}"
+    );
+    assert!(
+        !text.contains("RAN-INSIDE") && !text.contains("RC-INSIDE 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("HELPER-RAN") && text.contains("RC-HELPER 0"),
+        "{text}"
+    );
+}

@@ -54,6 +54,33 @@ pub fn check_value(f: &Framework, value: &str) -> Result<()> {
     }
 }
 
+/// A step given a `--tf-<key>` option and no framework option: the
+/// setting would change nothing (every setting shapes a framework's
+/// variables, ports, record or requeue), so the step is refused, naming
+/// the options that would make it act. `given`: the setting options given
+/// to this srun itself (an inherited one never breaks a helper step).
+pub fn check_settings_alone(given: &[&str]) -> Result<()> {
+    if given.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = FRAMEWORKS
+        .iter()
+        .map(|f| format!("--{}", f.option))
+        .collect();
+    let (last, rest) = names.split_last().expect("four frameworks");
+    let options = given
+        .iter()
+        .map(|o| format!("--{o}"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let verb = if given.len() == 1 { "acts" } else { "act" };
+    bail!(
+        "{options} {verb} only on a step with a framework option ({} or {last}); without one this step would run as if {} were absent",
+        rest.join(", "),
+        if given.len() == 1 { "it" } else { "they" }
+    )
+}
+
 pub use crate::settings::Frameworks;
 
 /// The set's members are [`FRAMEWORKS`]' entries.

@@ -304,3 +304,30 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
         .collect();
     assert_eq!(others, ["JAX_NUM_PROCESSES", "JAX_PROCESS_ID"]);
 }
+
+/// Every setting of the table, given alone to a step, is refused with the
+/// option's name and the framework options that would make it act; two
+/// are named together; none given is no refusal.
+#[test]
+fn every_setting_alone_is_refused_by_name() {
+    use crate::settings::SETTINGS;
+    assert!(super::check_settings_alone(&[]).is_ok());
+    for setting in SETTINGS.iter() {
+        let option = format!("tf-{}", setting.key);
+        let e = super::check_settings_alone(&[&option])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--{option} acts only on a step with a framework option (--tf-cluster, --torch-cluster, --jax-cluster or --ray-cluster); without one this step would run as if it were absent"
+            )
+        );
+    }
+    let e = super::check_settings_alone(&["tf-record", "tf-requeue-on"]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("--tf-record and --tf-requeue-on act only on a step"),
+        "{e}"
+    );
+}

@@ -168,6 +168,15 @@ impl Srun {
             || match options::step_settings(spank, off_overridden) {
                 Ok(Some(settings)) => self.decide(spank, &settings, off_overridden),
                 Ok(None) => {
+                    // A `--tf-<key>` given to this srun with no framework
+                    // option would change nothing: refused, never ignored
+                    // (one only handed down leaves a helper step alone).
+                    if let Err(e) =
+                        core::frameworks::check_settings_alone(&options::settings_given_here())
+                    {
+                        let handoff = undecided(spank, off_overridden, 0, None)?;
+                        return self.refuse(spank, e, handoff);
+                    }
                     // A hand-off the user exported or an outer step left
                     // would reach the tasks (a variable removed here still
                     // does): emptied, it names no step.

@@ -188,10 +188,14 @@ impl Stepd {
                 Err(e) => Prepared::Failed(e),
             });
         }
-        // A step that asks for nothing reads nothing more (not srun's word,
-        // not the restart count): it runs as without the plugin.
+        // A step that asks for nothing reads nothing more (not the restart
+        // count) but whether srun refused it (a `--tf-<key>` alone): it
+        // runs as without the plugin.
         if !options::asks(spank)? {
-            return Ok(Prepared::Nothing);
+            return Ok(match srun_refused_alone(spank) {
+                true => Prepared::Refused,
+                false => Prepared::Nothing,
+            });
         }
         // srun's word applied in the core, as the CLI twin applies it.
         let on_host = &mut OnHost(spank);
@@ -379,6 +383,10 @@ impl Stepd {
             return fail_closed(spank);
         }
         if !options::asks(spank)? {
+            if srun_refused_alone(spank) {
+                *srun_refused = true;
+                return Err(Error::reported("srun refused this step"));
+            }
             return Ok(());
         }
         let asked = Options::Read(Box::new(|off_overridden| {
@@ -435,6 +443,13 @@ fn private_dir(spank: &Spank, node: &Node) -> Option<PrivateDir> {
 fn srun_word(spank: &Spank) -> Result<Word> {
     let text = spank.getenv(handoff::VAR)?;
     Word::decode(text.as_deref(), Some((spank.job_id()?, spank.step_id()?)))
+}
+
+/// srun refused this step, which asks for no framework (a `--tf-<key>`
+/// given alone). Any other word, or none, or one that cannot be read, is
+/// no refusal: such a step runs as without the plugin.
+fn srun_refused_alone(spank: &Spank) -> bool {
+    srun_word(spank).is_ok_and(|word| word.refused())
 }
 
 /// Without the options, whether a step asked for the plugin is unknown: the
