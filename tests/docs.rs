@@ -334,3 +334,62 @@ fn docs_show_and_link_the_tensorflow_scripts() {
         ],
     );
 }
+
+/// The Rust files under `dir`, as paths from the repository's root.
+fn rust_files_under(repo: &Path, dir: &str, found: &mut Vec<String>) {
+    let full = repo.join(dir);
+    for entry in std::fs::read_dir(&full).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let name = entry.expect("directory entry").file_name();
+        let path = format!("{dir}/{}", name.to_string_lossy());
+        if repo.join(&path).is_dir() {
+            rust_files_under(repo, &path, found);
+        } else if path.ends_with(".rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// docs/building.md's map of the files names every source file of the core
+/// (its frameworks too), the plugin and the CLI, each at the start of its
+/// own line with what it holds; and no path of those folders on the page
+/// names a file that does not exist.
+#[test]
+fn building_map_names_every_source_file() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(repo.join("docs/building.md")).unwrap();
+    let mut files = Vec::new();
+    for dir in ["core/src", "src", "cli/src"] {
+        rust_files_under(repo, dir, &mut files);
+    }
+    files.sort();
+    assert!(files.len() > 50, "{} source files", files.len());
+    let mapped: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.ends_with(".rs"))
+        .collect();
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| !mapped.contains(&f.as_str()) || !page.contains(&format!("\n{f} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/building.md's map does not name these files (one line each, path first, then \
+         what it holds):\n{}",
+        missing.iter().map(|f| f.as_str()).collect::<Vec<_>>().join("\n")
+    );
+    let named: Vec<&str> = page
+        .split(|c: char| c.is_whitespace() || matches!(c, '`' | '(' | ')' | ',' | ';' | ':'))
+        .filter(|w| w.ends_with(".rs"))
+        .filter(|w| ["core/src/", "src/", "cli/src/"].iter().any(|d| w.starts_with(d)))
+        .collect();
+    let absent: Vec<&str> = named
+        .into_iter()
+        .filter(|w| !repo.join(w).is_file())
+        .collect();
+    assert!(
+        absent.is_empty(),
+        "docs/building.md names files that do not exist:\n{}",
+        absent.join("\n")
+    );
+}
