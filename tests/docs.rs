@@ -393,3 +393,80 @@ fn building_map_names_every_source_file() {
         absent.join("\n")
     );
 }
+
+/// The CLI's subcommands, as `tf-cluster --help` lists them: the variants
+/// of `enum Command` in cli/src/main.rs, in kebab case (`LauncherEnv` is
+/// `launcher-env`).
+fn cli_subcommands() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let main = std::fs::read_to_string(root.join("cli/src/main.rs")).unwrap();
+    let (_, body) = main
+        .split_once("enum Command {")
+        .expect("cli/src/main.rs: no enum Command");
+    let (body, _) = body.split_once("\n}").expect("enum Command's end");
+    body.lines()
+        .filter(|l| l.starts_with("    ") && !l.starts_with("     "))
+        .map(str::trim)
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| {
+            let name: String = l.chars().take_while(|c| c.is_alphanumeric()).collect();
+            let mut kebab = String::new();
+            for (i, c) in name.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            kebab
+        })
+        .collect()
+}
+
+/// The README, the user guide, the CLI's page, the launchers' page and
+/// troubleshooting name every option the plugin adds (each setting's
+/// `--tf-<key>`, each framework's option) and every subcommand of
+/// `tf-cluster`.
+#[test]
+fn user_pages_name_every_option_and_subcommand() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut wanted: Vec<String> = tf_cluster_core::settings::SETTINGS
+        .iter()
+        .map(|s| format!("`--tf-{}", s.key))
+        .collect();
+    wanted.extend(
+        tf_cluster_core::FRAMEWORKS
+            .iter()
+            .map(|f| format!("`--{}", f.option)),
+    );
+    let commands = cli_subcommands();
+    assert!(
+        commands.len() >= 6 && commands.iter().any(|c| c == "launcher-env"),
+        "cli/src/main.rs: subcommands read as {commands:?}"
+    );
+    wanted.extend(commands.iter().map(|c| format!("`tf-cluster {c}")));
+    let mut missing = Vec::new();
+    for page in [
+        "README.md",
+        "docs/user-guide.md",
+        "docs/cli.md",
+        "docs/launchers.md",
+        "docs/troubleshooting.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        for name in &wanted {
+            // The name ends there: `--tf-record` is not `--tf-record-log`.
+            let named = text.match_indices(name.as_str()).any(|(at, _)| {
+                let next = text[at + name.len()..].chars().next();
+                !next.is_some_and(|c| c.is_alphanumeric() || c == '-')
+            });
+            if !named {
+                missing.push(format!("{page}: {}", name.trim_start_matches('`')));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "pages that do not name an option or subcommand (in backquotes):\n{}",
+        missing.join("\n")
+    );
+}
