@@ -376,12 +376,20 @@ fn building_map_names_every_source_file() {
         missing.is_empty(),
         "docs/building.md's map does not name these files (one line each, path first, then \
          what it holds):\n{}",
-        missing.iter().map(|f| f.as_str()).collect::<Vec<_>>().join("\n")
+        missing
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     let named: Vec<&str> = page
         .split(|c: char| c.is_whitespace() || matches!(c, '`' | '(' | ')' | ',' | ';' | ':'))
         .filter(|w| w.ends_with(".rs"))
-        .filter(|w| ["core/src/", "src/", "cli/src/"].iter().any(|d| w.starts_with(d)))
+        .filter(|w| {
+            ["core/src/", "src/", "cli/src/"]
+                .iter()
+                .any(|d| w.starts_with(d))
+        })
         .collect();
     let absent: Vec<&str> = named
         .into_iter()

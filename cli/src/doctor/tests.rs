@@ -599,7 +599,10 @@ fn admins_recommended_line_is_healthy() {
     ] {
         let mut f = Fake::healthy();
         f.file("/etc/slurm/slurm.conf", slurm_conf);
-        f.file("/etc/slurm/plugstack.conf.d/tf-cluster.conf", &format!("{line}\n"));
+        f.file(
+            "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+            &format!("{line}\n"),
+        );
         let r = f.run();
         assert_eq!(
             r.worst(),
