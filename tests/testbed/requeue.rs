@@ -5,8 +5,8 @@
 //!
 //! - TensorFlow: a MultiWorkerMirroredStrategy job with `PreemptionCheckpointHandler` gets
 //!   SIGTERM (`scancel --signal=TERM`, as a preemption or `--signal=TERM@…` sends it), every
-//!   worker saves at the same step and exits 42, Slurm requeues the job (`RequeueExit=42`), the
-//!   requeued job is kept off one of its first nodes, and its second incarnation starts from the
+//!   worker saves at the same step and exits 42, the job is requeued (the template's
+//!   `--tf-requeue-on=42`; the testbed's `RequeueExit=42` would requeue it too), the requeued job is kept off one of its first nodes, and its second incarnation starts from the
 //!   saved step with a TF_CONFIG naming its new nodes and finishes.
 //! - PyTorch: elastic torchrun, the job requeued by the admin (`scontrol requeue`) in the middle;
 //!   the second incarnation's run id and rendezvous id carry `.r1`, and every worker starts from
@@ -324,7 +324,7 @@ fn hostnames(list: &str) -> Vec<String> {
 }
 
 /// TensorFlow's path through a preemption: SIGTERM → every worker saves at one step and exits
-/// 42 → `RequeueExit=42` requeues → the job, kept off rank 0's first node, starts on other nodes
+/// 42 → requeued (`--tf-requeue-on=42`, or the testbed's `RequeueExit=42`) → the job, kept off rank 0's first node, starts on other nodes
 /// from the saved step with their TF_CONFIG, and finishes.
 #[test]
 fn a_preempted_tensorflow_job_resumes_from_its_checkpoint() {
