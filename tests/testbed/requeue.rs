@@ -7,7 +7,8 @@
 //!   SIGTERM (`scancel --signal=TERM`, as a preemption or `--signal=TERM@…` sends it), every
 //!   worker saves at the same step and exits 42, the job is requeued (the template's
 //!   `--tf-requeue-on=42`; the testbed's `RequeueExit=42` would requeue it too), the requeued
-//!   job is kept off one of its first nodes, and its second incarnation starts from the saved step with a TF_CONFIG naming its new nodes and finishes.
+//!   job is kept off one of its first nodes, and its second incarnation starts from the saved
+//!   step with a TF_CONFIG naming its new nodes and finishes.
 //! - PyTorch: elastic torchrun, the job requeued by the admin (`scontrol requeue`) in the middle;
 //!   the second incarnation's run id and rendezvous id carry `.r1`, and every worker starts from
 //!   the step of the newest checkpoint the first incarnation wrote in alice's home.
