@@ -325,7 +325,8 @@ fn hostnames(list: &str) -> Vec<String> {
 }
 
 /// TensorFlow's path through a preemption: SIGTERM → every worker saves at one step and exits
-/// 42 → requeued (`--tf-requeue-on=42`, or the testbed's `RequeueExit=42`) → the job, kept off rank 0's first node, starts on other nodes
+/// 42 → requeued (`--tf-requeue-on=42`, or the testbed's `RequeueExit=42`) → the job, kept
+/// off rank 0's first node, starts on other nodes
 /// from the saved step with their TF_CONFIG, and finishes.
 #[test]
 fn a_preempted_tensorflow_job_resumes_from_its_checkpoint() {
