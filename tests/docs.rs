@@ -334,3 +334,147 @@ fn docs_show_and_link_the_tensorflow_scripts() {
         ],
     );
 }
+
+/// The Rust files under `dir`, as paths from the repository's root.
+fn rust_files_under(repo: &Path, dir: &str, found: &mut Vec<String>) {
+    let full = repo.join(dir);
+    for entry in std::fs::read_dir(&full).unwrap_or_else(|e| panic!("{dir}: {e}")) {
+        let name = entry.expect("directory entry").file_name();
+        let path = format!("{dir}/{}", name.to_string_lossy());
+        if repo.join(&path).is_dir() {
+            rust_files_under(repo, &path, found);
+        } else if path.ends_with(".rs") {
+            found.push(path);
+        }
+    }
+}
+
+/// docs/building.md's map of the files names every source file of the core
+/// (its frameworks too), the plugin and the CLI, each at the start of its
+/// own line with what it holds; and no path of those folders on the page
+/// names a file that does not exist.
+#[test]
+fn building_map_names_every_source_file() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(repo.join("docs/building.md")).unwrap();
+    let mut files = Vec::new();
+    for dir in ["core/src", "src", "cli/src"] {
+        rust_files_under(repo, dir, &mut files);
+    }
+    files.sort();
+    assert!(files.len() > 50, "{} source files", files.len());
+    let mapped: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.ends_with(".rs"))
+        .collect();
+    let missing: Vec<&String> = files
+        .iter()
+        .filter(|f| !mapped.contains(&f.as_str()) || !page.contains(&format!("\n{f} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/building.md's map does not name these files (one line each, path first, then \
+         what it holds):\n{}",
+        missing
+            .iter()
+            .map(|f| f.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let named: Vec<&str> = page
+        .split(|c: char| c.is_whitespace() || matches!(c, '`' | '(' | ')' | ',' | ';' | ':'))
+        .filter(|w| w.ends_with(".rs"))
+        .filter(|w| {
+            ["core/src/", "src/", "cli/src/"]
+                .iter()
+                .any(|d| w.starts_with(d))
+        })
+        .collect();
+    let absent: Vec<&str> = named
+        .into_iter()
+        .filter(|w| !repo.join(w).is_file())
+        .collect();
+    assert!(
+        absent.is_empty(),
+        "docs/building.md names files that do not exist:\n{}",
+        absent.join("\n")
+    );
+}
+
+/// The CLI's subcommands, as `tf-cluster --help` lists them: the variants
+/// of `enum Command` in cli/src/main.rs, in kebab case (`LauncherEnv` is
+/// `launcher-env`).
+fn cli_subcommands() -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let main = std::fs::read_to_string(root.join("cli/src/main.rs")).unwrap();
+    let (_, body) = main
+        .split_once("enum Command {")
+        .expect("cli/src/main.rs: no enum Command");
+    let (body, _) = body.split_once("\n}").expect("enum Command's end");
+    body.lines()
+        .filter(|l| l.starts_with("    ") && !l.starts_with("     "))
+        .map(str::trim)
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| {
+            let name: String = l.chars().take_while(|c| c.is_alphanumeric()).collect();
+            let mut kebab = String::new();
+            for (i, c) in name.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            kebab
+        })
+        .collect()
+}
+
+/// The README, the user guide, the CLI's page, the launchers' page and
+/// troubleshooting name every option the plugin adds (each setting's
+/// `--tf-<key>`, each framework's option) and every subcommand of
+/// `tf-cluster`.
+#[test]
+fn user_pages_name_every_option_and_subcommand() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut wanted: Vec<String> = tf_cluster_core::settings::SETTINGS
+        .iter()
+        .map(|s| format!("`--tf-{}", s.key))
+        .collect();
+    wanted.extend(
+        tf_cluster_core::FRAMEWORKS
+            .iter()
+            .map(|f| format!("`--{}", f.option)),
+    );
+    let commands = cli_subcommands();
+    assert!(
+        commands.len() >= 6 && commands.iter().any(|c| c == "launcher-env"),
+        "cli/src/main.rs: subcommands read as {commands:?}"
+    );
+    wanted.extend(commands.iter().map(|c| format!("`tf-cluster {c}")));
+    let mut missing = Vec::new();
+    for page in [
+        "README.md",
+        "docs/user-guide.md",
+        "docs/cli.md",
+        "docs/launchers.md",
+        "docs/troubleshooting.md",
+    ] {
+        let text = std::fs::read_to_string(root.join(page)).unwrap();
+        for name in &wanted {
+            // The name ends there: `--tf-record` is not `--tf-record-log`.
+            let named = text.match_indices(name.as_str()).any(|(at, _)| {
+                let next = text[at + name.len()..].chars().next();
+                !next.is_some_and(|c| c.is_alphanumeric() || c == '-')
+            });
+            if !named {
+                missing.push(format!("{page}: {}", name.trim_start_matches('`')));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "pages that do not name an option or subcommand (in backquotes):\n{}",
+        missing.join("\n")
+    );
+}

@@ -579,3 +579,36 @@ fn the_record_directory_matches_the_per_user_layout() {
         "{w:?}"
     );
 }
+
+/// The plugstack.conf line docs/admin.md recommends ("Enable:
+/// plugstack.conf"), as the node's snippet: the doctor finds nothing to
+/// warn of, with and without MpiParams=ports.
+#[test]
+fn admins_recommended_line_is_healthy() {
+    let page = include_str!("../../../docs/admin.md");
+    let (_, section) = page
+        .split_once("## Enable: plugstack.conf")
+        .expect("docs/admin.md: no \"## Enable: plugstack.conf\"");
+    let line = section
+        .lines()
+        .find(|l| l.starts_with("required ") || l.starts_with("optional "))
+        .expect("docs/admin.md: no plugstack line under \"Enable: plugstack.conf\"");
+    for slurm_conf in [
+        "ClusterName=c\nMpiParams=ports=12000-12999\nPlugStackConfig=/etc/slurm/plugstack.conf\n",
+        "ClusterName=c\nPlugStackConfig=/etc/slurm/plugstack.conf\n",
+    ] {
+        let mut f = Fake::healthy();
+        f.file("/etc/slurm/slurm.conf", slurm_conf);
+        f.file(
+            "/etc/slurm/plugstack.conf.d/tf-cluster.conf",
+            &format!("{line}\n"),
+        );
+        let r = f.run();
+        assert_eq!(
+            r.worst(),
+            Level::Ok,
+            "docs/admin.md's line {line:?} with slurm.conf {slurm_conf:?}:\n{}",
+            r.render()
+        );
+    }
+}
