@@ -523,6 +523,31 @@ fn script(path: &std::path::Path, text: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// A worker node with no `ray` on PATH fails at once, as the head's does,
+/// rather than waiting minutes for a head that never comes.
+#[test]
+fn a_ray_worker_without_ray_on_path_fails_at_once() {
+    let (dir, _) = ray_folder("no-ray");
+    // No head listens here: a worker that waited would wait its whole window.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = hermetic::tf_cluster();
+    cmd.arg("ray");
+    ray_step_env(&mut cmd, &dir, port);
+    cmd.env("PATH", dir.join("bin"));
+    let started = std::time::Instant::now();
+    let out = cmd.output().unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ray is not on PATH"), "{err}");
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A worker node whose `ray start` fails while the head runs starts it again
 /// (up to 3 starts): Ray gives a raylet 30 s to register and waits 40 s
 /// for the head's node to appear, both fixed in Ray, and a loaded node misses
