@@ -79,6 +79,15 @@ fn hang_of(stuck: u32, how: &str) -> (String, f64) {
     (text, took)
 }
 
+/// How many times each stuck case runs: 1 in the suite (CI time), more by
+/// hand with TFC_HANG_RUNS=N; each run's verdict and time go to stderr.
+fn runs() -> u32 {
+    std::env::var("TFC_HANG_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
 fn setup() {
     install(DIR, &[("train.py", TRAIN)], "true");
 }
