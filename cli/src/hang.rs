@@ -281,15 +281,9 @@ fn report(job: u32, step: u32, tasks: u64, lines: &[Value]) -> String {
         "step {job}.{step}: {} of {tasks} ranks found\n",
         ranks.len()
     );
-    out.push_str(&table(&rows));
-    let mut notes: Vec<String> = ranks
-        .values()
-        .filter_map(|r| r["stack_note"].as_str().map(str::to_string))
-        .collect();
-    notes.dedup();
-    for note in notes.iter().take(3) {
-        out.push_str(&format!("no Python stack: {note}\n"));
-    }
+    out.push_str(table(&rows).trim_end());
+    out.push('\n');
+    out.push_str(&stack_notes(&ranks));
     for r in ranks.values() {
         if let Some(stack) = r["stack"].as_str() {
             out.push_str(&format!(
@@ -300,6 +294,33 @@ fn report(job: u32, step: u32, tasks: u64, lines: &[Value]) -> String {
     }
     out.push_str(&format!("\n{}\n", verdict(tasks, &ranks)));
     out
+}
+
+/// Why stacks are missing, one line per reason (py-spy missing: one line
+/// for every node).
+fn stack_notes(ranks: &BTreeMap<u64, &Value>) -> String {
+    let mut text = String::new();
+    let mut notes: Vec<String> = ranks
+        .values()
+        .filter_map(|r| r["stack_note"].as_str().map(str::to_string))
+        .collect();
+    notes.sort();
+    notes.dedup();
+    // One line for the commonest note: py-spy missing on every node.
+    let missing = "py-spy is not installed on ";
+    let (absent, others): (Vec<String>, Vec<String>) =
+        notes.into_iter().partition(|n| n.starts_with(missing));
+    if !absent.is_empty() {
+        let nodes: Vec<&str> = absent.iter().map(|n| &n[missing.len()..]).collect();
+        text.push_str(&format!(
+            "no Python stack: {missing}{} (pip install py-spy)\n",
+            nodes.join(", ")
+        ));
+    }
+    for note in others.iter().take(3) {
+        text.push_str(&format!("no Python stack: {note}\n"));
+    }
+    text
 }
 
 /// The ranks grouped by place, the smallest group first; ranks without a
