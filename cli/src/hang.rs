@@ -227,8 +227,22 @@ fn user_frame(stack: &str) -> Option<String> {
         .map(str::trim)
         .filter(|l| l.contains(" ("));
     let top = frames.clone().next()?;
+    // The script's own file (the outermost frame's), else the innermost
+    // frame outside the installed libraries.
+    let file = |f: &str| {
+        f.rsplit(" (")
+            .next()
+            .unwrap_or("")
+            .rsplit(':')
+            .nth(1)
+            .map(str::to_string)
+    };
+    let script = frames.clone().last().and_then(file);
     let library = |f: &str| f.contains("-packages/") || f.contains("/lib/python");
-    let user = frames.find(|f| !library(f))?;
+    let user = match frames.clone().find(|f| file(f) == script) {
+        Some(f) => f,
+        None => frames.find(|f| !library(f))?,
+    };
     let func = |f: &str| f.split(" (").next().unwrap_or("").to_string();
     // `compute (train.py:42)` → `train.py:42 compute()`
     let at = |f: &str| {
@@ -383,5 +397,67 @@ fn ranks_text(ranks: &[u64]) -> String {
                 .collect::<Vec<_>>()
                 .join(",")
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn job_and_step_are_parsed_and_anything_else_refused() {
+        assert_eq!(parse_wanted("42"), Ok((42, None)));
+        assert_eq!(parse_wanted("42.3"), Ok((42, Some(3))));
+        assert!(parse_wanted("42.3.r0").is_err());
+        assert!(parse_wanted("x").is_err());
+    }
+
+    #[test]
+    fn another_users_job_is_refused() {
+        let me = unsafe { libc::getuid() };
+        let other = me + 1;
+        assert!(check_owner(&format!("JobId=1 UserId=me({me}) GroupId=x"), 1).is_ok());
+        let err = check_owner(&format!("JobId=1 UserId=bob({other}) GroupId=x"), 1).unwrap_err();
+        assert_eq!(
+            err,
+            "job 1 is bob's, not yours: only the job's user can look into its processes"
+        );
+    }
+
+    /// py-spy dump's layout: a thread line, then frames innermost first.
+    const DUMP: &str = "Process 704: python3 train.py\nPython v3.11.2 (/usr/bin/python3.11)\n\nThread 704 (idle): \"MainThread\"\n    all_reduce (torch/distributed/distributed_c10d.py:1536)\n    wrapper (/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py:47)\n    main (/home/alice/train.py:40)\n    <module> (/home/alice/train.py:50)\n";
+
+    #[test]
+    fn the_place_is_the_library_call_from_the_users_line() {
+        assert_eq!(
+            user_frame(DUMP).as_deref(),
+            Some("all_reduce() ← train.py:40 main()")
+        );
+        let own = DUMP.replace("    all_reduce (torch/distributed/distributed_c10d.py:1536)\n    wrapper (/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py:47)\n", "");
+        assert_eq!(user_frame(&own).as_deref(), Some("train.py:40 main()"));
+    }
+
+    #[test]
+    fn the_odd_rank_comes_first_and_a_missing_rank_is_gone() {
+        let wait = |rank: u64| json!({"rank": rank, "node": "node1", "gpus": "", "cpu": 0.0, "state": "S", "wchan": "futex_do_wait", "syscall": "futex"});
+        let mut lines: Vec<Value> = (0..3).map(wait).collect();
+        lines.push(json!({"rank": 3, "node": "node2", "gpus": "1", "cpu": 0.99, "state": "R"}));
+        let ranks: BTreeMap<u64, &Value> = lines
+            .iter()
+            .map(|l| (l["rank"].as_u64().unwrap(), l))
+            .collect();
+        assert_eq!(
+            verdict(5, &ranks),
+            "verdict: rank 4 has no process on any node of the step (gone); rank 3 on node2 (GPU 1) is on CPU, in no wait (its own loop); 3 ranks are waiting (S) in futex (futex_do_wait)"
+        );
+        let busy: Vec<Value> = (0..2).map(|r| json!({"rank": r, "cpu": 0.8})).collect();
+        let ranks: BTreeMap<u64, &Value> = busy
+            .iter()
+            .map(|l| (l["rank"].as_u64().unwrap(), l))
+            .collect();
+        assert!(verdict(2, &ranks).starts_with(
+            "verdict: moving: every rank used CPU in the window; all 2 ranks are in one place"
+        ));
     }
 }
