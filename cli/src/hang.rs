@@ -200,10 +200,12 @@ fn place(r: &Value) -> String {
             return format!("in {frame}");
         }
     }
-    if r["cpu"].as_f64().unwrap_or(0.0) >= 0.5 {
+    let state = r["state"].as_str().unwrap_or("?");
+    // Running, or a fifth of a core in the window: on a busy node a
+    // spinning rank gets less than a core, a waiting one none.
+    if state == "R" || r["cpu"].as_f64().unwrap_or(0.0) >= 0.2 {
         return "on CPU, in no wait (its own loop)".into();
     }
-    let state = r["state"].as_str().unwrap_or("?");
     let wchan = r["wchan"].as_str();
     let syscall = r["syscall"].as_str();
     match (wchan, syscall) {
@@ -442,7 +444,8 @@ mod tests {
     fn the_odd_rank_comes_first_and_a_missing_rank_is_gone() {
         let wait = |rank: u64| json!({"rank": rank, "node": "node1", "gpus": "", "cpu": 0.0, "state": "S", "wchan": "futex_do_wait", "syscall": "futex"});
         let mut lines: Vec<Value> = (0..3).map(wait).collect();
-        lines.push(json!({"rank": 3, "node": "node2", "gpus": "1", "cpu": 0.99, "state": "R"}));
+        // A spinning rank on a busy node: state R, under half a core.
+        lines.push(json!({"rank": 3, "node": "node2", "gpus": "1", "cpu": 0.38, "state": "R"}));
         let ranks: BTreeMap<u64, &Value> = lines
             .iter()
             .map(|l| (l["rank"].as_u64().unwrap(), l))
