@@ -7,6 +7,8 @@
 mod doctor;
 mod elf;
 mod env_explain;
+mod hang;
+mod hang_probe;
 mod launcher_env;
 mod options;
 mod postmortem;
@@ -97,6 +99,20 @@ enum Command {
         /// site's record= in plugstack.conf).
         #[arg(long = "tf-record", visible_alias = "dir", value_name = "DIR")]
         dir: Option<PathBuf>,
+    },
+    /// While a step hangs: every rank's node, GPU, pid, state, CPU used in
+    /// a few seconds, what it waits in and its Python stack (py-spy where
+    /// installed), read through one `srun --overlap` step into the job as
+    /// its user, and a verdict naming the odd ranks first.
+    Hang {
+        /// The job (its latest step) or JOB.STEP.
+        step: String,
+        /// Seconds over which each rank's CPU time is sampled.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=30))]
+        window: u64,
+        /// The node side, run by the overlap step itself.
+        #[arg(long, hide = true)]
+        probe: bool,
     },
 }
 
@@ -191,6 +207,11 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Hang {
+            step,
+            window,
+            probe,
+        } => hang_main(&step, window, probe),
         Command::Env(args) => print_step(env_explain::run(&args, false)),
         Command::Preview(args) => print_step(env_explain::run(&args, true)),
         Command::Doctor => {
@@ -212,6 +233,28 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+    }
+}
+
+/// `hang`: the report, or on a node (`--probe`) the node's lines.
+fn hang_main(step: &str, window: u64, probe: bool) -> ExitCode {
+    let window = std::time::Duration::from_secs(window);
+    if probe {
+        let ids = step
+            .split_once('.')
+            .and_then(|(j, s)| Some((j.parse().ok()?, s.parse().ok()?)));
+        let Some((job, step)) = ids else {
+            eprintln!("tf-cluster: --probe needs JOB.STEP");
+            return ExitCode::from(USAGE_ERROR);
+        };
+        return write_out(&hang_probe::probe(job, step, window), 0);
+    }
+    match hang::hang(step, window) {
+        Ok(text) => write_out(&text, 0),
+        Err(e) => {
+            eprintln!("tf-cluster: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

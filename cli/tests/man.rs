@@ -40,7 +40,7 @@ fn words(text: &str, prefix: &str, ok: impl Fn(char) -> bool) -> BTreeSet<String
     found
 }
 
-const COMMANDS: [&str; 4] = ["env", "preview", "launcher-env", "doctor"];
+const COMMANDS: [&str; 5] = ["env", "preview", "launcher-env", "doctor", "hang"];
 
 fn options_in_help() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
@@ -66,9 +66,9 @@ fn every_option_is_in_the_manual_and_back() {
         c.is_ascii_lowercase() || c == '-'
     });
     man.remove("--help");
-    // Options of other programs the settings' help names: Apptainer's and
-    // sbatch's.
-    for other in ["--cleanenv", "--no-requeue"] {
+    // Options of other programs the manual names: Apptainer's, sbatch's
+    // and srun's (hang's overlap step).
+    for other in ["--cleanenv", "--no-requeue", "--overlap", "--jobid"] {
         assert!(!help.contains(other), "{other} is an option of tf-cluster");
         man.remove(other);
     }

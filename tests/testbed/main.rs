@@ -15,6 +15,7 @@ mod export;
 mod faults;
 mod frameworks;
 mod gpus;
+mod hang;
 mod het;
 mod hostile;
 mod inherited;
