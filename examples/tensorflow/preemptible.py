@@ -2,8 +2,8 @@
 
 tf.distribute.experimental.PreemptionCheckpointHandler saves a checkpoint when a worker gets
 SIGTERM (Slurm's `--signal=TERM@…` before the time limit, `scancel --signal=TERM`, a
-preemption) and makes every worker exit with code 42; slurm.conf's `RequeueExit=42` then
-requeues the job. When the job starts again, the handler restores the newest checkpoint of the
+preemption) and makes every worker exit with code 42; the plugin (`--tf-requeue-on=42` in
+preemptible.sbatch) then requeues the job. When the job starts again, the handler restores the newest checkpoint of the
 same directory and the training goes on from the step it was saved at, with the TF_CONFIG that
 --tf-cluster wrote for the new allocation (other nodes, other ports).
 
@@ -79,7 +79,7 @@ def train_step(batch):
 
 
 def preempted():
-    """After the handler saved its checkpoint: say where, then exit 42 (RequeueExit)."""
+    """After the handler saved its checkpoint: say where, then exit 42 (--tf-requeue-on=42)."""
     print(f"rank {rank}/{workers} on {host}: preempted, saved at step {handler.total_run_calls}",
           flush=True)
     sys.exit(42)
