@@ -35,7 +35,7 @@ fn block_layouts_under_a_topology() {
     ];
     for (args, n, roles) in cases {
         let mut args = args.to_vec();
-        args.extend(["--resv-ports=0", "--tf-port-base=8888"]);
+        args.push("--resv-ports=0");
         let plain = srun(&args);
         plain.assert_ran(n);
         if version >= (26, 5) && n == 6 {
@@ -50,7 +50,8 @@ fn block_layouts_under_a_topology() {
         } else {
             "--tf-cluster"
         };
-        args.push(spec);
+        // The port base only with the framework option (alone, srun refuses it).
+        args.extend(["--tf-port-base=8888", spec]);
         srun(&args).assert_ran(n).assert_tf_config(roles, 8888);
     }
 }
