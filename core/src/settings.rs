@@ -141,6 +141,9 @@ pub struct Setting {
     pub range: Option<(u32, u32)>,
     /// What it is where neither the site nor the step gives it.
     pub default: Unset,
+    /// The one framework option it acts with (`tf-cluster` for TensorFlow's
+    /// rpc_layer), where it acts with one only; None: with any.
+    pub only_with: Option<&'static str>,
     set: fn(&mut Settings, &str) -> std::result::Result<(), String>,
 }
 
@@ -194,6 +197,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "first port of each node's tasks (1-65535): local task k takes N+k (default: the step's own block of the port range; ports Slurm reserved win)",
         range: Some(PORTS),
         default: Unset::Absent("the step's own block of the port range"),
+        only_with: None,
         set: |s, v| {
             s.port_base = match within(v, PORTS) {
                 Ok(n) => Some(n as u16),
@@ -212,6 +216,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "the ports each step takes a block of, placed by its job and step ids, where Slurm reserved none and no port base is given (default 20000-29499)",
         range: None,
         default: Unset::Value("20000-29499"),
+        only_with: None,
         set: |s, v| {
             s.port_range = PortRange::parse(v)?;
             Ok(())
@@ -223,6 +228,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "GPUs to share on each node (0-1024; default: Slurm's CUDA_VISIBLE_DEVICES)",
         range: Some(GPU_COUNTS),
         default: Unset::Absent("Slurm's CUDA_VISIBLE_DEVICES"),
+        only_with: None,
         set: |s, v| {
             s.gpus_per_node = Some(gpu_count(v)?);
             Ok(())
@@ -234,6 +240,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "GPUs per task (0-1024; default: GPUs per node / most tasks on a node)",
         range: Some(GPU_COUNTS),
         default: Unset::Absent("GPUs per node / most tasks on a node"),
+        only_with: None,
         set: |s, v| {
             s.gpus_per_task = Some(gpu_count(v)?);
             Ok(())
@@ -245,6 +252,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "whether to set each task's CUDA_VISIBLE_DEVICES (default true)",
         range: None,
         default: Unset::Value("true"),
+        only_with: None,
         set: |s, v| {
             s.auto_set_gpu = flag(v)?;
             Ok(())
@@ -256,6 +264,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "rpc_layer in TF_CONFIG, e.g. grpc (default: none)",
         range: None,
         default: Unset::Absent("none"),
+        only_with: Some("tf-cluster"),
         set: |s, v| {
             let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '.');
             if v.is_empty() || v.len() > 64 || !v.chars().all(name) {
@@ -271,6 +280,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "each host's name on the fast network, {} being the node's name, e.g. {}-ib (default: the node's name)",
         range: None,
         default: Unset::Absent("the node's name"),
+        only_with: None,
         set: |s, v| {
             if v.len() > 64 || v.matches("{}").count() != 1 {
                 return Err(format!(
@@ -296,6 +306,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "the fast network's interface, by name (ib0) or subnet (10.98.0.0/16), given to NCCL, gloo and TensorPipe (default: the host template's network, else none)",
         range: None,
         default: Unset::Absent("the host template's network, else none"),
+        only_with: None,
         set: |s, v| {
             s.network = Some(Network::parse(v)?);
             Ok(())
@@ -307,6 +318,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "also set each variable as APPTAINERENV_<NAME> and SINGULARITYENV_<NAME>, which win over an Apptainer image's and survive --cleanenv (default false)",
         range: None,
         default: Unset::Value("false"),
+        only_with: None,
         set: |s, v| {
             s.apptainer_env = flag(v)?;
             Ok(())
@@ -318,6 +330,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "before any task starts, each node checks that the step's interface is up with a carrier, that its tasks' ports can be bound and that its GPUs' device nodes exist, and refuses the step naming the node otherwise (default true)",
         range: None,
         default: Unset::Value("true"),
+        only_with: None,
         set: |s, v| {
             s.preflight = flag(v)?;
             Ok(())
@@ -329,6 +342,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "write a record of the step under DIR (an absolute directory): every rank's host, address, ports, GPUs, interface and role, and how each task ended, in DIR/JOB.STEP where DIR is the user's own private directory, else (a shared directory, or the site's) in DIR/<uid>/JOB.STEP, the user's own; read it with tf-cluster postmortem (default: none)",
         range: None,
         default: Unset::Absent("none"),
+        only_with: None,
         set: |s, v| {
             s.record = Some(record_dir(v)?);
             Ok(())
@@ -340,6 +354,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "also log one line per node at info level in slurmd's log naming the step's ranks there (default false)",
         range: None,
         default: Unset::Value("false"),
+        only_with: None,
         set: |s, v| {
             s.record_log = flag(v)?;
             Ok(())
@@ -351,6 +366,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "when a task of the step exits with CODE (3-125), slurmstepd requeues the job, once per incarnation, as scontrol requeue would, with no scontrol in the task's image; never a job submitted with --no-requeue (default: none)",
         range: Some(EXIT_CODES),
         default: Unset::Absent("none"),
+        only_with: None,
         set: |s, v| {
             s.requeue_on = match within(v, EXIT_CODES) {
                 Ok(n) => Some(n as u8),
@@ -368,6 +384,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "--tf-requeue-on requeues no job Slurm has already restarted N times (0-1000; Slurm's restart count, whatever requeued the job); past it one line says so and the job ends (default 3)",
         range: Some(RESTART_COUNTS),
         default: Unset::Value("3"),
+        only_with: None,
         set: |s, v| {
             s.requeue_max = match within(v, RESTART_COUNTS) {
                 Ok(n) => n,
@@ -388,6 +405,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "split the step's tasks, in rank order, into named roles (NAME: lower-case letters, digits and '_', a letter first), each with its own RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, beside a step-wide world and every role's addresses; with --torch-cluster or --jax-cluster; in a heterogeneous step NAME,NAME,... names its components (default: none)",
         range: None,
         default: Unset::Absent("none"),
+        only_with: None,
         set: |s, v| {
             s.step_roles = Some(StepRoles::parse(v)?);
             Ok(())
@@ -399,6 +417,7 @@ pub const SETTINGS: [Setting; 16] = [
         help: "ports of each task's own, in TF_CLUSTER_PORTS (1-64), from Slurm's reservation or the step's block (default 4 with --tf-roles, else none)",
         range: Some(TASK_PORTS),
         default: Unset::Absent("4 with --tf-roles, else none"),
+        only_with: None,
         set: |s, v| {
             s.ports_per_task = match within(v, TASK_PORTS) {
                 Ok(n) => Some(n),

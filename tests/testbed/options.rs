@@ -110,8 +110,9 @@ const SETTING_VALUES: &[(&str, &str)] = &[
 ];
 
 /// Every setting of the table given alone to srun (no framework option)
-/// would change nothing: srun refuses the step with one line naming the
-/// option, and the command never runs, in srun's own allocation and inside
+/// would change nothing, as TensorFlow's rpc_layer on a PyTorch step would:
+/// srun refuses the step with one line naming the option, and the command
+/// never runs, in srun's own allocation and inside
 /// one. Handed down by salloc alone, the same option leaves a helper step
 /// as if the plugin were absent.
 #[test]
@@ -126,7 +127,10 @@ fn a_setting_without_a_framework_is_refused() {
         listed, keys,
         "SETTING_VALUES names every setting of the table"
     );
-    let mut script = String::new();
+    // TensorFlow's rpc_layer given to a PyTorch step: refused too.
+    let mut script = String::from(
+        "srun -N1 -n1 --torch-cluster --tf-rpc-layer=grpc echo RAN-torch-rpc 2>&1; echo \"RC-torch-rpc $?\"\n",
+    );
     for (key, value) in SETTING_VALUES {
         script.push_str(&format!(
             "srun -N1 -n1 --tf-{key}='{value}' echo RAN-{key} 2>&1; echo \"RC-{key} $?\"\n"
@@ -152,6 +156,16 @@ fn a_setting_without_a_framework_is_refused() {
             "--tf-{key} succeeded:\n{text}"
         );
     }
+    assert!(
+        text.contains(
+            "--tf-rpc-layer acts only with --tf-cluster, which this step does not ask for"
+        ),
+        "--tf-rpc-layer with --torch-cluster: no refusal:\n{text}"
+    );
+    assert!(
+        !text.contains("RAN-torch-rpc") && !text.contains("RC-torch-rpc 0"),
+        "{text}"
+    );
     // Inside an allocation (srun cannot fail there without leaving the
     // step behind: its task refuses it), and handed down by salloc.
     let out = common::exec(&[

@@ -54,31 +54,53 @@ pub fn check_value(f: &Framework, value: &str) -> Result<()> {
     }
 }
 
-/// A step given a `--tf-<key>` option and no framework option: the
-/// setting would change nothing (every setting shapes a framework's
-/// variables, ports, record or requeue), so the step is refused, naming
-/// the options that would make it act. `given`: the setting options given
-/// to this srun itself (an inherited one never breaks a helper step).
-pub fn check_settings_alone(given: &[&str]) -> Result<()> {
+/// The `--tf-<key>` options `given` to this srun itself (an inherited one
+/// never breaks a helper step), on a step asking for `frameworks`: each
+/// must act there, else the step is refused in one line naming what would
+/// make it act. With no framework option none acts (every setting shapes a
+/// framework's variables, ports, record or requeue); a setting of one
+/// framework alone (`rpc-layer`: TensorFlow's) needs that framework.
+pub fn check_given_settings(given: &[&str], frameworks: Frameworks) -> Result<()> {
     if given.is_empty() {
         return Ok(());
     }
-    let names: Vec<String> = FRAMEWORKS
-        .iter()
-        .map(|f| format!("--{}", f.option))
-        .collect();
-    let (last, rest) = names.split_last().expect("four frameworks");
-    let options = given
-        .iter()
-        .map(|o| format!("--{o}"))
-        .collect::<Vec<_>>()
-        .join(" and ");
-    let verb = if given.len() == 1 { "acts" } else { "act" };
-    bail!(
-        "{options} {verb} only on a step with a framework option ({} or {last}); without one this step would run as if {} were absent",
-        rest.join(", "),
-        if given.len() == 1 { "it" } else { "they" }
-    )
+    if frameworks.is_empty() {
+        let names: Vec<String> = FRAMEWORKS
+            .iter()
+            .map(|f| format!("--{}", f.option))
+            .collect();
+        let (last, rest) = names.split_last().expect("four frameworks");
+        let options = given
+            .iter()
+            .map(|o| format!("--{o}"))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let (verb, it) = if given.len() == 1 {
+            ("acts", "it")
+        } else {
+            ("act", "they")
+        };
+        bail!(
+            "{options} {verb} only on a step with a framework option ({} or {last}); without one this step would run as if {it} were absent",
+            rest.join(", ")
+        )
+    }
+    for option in given {
+        let key = option.strip_prefix("tf-").unwrap_or(option);
+        let Some(only) = crate::settings::SETTINGS
+            .iter()
+            .find(|s| s.key == key)
+            .and_then(|s| s.only_with)
+        else {
+            continue;
+        };
+        if !frameworks.iter().any(|f| f.option == only) {
+            bail!(
+                "--{option} acts only with --{only}, which this step does not ask for: its framework options would ignore it"
+            )
+        }
+    }
+    Ok(())
 }
 
 pub use crate::settings::Frameworks;

@@ -311,10 +311,10 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
 #[test]
 fn every_setting_alone_is_refused_by_name() {
     use crate::settings::SETTINGS;
-    assert!(super::check_settings_alone(&[]).is_ok());
+    assert!(super::check_given_settings(&[], Frameworks::default()).is_ok());
     for setting in SETTINGS.iter() {
         let option = format!("tf-{}", setting.key);
-        let e = super::check_settings_alone(&[&option])
+        let e = super::check_given_settings(&[&option], Frameworks::default())
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -324,10 +324,39 @@ fn every_setting_alone_is_refused_by_name() {
             )
         );
     }
-    let e = super::check_settings_alone(&["tf-record", "tf-requeue-on"]).unwrap_err();
+    let e = super::check_given_settings(&["tf-record", "tf-requeue-on"], Frameworks::default())
+        .unwrap_err();
     assert!(
         e.to_string()
             .starts_with("--tf-record and --tf-requeue-on act only on a step"),
         "{e}"
     );
+}
+
+/// A setting of one framework alone (`--tf-rpc-layer`, TensorFlow's
+/// rpc_layer) acts with that framework's option and is refused with the
+/// others; every other setting acts with each of the four.
+#[test]
+fn a_setting_of_one_framework_needs_that_framework() {
+    use super::{FRAMEWORKS, check_given_settings};
+    use crate::settings::SETTINGS;
+    for f in FRAMEWORKS.iter() {
+        let step = Frameworks::default().with(f);
+        for setting in SETTINGS.iter() {
+            let option = format!("tf-{}", setting.key);
+            let got = check_given_settings(&[&option], step);
+            if setting.key == "rpc-layer" && f.option != "tf-cluster" {
+                assert_eq!(
+                    got.unwrap_err().to_string(),
+                    "--tf-rpc-layer acts only with --tf-cluster, which this step does not ask for: its framework options would ignore it"
+                );
+            } else {
+                assert!(got.is_ok(), "--{option} with --{}: {got:?}", f.option);
+            }
+        }
+    }
+    let both = Frameworks::default()
+        .with(&tensorflow::FRAMEWORK)
+        .with(&pytorch::FRAMEWORK);
+    assert!(check_given_settings(&["tf-rpc-layer"], both).is_ok());
 }

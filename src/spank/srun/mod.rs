@@ -171,9 +171,10 @@ impl Srun {
                     // A `--tf-<key>` given to this srun with no framework
                     // option would change nothing: refused, never ignored
                     // (one only handed down leaves a helper step alone).
-                    if let Err(e) =
-                        core::frameworks::check_settings_alone(&options::settings_given_here())
-                    {
+                    if let Err(e) = core::frameworks::check_given_settings(
+                        &options::settings_given_here(),
+                        core::frameworks::Frameworks::default(),
+                    ) {
                         let handoff = undecided(spank, off_overridden, 0, None)?;
                         return self.refuse(spank, e, handoff);
                     }
@@ -206,6 +207,11 @@ impl Srun {
             Err(e) => return self.refuse(spank, e, undecided(spank, off_overridden, 0, None)?),
         };
         let mut handoff = undecided(spank, off_overridden, restart_count, self.secret())?;
+        // A setting of one framework given to a step of others: refused.
+        let given = options::settings_given_here();
+        if let Err(e) = core::frameworks::check_given_settings(&given, settings.frameworks) {
+            return self.refuse(spank, e, handoff);
+        }
         let e = match decide_for(spank, settings, &mut handoff) {
             Ok(()) => return hand_off(spank, &handoff),
             Err(e) => e,
