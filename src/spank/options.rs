@@ -189,6 +189,13 @@ pub fn seen_asking() -> bool {
         .any(|f| seen(f.option).is_some_and(|v| v != OFF))
 }
 
+/// Whether srun's parsing saw a framework option or `--tf-off` at all, any
+/// value (`=off` included), given or handed down: a step that says it
+/// wants no framework, whose other `--tf-` options are then moot.
+pub fn seen_framework_word() -> bool {
+    seen(ALL_OFF).is_some() || FRAMEWORKS.iter().any(|f| seen(f.option).is_some())
+}
+
 /// Whether srun was given any framework option, from its command line or
 /// handed down (`=off` is none): whether the step may ask for the plugin.
 pub fn asks(spank: &Spank) -> Result<bool> {

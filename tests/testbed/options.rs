@@ -131,6 +131,12 @@ fn a_setting_without_a_framework_is_refused() {
     let mut script = String::from(
         "srun -N1 -n1 --torch-cluster --tf-rpc-layer=grpc echo RAN-torch-rpc 2>&1; echo \"RC-torch-rpc $?\"\n",
     );
+    // A step that says it wants no framework (`--tf-off`, `--X-cluster=off`)
+    // runs: its other options are moot, in so many words.
+    script.push_str(
+        "srun -N1 -n1 --tf-record=/tmp --tf-off echo RAN-off; \
+         srun -N1 -n1 --torch-cluster=off --tf-network=eth0 echo RAN-torch-off\n",
+    );
     for (key, value) in SETTING_VALUES {
         script.push_str(&format!(
             "srun -N1 -n1 --tf-{key}='{value}' echo RAN-{key} 2>&1; echo \"RC-{key} $?\"\n"
@@ -164,6 +170,10 @@ fn a_setting_without_a_framework_is_refused() {
     );
     assert!(
         !text.contains("RAN-torch-rpc") && !text.contains("RC-torch-rpc 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("RAN-off") && text.contains("RAN-torch-off"),
         "{text}"
     );
     // Inside an allocation (srun cannot fail there without leaving the

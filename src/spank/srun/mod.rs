@@ -170,11 +170,15 @@ impl Srun {
                 Ok(None) => {
                     // A `--tf-<key>` given to this srun with no framework
                     // option would change nothing: refused, never ignored
-                    // (one only handed down leaves a helper step alone).
-                    if let Err(e) = core::frameworks::check_given_settings(
-                        &options::settings_given_here(),
-                        core::frameworks::Frameworks::default(),
-                    ) {
+                    // (one only handed down leaves a helper step alone, and
+                    // a step that says `--tf-off` or `--X-cluster=off` asked
+                    // for none in so many words).
+                    let given = match options::seen_framework_word() {
+                        true => Vec::new(),
+                        false => options::settings_given_here(),
+                    };
+                    let none = core::frameworks::Frameworks::default();
+                    if let Err(e) = core::frameworks::check_given_settings(&given, none) {
                         let handoff = undecided(spank, off_overridden, 0, None)?;
                         return self.refuse(spank, e, handoff);
                     }
