@@ -49,6 +49,19 @@ pub struct Framework {
     /// The variables its libraries read for the interface of their data
     /// connections, set when the step names a network (crate::network).
     pub interface_vars: &'static [&'static InterfaceVar],
+    /// What it makes of `--tf-roles` (crate::step_roles).
+    pub roles: RoleRule,
+}
+
+/// What a framework makes of `--tf-roles`.
+pub enum RoleRule {
+    /// Each role gets a rendezvous of its own (a port per role), for the
+    /// settings `check` accepts (why not, else).
+    PerRole(fn(&Settings) -> Result<()>),
+    /// Refused, saying why.
+    Refused(&'static str),
+    /// The roles are the other frameworks': it takes no rendezvous per role.
+    Indifferent,
 }
 
 /// The variables of one task, in order.

@@ -5,7 +5,7 @@
 //!
 //! What it needs of the layout: rank 0's host: O(1) after the layout.
 
-use super::framework::{Framework, GpuRule, Launch, Task, Vars};
+use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::Result;
 use crate::limits::MAX_TASKS;
 use crate::network::addresses::NCCL;
@@ -32,6 +32,7 @@ pub static FRAMEWORK: Framework = Framework {
     // NCCL on GPUs. JAX's CPU collectives (gloo) are built without an
     // interface and read no variable (jax/_src/xla_bridge.py): nothing to set.
     interface_vars: &[&NCCL],
+    roles: RoleRule::PerRole(|_| Ok(())),
 };
 
 fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {

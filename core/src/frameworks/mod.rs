@@ -11,7 +11,7 @@ pub mod pytorch;
 pub mod ray;
 pub mod tensorflow;
 
-pub use framework::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
+pub use framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
 
 use super::error::{Error, Result, bail, shown};
 use super::gpus::Rules;
@@ -169,16 +169,13 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
     Ok(())
 }
 
-/// The frameworks each role gets a rendezvous of its own of, in the
+/// The step's frameworks that take a rendezvous port per role, in the
 /// order of their ports in a role's block.
-static PER_ROLE: [&Framework; 2] = [&pytorch::FRAMEWORK, &jax::FRAMEWORK];
-
-/// The step's frameworks that take a rendezvous port per role.
 pub fn per_role(settings: &Settings) -> Vec<&'static Framework> {
-    PER_ROLE
+    settings
+        .frameworks
         .iter()
-        .copied()
-        .filter(|f| settings.frameworks.contains(f))
+        .filter(|f| matches!(f.roles, RoleRule::PerRole(_)))
         .collect()
 }
 
@@ -193,22 +190,17 @@ pub fn check_roles(
     let Some(roles) = &settings.step_roles else {
         return Ok(Vec::new());
     };
-    if settings.frameworks.contains(&tensorflow::FRAMEWORK) {
-        bail!(
-            "--tf-roles gives each role a world of its own, which TensorFlow has not: its roles are its job names (--tf-cluster=ps:1,worker:3); use --tf-roles with --torch-cluster or --jax-cluster"
-        );
+    for f in settings.frameworks.iter() {
+        match f.roles {
+            RoleRule::Refused(why) => bail!("{why}"),
+            RoleRule::PerRole(check) => check(settings)?,
+            RoleRule::Indifferent => {}
+        }
     }
     if per_role(settings).is_empty() {
         bail!(
             "--tf-roles={} needs --torch-cluster or --jax-cluster",
             roles.text()
-        );
-    }
-    if matches!(settings.torch, pytorch::Rendezvous::Elastic { .. })
-        && settings.frameworks.contains(&pytorch::FRAMEWORK)
-    {
-        bail!(
-            "--tf-roles gives each role a static rendezvous: use it with --torch-cluster, not --torch-cluster=elastic"
         );
     }
     roles.for_step(tasks, components).map_err(Error::new)

@@ -12,7 +12,7 @@
 //! and its place in the order of first ranks) and the step's size: O(ranks)
 //! once, nothing per other rank, so no limit below the layout's own.
 
-use super::framework::{Arg, Framework, GpuRule, Launch, Task, Vars};
+use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::{Result, bail};
 use crate::limits::MAX_TASKS;
 use crate::network::addresses::{GLOO, NCCL, TENSORPIPE};
@@ -36,6 +36,17 @@ pub fn check_elastic(settings: &Settings, tasks: u32, nodes: u32) -> Result<()> 
     }
     if let Some(min) = min.filter(|&m| m > nodes) {
         bail!("--torch-cluster=elastic:{min}: MIN is more than the step's {nodes} nodes");
+    }
+    Ok(())
+}
+
+/// With `--tf-roles`, each role's own static rendezvous: torchrun's elastic
+/// one (one store for every node) cannot be split by role.
+fn static_rendezvous(settings: &Settings) -> Result<()> {
+    if matches!(settings.torch, Rendezvous::Elastic { .. }) {
+        bail!(
+            "--tf-roles gives each role a static rendezvous: use it with --torch-cluster, not --torch-cluster=elastic"
+        );
     }
     Ok(())
 }
@@ -70,6 +81,7 @@ pub static FRAMEWORK: Framework = Framework {
     // each pick their interface; MASTER_ADDR names only the rendezvous.
     interface_vars: &[&NCCL, &GLOO, &TENSORPIPE],
     summary,
+    roles: RoleRule::PerRole(static_rendezvous),
 };
 
 fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {

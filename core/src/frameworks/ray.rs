@@ -13,7 +13,7 @@
 //! What it needs of the layout: rank 0's host and this task's node: O(1)
 //! after the layout.
 
-use super::framework::{Framework, GpuRule, Launch, Task, Vars};
+use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::{Result, bail};
 use crate::layout::Layout;
 use crate::limits::MAX_TASKS;
@@ -92,6 +92,7 @@ pub static FRAMEWORK: Framework = Framework {
     // NCCL between Ray's GPU workers (vLLM, Ray Train): its bootstrap and
     // socket transport on the step's network.
     interface_vars: &[&NCCL],
+    roles: RoleRule::Indifferent,
 };
 
 fn check_before_launch(_: &Settings, launch: &Launch) -> Result<()> {

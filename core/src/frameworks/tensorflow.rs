@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use super::framework::{Arg, Framework, GpuRule, Launch, Shared, Task, Vars};
+use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
 use crate::distribution::Placement;
 use crate::error::{Result, bail};
 use crate::hostlist::HostList;
@@ -47,6 +47,10 @@ pub static FRAMEWORK: Framework = Framework {
     // gRPC follows TF_CONFIG's addresses (the host template); NCCL, for
     // MultiWorkerMirroredStrategy on GPUs, picks its own interface.
     interface_vars: &[&NCCL],
+    // TensorFlow's roles are its job names.
+    roles: RoleRule::Refused(
+        "--tf-roles gives each role a world of its own, which TensorFlow has not: its roles are its job names (--tf-cluster=ps:1,worker:3); use --tf-roles with --torch-cluster or --jax-cluster",
+    ),
 };
 
 /// The spec must cover the tasks, and TF_CONFIG must be able to fit.
