@@ -71,11 +71,19 @@ fn ray_step(pair: &str, me: &str, other: &str) -> String {
     ray_step_with(DRIVER, &format!("{pair} {me} {other}"))
 }
 
+/// The fast network as a host template names it.
+const TEMPLATE: &str = "--tf-host-template='{}-ib'";
+
 /// [`ray_step`] with another Python driver and its arguments.
 fn ray_step_with(driver: &str, args: &str) -> String {
+    ray_step_on(TEMPLATE, driver, args)
+}
+
+/// [`ray_step_with`] with the fast network named by `network` (an option).
+fn ray_step_on(network: &str, driver: &str, args: &str) -> String {
     format!(
         "cd /tmp && PATH=/opt/ray/bin:$PATH srun -N3 --ntasks-per-node=1 -w node[1-3] --resv-ports=64 --kill-on-bad-exit=1 \
-         --ray-cluster --tf-host-template='{{}}-ib' \
+         --ray-cluster {network} \
          tf-cluster ray --num-cpus=1 --object-store-memory=100000000 --include-dashboard=false --include-log-monitor=false \
          -- python -c '{}' {args}",
         driver.replace('\'', r"'\''")
@@ -234,15 +242,30 @@ fn a_ray_cluster_per_step_on_the_fast_network() {
     let port: u16 = address.strip_prefix("node1-ib:").unwrap().parse().unwrap();
     assert!((12000..=12999).contains(&port), "{address}");
     assert_nothing_left("one step");
-    // The driver's exit code is the step's.
-    let out = as_user("alice", &ray_step_with("import sys; sys.exit(7)", ""));
+    // The driver's exit code is the step's; and `--tf-network` (the fast
+    // network's interface, no names on it) puts every Ray node, the head's
+    // included, at its address there: the GCS, at the head's Slurm name,
+    // answers every node.
+    let driver = format!("{DRIVER}\nsys.exit(7)");
+    let out = as_user(
+        "alice",
+        &ray_step_on("--tf-network=eth1", &driver, "- alice -"),
+    );
     assert_eq!(
         out.status.code(),
         Some(7),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_nothing_left("a failing driver");
+    let r = result(&out);
+    let nodes: Vec<String> = serde_json::from_value(r["nodes"].clone()).unwrap();
+    assert_eq!(nodes, want, "--tf-network=eth1");
+    let tasks: Vec<Vec<String>> = serde_json::from_value(r["tasks"].clone()).unwrap();
+    let pairs: Vec<Vec<String>> = want.iter().map(|a| vec![a.clone(), a.clone()]).collect();
+    assert_eq!(tasks, pairs, "--tf-network=eth1");
+    let address = r["address"].as_str().unwrap();
+    assert!(address.starts_with("node1:"), "{address}");
+    assert_nothing_left("a failing driver on --tf-network");
 }
 
 /// Two users' Ray steps on the same three nodes at once, runs() times: both

@@ -155,6 +155,22 @@ fn worker_ports(ports: &[u16]) -> String {
     }
 }
 
+/// This node's Ray address: on a network named by `--tf-network`, the
+/// node's own address there (slurmstepd found it on the node's
+/// interfaces); else the name the layout gives the node (a host
+/// template's, or Slurm's), which `tf-cluster ray` resolves. The head's
+/// address on such a network is known on the head's node alone, so
+/// RAY_ADDRESS keeps the head's name: the GCS listens on every address of
+/// the head, and every node reaches it by that name, while Ray's objects
+/// and tasks go between the nodes' own addresses.
+fn node_address(task: &Task) -> String {
+    let on_network = task.step.network.as_ref().and_then(|n| n.address);
+    match (&task.settings.network, on_network) {
+        (Some(_), Some(address)) => address.to_string(),
+        _ => task.layout.address(task.placement.node).into_owned(),
+    }
+}
+
 fn head(task: &Task) -> Result<String> {
     let layout: &Layout = task.layout;
     let host = layout.address(layout.placement(0)?.node);
@@ -178,10 +194,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
     args.push(format!("--temp-dir={temp}"));
     vars.extend([
         ("RAY_ADDRESS", head(task)?),
-        (
-            NODE_VAR,
-            task.layout.address(task.placement.node).into_owned(),
-        ),
+        (NODE_VAR, node_address(task)),
         (TEMP_VAR, temp),
         (ARGS_VAR, args.join(" ")),
         (AUTH_MODE_VAR, "token".into()),
@@ -194,10 +207,7 @@ fn render(task: &Task, vars: &mut Vars) -> Result<()> {
 }
 
 fn row(task: &Task) -> Vec<String> {
-    vec![
-        head(task).unwrap_or_default(),
-        task.layout.address(task.placement.node).into_owned(),
-    ]
+    vec![head(task).unwrap_or_default(), node_address(task)]
 }
 
 fn summary(task: &Task) -> Option<String> {

@@ -20,6 +20,12 @@ const RAY_SECRET: &str =
 /// --tf-host-template={}-ib`, job 7 step 0, rank `rank` on n{rank+1}, with
 /// the ports `resv` reserved by Slurm (None: no MpiParams=ports).
 fn ray_task(rank: u32, resv: Option<&str>, job: &str) -> Injection {
+    ray_task_on(rank, resv, job, ("host-template", "{}-ib"))
+}
+
+/// [`ray_task`] with the step's network named by `network` (a setting's
+/// key and value) instead.
+fn ray_task_on(rank: u32, resv: Option<&str>, job: &str, network: (&str, &str)) -> Injection {
     let node = rank.to_string();
     let mut vars: HashMap<&'static str, String> = [
         ("SLURM_PROCID", node.as_str()),
@@ -45,12 +51,35 @@ fn ray_task(rank: u32, resv: Option<&str>, job: &str) -> Injection {
         frameworks: Frameworks::only(&ray::FRAMEWORK),
         ..Settings::default()
     };
-    settings.set("host-template", "{}-ib").unwrap();
+    settings.set(network.0, network.1).unwrap();
     let step = Step::gather(&settings, &mut given(vars))
         .unwrap()
         .step()
         .unwrap();
     resolve(&settings, &step).unwrap()
+}
+
+/// `--tf-network` (an interface or a subnet) puts every Ray node, the
+/// head's included, at its own address on that network, as a host
+/// template does: Ray's raylets and object managers, and so its objects
+/// and tasks between nodes, go over it. Each node knows only its own
+/// address there, so the GCS stays at the head's Slurm name, which every
+/// node reaches (Ray's GCS listens on every address of the head).
+#[test]
+fn ray_nodes_are_on_the_network_the_step_names() {
+    for network in ["ib0", "10.98.0.0/29"] {
+        for rank in 0..3 {
+            let task = ray_task_on(rank, Some("12000-12063"), "7", ("network", network));
+            // test_support's node: ib0 at 10.98.0.2, eth0 at 172.18.0.2.
+            assert_eq!(
+                task.get("TF_CLUSTER_RAY_NODE"),
+                Some("10.98.0.2"),
+                "{network}"
+            );
+            assert_eq!(task.get("RAY_ADDRESS"), Some("n1:12000"), "{network}");
+            assert_eq!(task.get("NCCL_SOCKET_IFNAME"), Some("=ib0"), "{network}");
+        }
+    }
 }
 
 /// Ray's ports, by `ray start`'s defaults, are fixed (GCS 6379, client
