@@ -457,6 +457,44 @@ fn a_preempted_tensorflow_job_resumes_from_its_checkpoint() {
     );
 }
 
+/// `sacct --duplicates` of a job that ended: each incarnation's state, then each incarnation's
+/// step 0 as (state, exit code), in order (slurmdbd may lag: up to 60 s for the last).
+fn accounting(job: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = exec(&[
+            "sacct",
+            "-j",
+            job,
+            "--duplicates",
+            "-n",
+            "-P",
+            "-o",
+            "JobID,State,ExitCode",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut jobs = Vec::new();
+        let mut steps = Vec::new();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split('|').collect();
+            let [id, state, code] = fields[..] else {
+                continue;
+            };
+            if id == job {
+                jobs.push(state.to_string());
+            } else if id == format!("{job}.0") {
+                steps.push((state.to_string(), code.to_string()));
+            }
+        }
+        if jobs.last().is_some_and(|s| s == "COMPLETED") && steps.len() == jobs.len()
+            || Instant::now() > deadline
+        {
+            return (jobs, steps);
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 /// Whether the image's torch is 1.x (bookworm): torchrun's output arguments then need `1`.
 fn old_torch() -> bool {
     let out = exec(&["python3", "-c", "import torch; print(torch.__version__)"]);
@@ -538,11 +576,26 @@ fn a_requeued_torchrun_job_resumes_with_a_new_id() {
     assert_eq!(saved.iter().max(), Some(&at), "{ctx}");
     assert!(rank_lines(lines0, "done, loss ").is_empty(), "{ctx}");
     // The plugin (`--tf-requeue-on=43`) requeued the running job as a task exited 43, which
-    // cancels the batch script.
+    // cancels the batch script. Nothing else could: the test sent USR1 only, the template runs
+    // no `scontrol`, and 43 is no `RequeueExit=` code of the testbed.
+    assert!(
+        !PYTORCH.iter().any(|(_, text)| text
+            .lines()
+            .any(|l| !l.trim_start().starts_with('#') && l.contains("scontrol"))),
+        "the template must not requeue itself"
+    );
     assert!(
         output.contains(&format!("*** JOB {} ON ", job.id))
             && output.contains("DUE TO JOB REQUEUE"),
         "the plugin did not requeue the running job: {ctx}"
+    );
+    // Slurm's accounting: the first incarnation REQUEUED, its step ended with the tasks' 43.
+    let (jobs, steps) = accounting(&job.id);
+    assert_eq!(jobs, ["REQUEUED", "COMPLETED"], "sacct {steps:?}: {ctx}");
+    assert_eq!(
+        steps.first().map(|(_, code)| code.as_str()),
+        Some("43:0"),
+        "sacct {steps:?}: {ctx}"
     );
 
     let start1 = rank_lines(lines1, "starting at step ");
