@@ -118,6 +118,86 @@ fn lines_are_at_most_100_characters() {
     assert!(pages.len() > 4, "no pages in docs/");
 }
 
+/// The dates (`YYYY-MM-DD`, years 2000-2099) in a Markdown text's prose: not in
+/// fenced code (a command's output keeps its time stamps), not in a link's target
+/// or a web address; each with its line number.
+fn dates_in_prose(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut fenced = false;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let prose: String = line
+            .split_whitespace()
+            .filter(|w| !w.contains("://") && !w.contains("]("))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let b = prose.as_bytes();
+        for i in 0..b.len().saturating_sub(9) {
+            let digits = |r: std::ops::Range<usize>| r.into_iter().all(|k| b[k].is_ascii_digit());
+            let before = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+            let after = b.get(i + 10).is_none_or(|c| !c.is_ascii_digit());
+            if before
+                && after
+                && &b[i..i + 2] == b"20"
+                && digits(i + 2..i + 4)
+                && b[i + 4] == b'-'
+                && digits(i + 5..i + 7)
+                && b[i + 7] == b'-'
+                && digits(i + 8..i + 10)
+            {
+                found.push((n + 1, prose[i..i + 10].to_string()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn dates_in_prose_are_found_outside_code_and_addresses() {
+    let text = "Measured on 22.05, 2026-11-24, by hand.\n\
+                ```console\nfailed at 2026-11-28T12:03:41\n```\n\
+                [a post](https://example.org/2025-11-22/post) and 2026-1-2.\n\
+                (as of 2025-09-22; not yet)\n";
+    assert_eq!(
+        dates_in_prose(text),
+        [(1, "2026-11-24".to_string()), (6, "2025-09-22".to_string())]
+    );
+}
+
+/// Reference pages (the README and docs/) say what holds, in the present
+/// tense: a dated measurement belongs in BENCHMARKS.md, history in
+/// CHANGELOG.md, and the page names the test that proves what holds.
+#[test]
+fn reference_pages_carry_no_dates() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![repo.join("README.md")];
+    markdown_under(&repo.join("docs"), &mut pages);
+    let mut dated = Vec::new();
+    for page in &pages {
+        let text =
+            std::fs::read_to_string(page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        for (n, date) in dates_in_prose(&text) {
+            dated.push(format!(
+                "{}:{n}: {date}",
+                page.strip_prefix(repo).unwrap_or(page).display()
+            ));
+        }
+    }
+    assert!(
+        dated.is_empty(),
+        "dates on reference pages (a dated measurement goes to BENCHMARKS.md, history to \
+         CHANGELOG.md; the page keeps what holds and the test that proves it):\n{}",
+        dated.join("\n")
+    );
+    assert!(pages.len() > 4, "no pages in docs/");
+}
+
 /// The keys plugstack.conf takes: every setting of the core's table, and the
 /// frameworks' options whose argument a site may default
 /// (`torch-cluster=elastic`).

@@ -3,6 +3,12 @@ workers, and in a requeued job's next incarnation.
 
     torchrun --nproc_per_node=N requeue_train.py CHECKPOINT_DIR
 
+Asked to stop (the batch script creates CHECKPOINT_DIR/stop.K in incarnation K, K being
+SLURM_RESTART_COUNT, 0 in the first), the ranks agree on one step, rank 0 saves it, and every
+rank ends with 0: requeue.sbatch's task then exits with its requeue code. Every rank looks for
+the file at every step and the ranks take the largest answer, so the rank on the batch script's
+node sees it at once, whatever a shared file system's cache shows the others.
+
 Rank 0 saves the model, the optimizer and the step to CHECKPOINT_DIR/checkpoint.pt every few
 steps (written to a temporary file, then renamed: a kill never leaves half a checkpoint). At
 start rank 0 alone reads it and sends what it read to every rank, so all resume from the same
@@ -67,6 +73,9 @@ def main():
     print(f"rank {rank}/{world} on {host}: starting at step {step} of {STEPS}, run {run_id}, "
           f"rendezvous {rdzv_id}", flush=True)
 
+    stop_file = os.path.join(sys.argv[1], "stop." + os.environ.get("SLURM_RESTART_COUNT", "0"))
+    stop = torch.zeros(1, device=device)
+
     gen = torch.Generator().manual_seed(1000 + rank)
     w_true = torch.arange(1.0, 9.0).unsqueeze(1) / 8
     loss = torch.tensor(float("nan"))
@@ -78,15 +87,22 @@ def main():
         loss.backward()
         opt.step()
         step += 1
-        if rank == 0 and step % EVERY == 0:
+        # Asked to stop: every rank at this same step (the largest answer of all ranks).
+        stop.fill_(1.0 if os.path.exists(stop_file) else 0.0)
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        stopping = stop.item() > 0
+        if rank == 0 and (step % EVERY == 0 or stopping):
             state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
             torch.save(state, checkpoint + ".tmp")
             os.replace(checkpoint + ".tmp", checkpoint)
             print(f"step {step}: loss {loss.item():.4f}, saved", flush=True)
+        if stopping:
+            print(f"rank {rank}/{world} on {host}: stopped at step {step}", flush=True)
+            break
         if CPU:
             time.sleep(0.2)
-
-    print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
+    else:
+        print(f"rank {rank}/{world} on {host}: done, loss {loss.item():.4f}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -19,7 +19,7 @@ const REFUSED_WITHIN: std::time::Duration = std::time::Duration::from_secs(15);
 /// Runs of the two-user test; each starts two 3-node Ray clusters, about
 /// 60-80 s and most of the machine's 2 cores under the three suites' load:
 /// 1 in CI (its ports are a function of the job id: a second run shows the
-/// same), `TFC_RAY_RUNS=10` for the measurement docs/frameworks.md gives.
+/// same), `TFC_RAY_RUNS=10` for the measurement BENCHMARKS.md gives.
 fn runs() -> u32 {
     std::env::var("TFC_RAY_RUNS")
         .ok()
