@@ -1080,6 +1080,89 @@ mod tests {
         }
     }
 
+    /// A step without a framework option: srun's word carries what its
+    /// tasks apply (the record's directory whatever it holds, the requeue)
+    /// and round-trips; a reader takes it as this step's word alone, and
+    /// it refuses a value its setting would.
+    #[test]
+    fn a_plain_word_round_trips_with_the_record_and_the_requeue() {
+        let plain = Plain {
+            record: Some("/home/me/runs;x=1 é".into()),
+            record_log: true,
+            requeue_on: Some(43),
+            requeue_max: 2,
+        };
+        let mut h = Handoff::undecided(7, 3, false, 1, None);
+        h.plain(plain.clone());
+        let text = round_trip(&h);
+        assert_eq!(
+            text,
+            "1;7.3;verdict=plain;record=2f686f6d652f6d652f72756e733b783d3120c3a9;record-log;requeue-on=43;requeue-max=2;restart=1"
+        );
+        let word = Word::decode(Some(&text), Some((7, 3))).unwrap();
+        assert_eq!(word.plain(), Some((&plain, 1)));
+        assert!(!word.refused());
+        assert_eq!(
+            Word::decode(Some(&text), Some((7, 4))).unwrap().plain(),
+            None
+        );
+        // The settings it stands for: no framework, these values.
+        let settings = plain.settings();
+        assert!(settings.frameworks.is_empty());
+        assert_eq!(settings.record.as_deref(), Some("/home/me/runs;x=1 é"));
+        assert!(settings.record_log);
+        assert_eq!((settings.requeue_on, settings.requeue_max), (Some(43), 2));
+        assert_eq!(Plain::of(&settings), plain);
+        // The least: the requeue's cap alone, at its default.
+        let bare = Plain::of(&Settings::default());
+        let mut h = Handoff::new(7, 3, Verdict::Rebuild);
+        h.plain(bare);
+        assert_eq!(round_trip(&h), "1;7.3;verdict=plain;requeue-max=3");
+        // A step whose options ask for a framework is no plain step.
+        let asked = Options::Read(Box::new(|_| Ok(Some(Settings::default()))));
+        assert!(word.applied(asked).is_err());
+        for (text, why) in [
+            ("1;7.3;verdict=plain", "no requeue-max"),
+            (
+                "1;7.3;verdict=plain;record=2f61;requeue-max=3;record-log",
+                "misplaced",
+            ),
+            (
+                "1;7.3;verdict=plain;record=7265;requeue-max=3",
+                "not an absolute directory",
+            ),
+            ("1;7.3;verdict=plain;record=2f6;requeue-max=3", "not hex"),
+            ("1;7.3;verdict=plain;record=2fzz;requeue-max=3", "not hex"),
+            ("1;7.3;verdict=plain;record=2fff;requeue-max=3", "not hex"),
+            (
+                "1;7.3;verdict=plain;record;requeue-max=3",
+                "without its value",
+            ),
+            (
+                "1;7.3;verdict=plain;record-log=1;requeue-max=3",
+                "a flag with a value",
+            ),
+            (
+                "1;7.3;verdict=plain;requeue-on=1;requeue-max=3",
+                "an exit code must be 3-125",
+            ),
+            (
+                "1;7.3;verdict=plain;requeue-on;requeue-max=3",
+                "an exit code must be 3-125",
+            ),
+            (
+                "1;7.3;verdict=plain;requeue-max=1001",
+                "a count of requeues",
+            ),
+        ] {
+            let e = Handoff::decode(text, 7, 3)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+    }
+
     #[test]
     fn bad_values_are_refused() {
         for (text, why) in [

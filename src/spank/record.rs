@@ -124,7 +124,9 @@ pub fn begin_plain(spank: &Spank, settings: &Settings, restart_count: u32) -> Op
     let host = std::env::var("SLURMD_NODENAME").unwrap_or_default();
     let tasks = spank.total_task_count().ok()?;
     if settings.record_log {
-        let local = spank.local_task_count().map_or("?".into(), |n| n.to_string());
+        let local = spank
+            .local_task_count()
+            .map_or("?".into(), |n| n.to_string());
         // `warn` is Slurm's info level (super::logger).
         log::warn!(
             "step {run_id} on {host}: {local} of {tasks} tasks, no framework option (record {})",
