@@ -57,7 +57,10 @@
 //! SLURM_JOB_ID) may choose what is killed. `task_exit` takes no alarm (it
 //! is slurmstepd's own process: Slurm's RPC timeouts bound it) and always
 //! returns 0. A step that did not ask has no page, and `task_exit` returns
-//! at once.
+//! at once. A step without a framework option that `--tf-record` or
+//! `--tf-requeue-on` made the plugin's (srun's word, `verdict=plain`) sets
+//! no variable and refuses no task, so it has no page either: `task_exit`
+//! only writes each task's end and requeues on the step's code.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
