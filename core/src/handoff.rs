@@ -380,6 +380,11 @@ impl Early {
     }
 }
 
+/// srun's plain word ([`Plain`]) on a step whose options ask for a
+/// framework: not srun's word on this step as it is.
+const PLAIN_ASKED: &str =
+    "srun's word says this step asks for no framework, but its options ask for one";
+
 /// srun's word to a task, as the task finds it in [`VAR`]: the one value
 /// every field of the hand-off is read from, by [`Word::applied`] alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -565,11 +570,7 @@ impl Word {
                 (said.from_srun, said.map_hosts) = match h.verdict {
                     Verdict::Skip => return Ok(Applied::LeftAlone),
                     Verdict::Refused => return Ok(Applied::Refused),
-                    Verdict::Plain(_) => {
-                        return Err(Error::new(
-                            "srun's word says this step asks for no framework, but its options ask for one",
-                        ));
-                    }
+                    Verdict::Plain(_) => return Err(Error::new(PLAIN_ASKED)),
                     Verdict::Rebuild => (FromSrun::NoMap, None),
                     Verdict::Map { map, hosts } => (FromSrun::Map(map), Some(hosts)),
                 };
