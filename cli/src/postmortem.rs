@@ -702,6 +702,63 @@ mod tests {
         assert!(row.contains("exit 0") && row.contains("worker 2"), "{row}");
     }
 
+    /// A step without a framework option: its nodes' lines and each
+    /// task's end as the plugin writes them, no rank's line: every rank
+    /// shows its host and end, what no framework gave it as "-".
+    #[test]
+    fn a_run_without_a_framework_shows_each_ranks_host_and_end() {
+        use tf_cluster_core::record::{NodeLine, exit_line};
+        let node = |host: &str| {
+            NodeLine {
+                job: 42,
+                step: 1,
+                restart_count: 0,
+                run_id: "42.1",
+                host,
+                address: None,
+                interface: None,
+                tasks: 3,
+            }
+            .text()
+        };
+        // Wait statuses: exit 3, exit 0, killed by signal 9.
+        let lines: Vec<String> = [
+            node("node1"),
+            node("node2"),
+            exit_line(0, 0, "node1", 3 << 8, 2_000_000_000),
+            exit_line(1, 1, "node1", 0, 1_000_000_000),
+            exit_line(2, 0, "node2", 9, 3_000_000_000),
+        ]
+        .iter()
+        .map(|l| l.trim_end().to_string())
+        .collect();
+        let text = report("42.1", Path::new("/r/42.1"), &lines);
+        assert!(
+            text.starts_with("run 42.1: 3 rank(s) recorded of 3 on 2 node(s)"),
+            "{text}"
+        );
+        for (rank, host, end) in [
+            (0, "node1", "exit 3"),
+            (1, "node1", "exit 0"),
+            (2, "node2", "signal 9"),
+        ] {
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{rank} ")))
+                .unwrap_or_else(|| panic!("no rank {rank}:\n{text}"));
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cells[1], host, "{row}");
+            assert_eq!(&cells[2..7], ["-"; 5], "{row}");
+            assert!(row.contains(end), "{row}");
+        }
+        assert!(
+            text.contains("first failure: rank 0, node1: exit 3 at ")
+                && text.contains(", first of 2"),
+            "{text}"
+        );
+        assert!(!text.contains("not read"), "{text}");
+    }
+
     #[test]
     fn the_first_failures_logs_are_listed_and_no_other_ranks() {
         let dir = std::env::temp_dir().join(format!("tfc-pm-logs-{}", std::process::id()));

@@ -6,7 +6,10 @@
 //! once, in this order:
 //!
 //! ```text
-//! hosts=HOSTLIST;runs=RUNS | verdict=none|skip|refused   exactly one of the two
+//! hosts=HOSTLIST;runs=RUNS | verdict=none|skip|refused|plain   exactly one of the two
+//! record=HEX;record-log;requeue-on=N;requeue-max=N   after verdict=plain
+//!                        only (requeue-max always; the record's directory
+//!                        in hex): a step without a framework option
 //! net=NETWORK            the step's network (none without the field)
 //! kept=NAME,…            interface variables srun's environment held
 //! leave-out=BITS         frameworks the step only inherited, left out (their
@@ -24,7 +27,10 @@
 //! `RUNS` the node index of every rank ([`Runs`]). A verdict instead: `none`,
 //! srun could not get the layout (the tasks rebuild it); `skip`, the step
 //! inherited a spec that does not fit it (nothing is set); `refused`, srun
-//! refused the step and said why (every task fails before exec).
+//! refused the step and said why (every task fails before exec); `plain`,
+//! a step without a framework option that `--tf-record` or
+//! `--tf-requeue-on` makes the plugin's (no variable is set; slurmstepd
+//! writes its record or requeues its job as srun decided, [`Plain`]).
 //!
 //! srun's early word, `1;srun` then the fields `inherited=BITS`,
 //! `off-overridden`, `restart=K`, `net=NETWORK`, `secret=HEX` (each at most once,
@@ -77,6 +83,108 @@ pub enum Verdict {
     Skip,
     /// srun refused the step and said why: every task fails.
     Refused,
+    /// A step without a framework option given `--tf-record` or
+    /// `--tf-requeue-on`: its tasks get no variable, and slurmstepd applies
+    /// what srun decided.
+    Plain(Plain),
+}
+
+/// What srun decided for a step that asks for no framework option but was
+/// given `--tf-record` or `--tf-requeue-on` (crate::settings::Alone): the
+/// record and the requeue as the site's defaults and the step's options
+/// (given or handed down) set them, and nothing of a framework.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plain {
+    pub record: Option<String>,
+    pub record_log: bool,
+    pub requeue_on: Option<u8>,
+    pub requeue_max: u32,
+}
+
+impl Plain {
+    /// What `settings` say of the record and the requeue.
+    pub fn of(settings: &Settings) -> Plain {
+        Plain {
+            record: settings.record.clone(),
+            record_log: settings.record_log,
+            requeue_on: settings.requeue_on,
+            requeue_max: settings.requeue_max,
+        }
+    }
+
+    /// The step's settings: these, no framework, every other at its default.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            frameworks: Frameworks::default(),
+            record: self.record.clone(),
+            record_log: self.record_log,
+            requeue_on: self.requeue_on,
+            requeue_max: self.requeue_max,
+            ..Settings::default()
+        }
+    }
+
+    /// Its fields after `verdict=plain` (the record's directory in hex: it
+    /// may hold any character but a control one).
+    fn encode(&self, text: &mut String) {
+        if let Some(dir) = &self.record {
+            text.push_str(";record=");
+            for b in dir.bytes() {
+                text.push_str(&format!("{b:02x}"));
+            }
+        }
+        if self.record_log {
+            text.push_str(";record-log");
+        }
+        if let Some(code) = self.requeue_on {
+            text.push_str(&format!(";requeue-on={code}"));
+        }
+        text.push_str(&format!(";requeue-max={}", self.requeue_max));
+    }
+
+    /// Its fields, each checked as its setting is.
+    fn decode(fields: &mut Fields, bad: Bad) -> Result<Plain> {
+        let mut settings = Settings::default();
+        let mut set = |key: &str, value: &str| {
+            settings
+                .set(key, value)
+                .map_err(|e| bad(&format!("plain: {e}")))
+        };
+        match next_field(fields, "record") {
+            None => {}
+            Some(Some(hex)) => {
+                let dir = unhex(hex).ok_or_else(|| bad("plain: record is not hex"))?;
+                set("record", &dir)?;
+            }
+            Some(None) => return Err(bad("a field without its value")),
+        }
+        match next_field(fields, "record-log") {
+            None => {}
+            Some(None) => set("record-log", "true")?,
+            Some(Some(_)) => return Err(bad("a flag with a value")),
+        }
+        if let Some(code) = next_field(fields, "requeue-on") {
+            set("requeue-on", code.unwrap_or_default())?;
+        }
+        match next_field(fields, "requeue-max") {
+            Some(Some(max)) => set("requeue-max", max)?,
+            _ => return Err(bad("plain: no requeue-max")),
+        }
+        Ok(Plain::of(&settings))
+    }
+}
+
+/// `hex` as UTF-8 text: None for an odd length, a non-hex digit or bytes
+/// that are not UTF-8.
+fn unhex(hex: &str) -> Option<String> {
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
 }
 
 /// The verdicts without a map, as the hand-off writes them.
@@ -272,6 +380,11 @@ impl Early {
     }
 }
 
+/// srun's plain word ([`Plain`]) on a step whose options ask for a
+/// framework: not srun's word on this step as it is.
+const PLAIN_ASKED: &str =
+    "srun's word says this step asks for no framework, but its options ask for one";
+
 /// srun's word to a task, as the task finds it in [`VAR`]: the one value
 /// every field of the hand-off is read from, by [`Word::applied`] alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -377,9 +490,24 @@ impl Word {
     }
 
     /// srun refused the step (a step whose options ask for no framework
-    /// reads only this: srun refuses a `--tf-<key>` given alone).
+    /// reads only this and [`Word::plain`]: srun refuses a `--tf-<key>`
+    /// given alone that cannot act there).
     pub fn refused(&self) -> bool {
         matches!(self, Word::Handoff(h) if matches!(h.verdict, Verdict::Refused))
+    }
+
+    /// What srun decided for a step without a framework option that its
+    /// `--tf-record` or `--tf-requeue-on` makes the plugin's (None: srun
+    /// said no such thing of this step), with the job's restart count as
+    /// srun learnt it.
+    pub fn plain(&self) -> Option<(&Plain, u32)> {
+        match self {
+            Word::Handoff(h) => match &h.verdict {
+                Verdict::Plain(plain) => Some((plain, h.restart_count)),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// srun's word applied to the step whose `options` say what it asks:
@@ -442,6 +570,7 @@ impl Word {
                 (said.from_srun, said.map_hosts) = match h.verdict {
                     Verdict::Skip => return Ok(Applied::LeftAlone),
                     Verdict::Refused => return Ok(Applied::Refused),
+                    Verdict::Plain(_) => return Err(Error::new(PLAIN_ASKED)),
                     Verdict::Rebuild => (FromSrun::NoMap, None),
                     Verdict::Map { map, hosts } => (FromSrun::Map(map), Some(hosts)),
                 };
@@ -589,6 +718,12 @@ impl Handoff {
         self.left_out = left_out;
     }
 
+    /// A step without a framework option that `plain` makes the plugin's:
+    /// its tasks get no variable; slurmstepd records it or requeues its job.
+    pub fn plain(&mut self, plain: Plain) {
+        self.verdict = Verdict::Plain(plain);
+    }
+
     /// srun leaves the step alone: nothing is set.
     pub fn skip(&mut self) {
         self.verdict = Verdict::Skip;
@@ -640,6 +775,10 @@ impl Handoff {
         match &self.verdict {
             Verdict::Map { map, hosts } => {
                 text.push_str(&format!(";hosts={hosts};runs={}", map.runs.text()))
+            }
+            Verdict::Plain(plain) => {
+                text.push_str(";verdict=plain");
+                plain.encode(&mut text);
             }
             v => {
                 let word = WORDS.iter().find(|(w, _)| w == v).map(|(_, s)| *s);
@@ -787,6 +926,7 @@ fn verdict(fields: &mut Fields, job: u32, step: u32, bad: Bad) -> Result<Verdict
                 hosts: list.to_string(),
             }
         }
+        (None, None, Some(Some("plain"))) => Verdict::Plain(Plain::decode(fields, bad)?),
         (None, None, Some(Some(word))) => match WORDS.iter().find(|(_, w)| *w == word) {
             Some((v, _)) => v.clone(),
             None => return Err(bad("an unknown verdict")),
@@ -937,6 +1077,89 @@ mod tests {
             ("1;srun;secret", "without its value"),
         ] {
             let e = Early::decode(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+    }
+
+    /// A step without a framework option: srun's word carries what its
+    /// tasks apply (the record's directory whatever it holds, the requeue)
+    /// and round-trips; a reader takes it as this step's word alone, and
+    /// it refuses a value its setting would.
+    #[test]
+    fn a_plain_word_round_trips_with_the_record_and_the_requeue() {
+        let plain = Plain {
+            record: Some("/home/me/runs;x=1 é".into()),
+            record_log: true,
+            requeue_on: Some(43),
+            requeue_max: 2,
+        };
+        let mut h = Handoff::undecided(7, 3, false, 1, None);
+        h.plain(plain.clone());
+        let text = round_trip(&h);
+        assert_eq!(
+            text,
+            "1;7.3;verdict=plain;record=2f686f6d652f6d652f72756e733b783d3120c3a9;record-log;requeue-on=43;requeue-max=2;restart=1"
+        );
+        let word = Word::decode(Some(&text), Some((7, 3))).unwrap();
+        assert_eq!(word.plain(), Some((&plain, 1)));
+        assert!(!word.refused());
+        assert_eq!(
+            Word::decode(Some(&text), Some((7, 4))).unwrap().plain(),
+            None
+        );
+        // The settings it stands for: no framework, these values.
+        let settings = plain.settings();
+        assert!(settings.frameworks.is_empty());
+        assert_eq!(settings.record.as_deref(), Some("/home/me/runs;x=1 é"));
+        assert!(settings.record_log);
+        assert_eq!((settings.requeue_on, settings.requeue_max), (Some(43), 2));
+        assert_eq!(Plain::of(&settings), plain);
+        // The least: the requeue's cap alone, at its default.
+        let bare = Plain::of(&Settings::default());
+        let mut h = Handoff::new(7, 3, Verdict::Rebuild);
+        h.plain(bare);
+        assert_eq!(round_trip(&h), "1;7.3;verdict=plain;requeue-max=3");
+        // A step whose options ask for a framework is no plain step.
+        let asked = Options::Read(Box::new(|_| Ok(Some(Settings::default()))));
+        assert!(word.applied(asked).is_err());
+        for (text, why) in [
+            ("1;7.3;verdict=plain", "no requeue-max"),
+            (
+                "1;7.3;verdict=plain;record=2f61;requeue-max=3;record-log",
+                "misplaced",
+            ),
+            (
+                "1;7.3;verdict=plain;record=7265;requeue-max=3",
+                "not an absolute directory",
+            ),
+            ("1;7.3;verdict=plain;record=2f6;requeue-max=3", "not hex"),
+            ("1;7.3;verdict=plain;record=2fzz;requeue-max=3", "not hex"),
+            ("1;7.3;verdict=plain;record=2fff;requeue-max=3", "not hex"),
+            (
+                "1;7.3;verdict=plain;record;requeue-max=3",
+                "without its value",
+            ),
+            (
+                "1;7.3;verdict=plain;record-log=1;requeue-max=3",
+                "a flag with a value",
+            ),
+            (
+                "1;7.3;verdict=plain;requeue-on=1;requeue-max=3",
+                "an exit code must be 3-125",
+            ),
+            (
+                "1;7.3;verdict=plain;requeue-on;requeue-max=3",
+                "an exit code must be 3-125",
+            ),
+            (
+                "1;7.3;verdict=plain;requeue-max=1001",
+                "a count of requeues",
+            ),
+        ] {
+            let e = Handoff::decode(text, 7, 3)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(why), "{text}: {e}");
         }
     }

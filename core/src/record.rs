@@ -43,22 +43,55 @@ fn opt(text: Option<&str>) -> String {
     text.map_or_else(|| "null".into(), quoted)
 }
 
-/// The node's line and its ranks' lines, before its tasks start.
+/// A node's line: the step, its run, the node and its tasks.
+pub struct NodeLine<'a> {
+    pub job: u32,
+    pub step: u32,
+    pub restart_count: u32,
+    pub run_id: &'a str,
+    pub host: &'a str,
+    pub address: Option<&'a str>,
+    pub interface: Option<&'a str>,
+    /// The step's tasks, every node's.
+    pub tasks: u32,
+}
+
+impl NodeLine<'_> {
+    pub fn text(&self) -> String {
+        format!(
+            "{{\"record\":{VERSION},\"kind\":\"node\",\"job\":{},\"step\":{},\"restart_count\":{},\"run_id\":{},\"host\":{},\"address\":{},\"interface\":{},\"tasks\":{}}}\n",
+            self.job,
+            self.step,
+            self.restart_count,
+            quoted(self.run_id),
+            quoted(self.host),
+            opt(self.address),
+            opt(self.interface),
+            self.tasks,
+        )
+    }
+}
+
+/// The node's line and its ranks' lines, before its tasks start. A step
+/// without a framework option has its node's line alone ([`NodeLine`]):
+/// its node learns each rank as its task ends, from its exit line.
 pub fn node_lines(node: &Node, run_id: &str) -> String {
     let step = node.step();
     let host = step.nodename.as_deref().unwrap_or("?");
     let (job, id) = step.job_step.unwrap_or((0, 0));
     let interface = step.network.as_ref().map(|n| n.interface.as_str());
     let address = node.this_address();
-    let mut out = format!(
-        "{{\"record\":{VERSION},\"kind\":\"node\",\"job\":{job},\"step\":{id},\"restart_count\":{},\"run_id\":{},\"host\":{},\"address\":{},\"interface\":{},\"tasks\":{}}}\n",
-        node.step().restart_count,
-        quoted(run_id),
-        quoted(host),
-        opt(address.as_deref()),
-        opt(interface),
-        node.num_tasks(),
-    );
+    let mut out = NodeLine {
+        job,
+        step: id,
+        restart_count: node.step().restart_count,
+        run_id,
+        host,
+        address: address.as_deref(),
+        interface,
+        tasks: node.num_tasks(),
+    }
+    .text();
     for (rank, local) in node.here() {
         let ports: Vec<String> = node
             .ports_of(local, rank == 0)

@@ -144,7 +144,24 @@ pub struct Setting {
     /// The one framework option it acts with (`tf-cluster` for TensorFlow's
     /// rpc_layer), where it acts with one only; None: with any.
     pub only_with: Option<&'static str>,
+    /// What it does on a step that asks for no framework option.
+    pub alone: Alone,
     set: fn(&mut Settings, &str) -> std::result::Result<(), String>,
+}
+
+/// What a setting does given to an srun whose step asks for no framework
+/// option (no `--tf-cluster`, `--torch-cluster`, `--jax-cluster`,
+/// `--ray-cluster`): srun refuses the step with one line naming why, or the
+/// setting acts on the step's tasks, which get no framework's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alone {
+    /// It shapes a framework's variables, ports or GPUs: refused alone.
+    Refused,
+    /// It acts alone: the record, the requeue.
+    Acts,
+    /// It acts beside this setting given to the same srun
+    /// (`requeue-max` beside `requeue-on`), refused without it.
+    Beside(&'static str),
 }
 
 /// What a setting is where neither the site nor the step gives it, in the
@@ -198,6 +215,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: Some(PORTS),
         default: Unset::Absent("the step's own block of the port range"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.port_base = match within(v, PORTS) {
                 Ok(n) => Some(n as u16),
@@ -217,6 +235,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Value("20000-29499"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.port_range = PortRange::parse(v)?;
             Ok(())
@@ -229,6 +248,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: Some(GPU_COUNTS),
         default: Unset::Absent("Slurm's CUDA_VISIBLE_DEVICES"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.gpus_per_node = Some(gpu_count(v)?);
             Ok(())
@@ -241,6 +261,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: Some(GPU_COUNTS),
         default: Unset::Absent("GPUs per node / most tasks on a node"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.gpus_per_task = Some(gpu_count(v)?);
             Ok(())
@@ -253,6 +274,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Value("true"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.auto_set_gpu = flag(v)?;
             Ok(())
@@ -265,6 +287,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Absent("none"),
         only_with: Some("tf-cluster"),
+        alone: Alone::Refused,
         set: |s, v| {
             let name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '_' | '.');
             if v.is_empty() || v.len() > 64 || !v.chars().all(name) {
@@ -281,6 +304,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Absent("the node's name"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             if v.len() > 64 || v.matches("{}").count() != 1 {
                 return Err(format!(
@@ -307,6 +331,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Absent("the host template's network, else none"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.network = Some(Network::parse(v)?);
             Ok(())
@@ -319,6 +344,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Value("false"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.apptainer_env = flag(v)?;
             Ok(())
@@ -331,6 +357,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Value("true"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.preflight = flag(v)?;
             Ok(())
@@ -343,6 +370,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Absent("none"),
         only_with: None,
+        alone: Alone::Acts,
         set: |s, v| {
             s.record = Some(record_dir(v)?);
             Ok(())
@@ -355,6 +383,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Value("false"),
         only_with: None,
+        alone: Alone::Beside("record"),
         set: |s, v| {
             s.record_log = flag(v)?;
             Ok(())
@@ -367,6 +396,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: Some(EXIT_CODES),
         default: Unset::Absent("none"),
         only_with: None,
+        alone: Alone::Acts,
         set: |s, v| {
             s.requeue_on = match within(v, EXIT_CODES) {
                 Ok(n) => Some(n as u8),
@@ -385,6 +415,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: Some(RESTART_COUNTS),
         default: Unset::Value("3"),
         only_with: None,
+        alone: Alone::Beside("requeue-on"),
         set: |s, v| {
             s.requeue_max = match within(v, RESTART_COUNTS) {
                 Ok(n) => n,
@@ -406,6 +437,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: None,
         default: Unset::Absent("none"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.step_roles = Some(StepRoles::parse(v)?);
             Ok(())
@@ -418,6 +450,7 @@ pub const SETTINGS: [Setting; 16] = [
         range: Some(TASK_PORTS),
         default: Unset::Absent("4 with --tf-roles, else none"),
         only_with: None,
+        alone: Alone::Refused,
         set: |s, v| {
             s.ports_per_task = match within(v, TASK_PORTS) {
                 Ok(n) => Some(n),

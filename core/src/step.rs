@@ -149,6 +149,14 @@ pub fn restart_count(source: &mut impl Source) -> Result<u32> {
     Ok(number(source, "SLURM_RESTART_COUNT")?.unwrap_or(0))
 }
 
+/// The id of run `restart_count` of step `job`.`step` ([`Step::run_id`]).
+pub fn run_id(job: u32, step: u32, restart_count: u32) -> String {
+    match restart_count {
+        0 => format!("{job}.{step}"),
+        k => format!("{job}.{step}.r{k}"),
+    }
+}
+
 impl Step {
     /// The id of this run of the step: `JOB.STEP` for the job's first
     /// incarnation, `JOB.STEP.rK` after K restarts (a requeued job keeps its
@@ -157,10 +165,7 @@ impl Step {
     pub fn run_id(&self) -> Option<String> {
         let (job, step) = self.job_step?;
         let job = self.het_job_id.unwrap_or(job);
-        Some(match self.restart_count {
-            0 => format!("{job}.{step}"),
-            k => format!("{job}.{step}.r{k}"),
-        })
+        Some(run_id(job, step, self.restart_count))
     }
 
     /// [`Step::gather_handed`] for a step whose settings are `settings`

@@ -131,11 +131,20 @@ impl<'a> Spank<'a> {
         check(rc, "spank_setenv")
     }
 
-    /// The step's total task count as srun knows it (srun only).
+    /// The step's total task count (in a heterogeneous step, the
+    /// component's).
     pub fn total_task_count(&self) -> Result<u32> {
         self.item_u32(
             sys::spank_item_S_JOB_TOTAL_TASK_COUNT,
             "S_JOB_TOTAL_TASK_COUNT",
+        )
+    }
+
+    /// The step's task count on this node (slurmstepd only).
+    pub fn local_task_count(&self) -> Result<u32> {
+        self.item_u32(
+            sys::spank_item_S_JOB_LOCAL_TASK_COUNT,
+            "S_JOB_LOCAL_TASK_COUNT",
         )
     }
 

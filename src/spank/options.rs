@@ -300,6 +300,22 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
             (arg.set)(&mut settings, &value)?;
         }
     }
+    set_options(spank, &mut settings)?;
+    Ok(Some(settings))
+}
+
+/// The settings of a step that asks for no framework option (srun's, in
+/// `local_user_init`): the site's defaults, then the step's `--tf-<key>`
+/// options, given or handed down; no framework.
+pub fn plain_settings(spank: &Spank) -> Result<Settings> {
+    let mut settings = Settings::from_admin_args(spank.args()?)?;
+    settings.frameworks = Frameworks::default();
+    set_options(spank, &mut settings)?;
+    Ok(settings)
+}
+
+/// The step's `--tf-<key>` options set over `settings`.
+fn set_options(spank: &Spank, settings: &mut Settings) -> Result<()> {
     for option in all() {
         let Meaning::Setting(setting) = option.meaning else {
             continue;
@@ -310,7 +326,7 @@ pub fn step_settings(spank: &Spank, off_overridden: bool) -> Result<Option<Setti
                 .map_err(|e| Error::new(format!("--tf-{e}")))?;
         }
     }
-    Ok(Some(settings))
+    Ok(())
 }
 
 #[cfg(test)]

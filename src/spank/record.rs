@@ -31,7 +31,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::bounded_io::{self, Failed, Ids};
 use super::handle::Spank;
 use crate::core::Node;
-use crate::core::record::{exit_line, node_file_name, node_lines, run_dir_name, user_dir_name};
+use crate::core::record::{
+    NodeLine, exit_line, node_file_name, node_lines, run_dir_name, user_dir_name,
+};
 use crate::core::settings::Settings;
 
 /// What `task_exit` needs to append a task's end.
@@ -42,8 +44,9 @@ pub struct Record {
     host: String,
     /// The job's user's, taken by the child that appends.
     ids: Ids,
-    /// Each local task's rank.
-    ranks: Vec<u32>,
+    /// Each local task's rank (None: a step without a framework option,
+    /// whose ranks are Slurm's S_TASK_GLOBAL_ID as each task ends).
+    ranks: Option<Vec<u32>>,
     /// What is left of [`ENDS_BUDGET`].
     budget: Mutex<Budget>,
 }
@@ -103,7 +106,59 @@ pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
         );
     }
     let dir = settings.record.as_deref()?;
-    match write_node(spank, node, dir, &run_id, &host) {
+    let lines = node_lines(node, &run_id);
+    let ranks = Some(here.iter().map(|&(rank, _)| rank).collect());
+    written(spank, dir, &run_id, host, &lines, ranks)
+}
+
+/// [`begin`] for a step without a framework option (srun's word:
+/// `settings`, the job's `restart_count`): the node's line alone, each
+/// rank's host and end written as its task ends.
+pub fn begin_plain(spank: &Spank, settings: &Settings, restart_count: u32) -> Option<Record> {
+    if !settings.record_log && settings.record.is_none() {
+        return None;
+    }
+    let (job, step) = (spank.job_id().ok()?, spank.step_id().ok()?);
+    let run_id = crate::core::step::run_id(job, step, restart_count);
+    // slurmstepd's own (slurmstepd.c sets it in its environment).
+    let host = std::env::var("SLURMD_NODENAME").unwrap_or_default();
+    let tasks = spank.total_task_count().ok()?;
+    if settings.record_log {
+        let local = spank
+            .local_task_count()
+            .map_or("?".into(), |n| n.to_string());
+        // `warn` is Slurm's info level (super::logger).
+        log::warn!(
+            "step {run_id} on {host}: {local} of {tasks} tasks, no framework option (record {})",
+            settings.record.as_deref().unwrap_or("none")
+        );
+    }
+    let dir = settings.record.as_deref()?;
+    let lines = NodeLine {
+        job,
+        step,
+        restart_count,
+        run_id: &run_id,
+        host: &host,
+        address: None,
+        interface: None,
+        tasks,
+    }
+    .text();
+    written(spank, dir, &run_id, host, &lines, None)
+}
+
+/// The record once the node's `lines` are written under `dir`; None, said
+/// in slurmd's log and on the user's terminal, when they cannot be.
+fn written(
+    spank: &Spank,
+    dir: &str,
+    run_id: &str,
+    host: String,
+    lines: &str,
+    ranks: Option<Vec<u32>>,
+) -> Option<Record> {
+    match write_node(spank, dir, run_id, &host, lines) {
         Ok((file, run_dir)) => Some(Record {
             file,
             run_dir,
@@ -113,7 +168,7 @@ pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
                 gid: spank.job_gid().ok()?,
                 groups: groups(),
             },
-            ranks: here.iter().map(|&(rank, _)| rank).collect(),
+            ranks,
             budget: Mutex::new(Budget { left: ENDS_BUDGET }),
         }),
         Err(why) => {
@@ -126,10 +181,10 @@ pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
 /// The run's directory and the node's file, as the job's user.
 fn write_node(
     spank: &Spank,
-    node: &Node,
     dir: &str,
     run_id: &str,
     host: &str,
+    lines: &str,
 ) -> std::result::Result<(CString, String), String> {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
@@ -155,7 +210,6 @@ fn write_node(
     let user_dir = user_dir_name(uid);
     let (dir_c, user_c, run_c) = (c(dir_path)?, c(Path::new(&user_dir))?, c(Path::new(run))?);
     let file_name = c(Path::new(&name))?;
-    let lines = node_lines(node, run_id);
     // Root makes the user's directory only in the site's own record
     // directory, never in one the step named.
     let site_way = Settings::from_admin_args(spank.args().map_err(|e| e.to_string())?)
@@ -208,7 +262,11 @@ pub fn task_exit(spank: &Spank, record: &Record) {
     let (Ok(local), Ok(status)) = (spank.task_id(), spank.task_exit_status()) else {
         return;
     };
-    let Some(&rank) = record.ranks.get(local as usize) else {
+    let rank = match &record.ranks {
+        Some(ranks) => ranks.get(local as usize).copied(),
+        None => spank.task_global_id().ok(),
+    };
+    let Some(rank) = rank else {
         return;
     };
     let mut budget = record.budget.lock().unwrap_or_else(PoisonError::into_inner);

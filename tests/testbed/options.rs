@@ -5,6 +5,7 @@
 use crate::common;
 
 use common::{exclusive, sbatch, srun, testbed};
+use tf_cluster_core::settings::{Alone, SETTINGS};
 
 /// srun, sbatch and salloc list every option with its description.
 #[test]
@@ -109,19 +110,18 @@ const SETTING_VALUES: &[(&str, &str)] = &[
     ("ports-per-task", "2"),
 ];
 
-/// Every setting of the table given alone to srun (no framework option)
-/// would change nothing, as TensorFlow's rpc_layer on a PyTorch step would:
-/// srun refuses the step with one line naming the option, and the command
-/// never runs, in srun's own allocation and inside
-/// one. Handed down by salloc alone, the same option leaves a helper step
-/// as if the plugin were absent.
+/// Every setting of the table given alone to srun (no framework option),
+/// as the table says ([`Alone`]): one that would change nothing (as
+/// TensorFlow's rpc_layer on a PyTorch step would) is refused by srun in
+/// one line naming the option, and the command never runs, in srun's own
+/// allocation and inside one; one that acts only beside another is refused
+/// without it; `--tf-record` and `--tf-requeue-on` act (plain_steps_*).
+/// Handed down by salloc alone, an option leaves a helper step as if the
+/// plugin were absent; given to its srun, the step takes the job's too.
 #[test]
 fn a_setting_without_a_framework_is_refused() {
     let _t = testbed();
-    let keys: Vec<&str> = tf_cluster_core::settings::SETTINGS
-        .iter()
-        .map(|s| s.key)
-        .collect();
+    let keys: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
     let listed: Vec<&str> = SETTING_VALUES.iter().map(|(k, _)| *k).collect();
     assert_eq!(
         listed, keys,
@@ -146,9 +146,23 @@ fn a_setting_without_a_framework_is_refused() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let frameworks = "(--tf-cluster, --torch-cluster, --jax-cluster or --ray-cluster)";
     for (key, _) in SETTING_VALUES {
-        let line = format!(
-            "--tf-{key} acts only on a step with a framework option {frameworks}; without one this step would run as if it were absent"
-        );
+        let alone = SETTINGS.iter().find(|s| s.key == *key).unwrap().alone;
+        let line = match alone {
+            Alone::Acts => {
+                assert!(
+                    text.contains(&format!("RAN-{key}")) && text.contains(&format!("RC-{key} 0")),
+                    "--tf-{key} alone did not run:\n{text}"
+                );
+                assert!(!text.contains(&format!("--tf-{key} act")), "{text}");
+                continue;
+            }
+            Alone::Beside(with) => format!(
+                "--tf-{key} acts on a step without a framework option only beside --tf-{with}, which this srun is not given"
+            ),
+            Alone::Refused => format!(
+                "--tf-{key} acts only on a step with a framework option {frameworks}; without one this step would run as if it were absent"
+            ),
+        };
         assert!(
             text.contains(&line),
             "--tf-{key}: no refusal {line:?}:\n{text}"
@@ -177,20 +191,26 @@ fn a_setting_without_a_framework_is_refused() {
         "{text}"
     );
     // Inside an allocation (srun cannot fail there without leaving the
-    // step behind: its task refuses it), and handed down by salloc.
+    // step behind: its task refuses it), and handed down by salloc: the
+    // helper step (1) is left alone, with no record; the step given
+    // --tf-requeue-on (2) is the plugin's, with the job's record.
+    let dir = format!("/home/alice/tfc-options-inside-{}", std::process::id());
     let out = common::exec(&[
-        "salloc",
-        "-N1",
-        "--tf-record=/tmp",
         "bash",
         "-c",
-        "srun -n1 --tf-requeue-on=42 echo RAN-INSIDE 2>&1; echo \"RC-INSIDE $?\"; \
-         srun -n1 echo HELPER-RAN; echo \"RC-HELPER $?\"",
+        &format!(
+            "mkdir -m 700 {dir} && salloc -N1 --tf-record={dir} bash -c '\
+             echo TFC_JOB $SLURM_JOB_ID; \
+             srun -n1 --tf-port-base=9000 echo RAN-INSIDE 2>&1; echo \"RC-INSIDE $?\"; \
+             srun -n1 echo HELPER-RAN; echo \"RC-HELPER $?\"; \
+             srun -n1 --tf-requeue-on=42 echo PLAIN-RAN; echo \"RC-PLAIN $?\"'; \
+             ls {dir}; rm -rf {dir}"
+        ),
     ]);
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(
-        text.contains("--tf-requeue-on acts only on a step with a framework option"),
+        text.contains("--tf-port-base acts only on a step with a framework option"),
         "inside salloc: no refusal:\n{text}"
     );
     assert!(
@@ -201,4 +221,70 @@ fn a_setting_without_a_framework_is_refused() {
         text.contains("HELPER-RAN") && text.contains("RC-HELPER 0"),
         "{text}"
     );
+    assert!(
+        text.contains("PLAIN-RAN") && text.contains("RC-PLAIN 0"),
+        "{text}"
+    );
+    let job = text
+        .lines()
+        .find_map(|l| l.strip_prefix("TFC_JOB "))
+        .unwrap_or_else(|| panic!("no job id:\n{text}"))
+        .trim();
+    let runs: Vec<&str> = text.lines().filter(|l| l.starts_with(job)).collect();
+    assert_eq!(runs, [format!("{job}.2")], "{text}");
+}
+
+/// A step without a framework option given `--tf-record`: its tasks get
+/// no variable of the plugin's, and its record has each rank's host and
+/// end, which `tf-cluster postmortem` shows; `--tf-record-log` beside it
+/// adds slurmd's line.
+#[test]
+fn plain_steps_record_each_ranks_host_and_end() {
+    let _t = testbed();
+    let dir = format!("/home/alice/tfc-options-plain-{}", std::process::id());
+    let task = r#"echo "HOST $SLURM_PROCID $SLURMD_NODENAME"; env | grep -E "^(TF_|CUDA_VISIBLE|MASTER_|JAX_|RAY_|NCCL_|GLOO_|TP_)" | sed "s/^/VAR /"; exit $((SLURM_PROCID + 3))"#;
+    let out = common::exec(&[
+        "bash",
+        "-c",
+        &format!(
+            "mkdir -m 700 {dir} && srun -N2 -n4 --ntasks-per-node=2 --tf-record={dir} --tf-record-log=true bash -c '{task}'; \
+             echo \"RC $?\"; ls {dir} | sed 's/^/RUN /'"
+        ),
+    ]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.lines().all(|l| !l.starts_with("VAR ")),
+        "a variable was set:\n{text}"
+    );
+    assert!(!text.contains("RC 0"), "{text}");
+    let run = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RUN "))
+        .unwrap_or_else(|| panic!("no record:\n{text}"))
+        .to_string();
+    let pm = common::exec(&["tf-cluster", "postmortem", &run, "--tf-record", &dir]);
+    common::exec(&["rm", "-rf", &dir]);
+    let report = String::from_utf8_lossy(&pm.stdout).into_owned();
+    let ctx = format!("{text}\n{report}{}", String::from_utf8_lossy(&pm.stderr));
+    assert!(pm.status.success(), "{ctx}");
+    assert!(
+        report.starts_with(&format!("run {run}: 4 rank(s) recorded of 4 on 2 node(s)")),
+        "{ctx}"
+    );
+    for rank in 0..4 {
+        let host = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("HOST {rank} ")))
+            .unwrap_or_else(|| panic!("rank {rank} did not run:\n{ctx}"));
+        let row = report
+            .lines()
+            .find(|l| l.starts_with(&format!("{rank} ")))
+            .unwrap_or_else(|| panic!("no rank {rank}:\n{ctx}"));
+        assert!(
+            row.contains(host) && row.contains(&format!("exit {}", rank + 3)),
+            "{row}\n{ctx}"
+        );
+    }
+    assert!(report.contains("first failure: rank "), "{ctx}");
 }

@@ -7,7 +7,8 @@
 //! every time, with `--tf-requeue-max=1`, is requeued exactly once (one
 //! requeue RPC for both nodes: no `error:` line about the requeue in
 //! slurmctld's or the nodes' slurmd logs), then ends with one line naming
-//! the cap.
+//! the cap. A step without a framework option, given `--tf-requeue-on`,
+//! is requeued once as well, and its tasks get no run id.
 //!
 //! Then what the option is for, behind the container stand-in (a SPANK
 //! plugin written for the tests from pyxis's documented facts, not pyxis):
@@ -18,7 +19,7 @@
 //! the step after the saved one with the loss where it stopped, and ends;
 //! `sacct --duplicates` records the first incarnation as REQUEUED.
 //!
-//! Cost: two one-node bash jobs, one two-node bash job and one two-node
+//! Cost: three one-node bash jobs, one two-node bash job and one two-node
 //! training (torch imported 4 times in all); each requeued job waits out the
 //! testbed's credential expiry (30 s) before it starts again.
 
@@ -109,6 +110,28 @@ fn a_step_exiting_with_the_code_requeues_its_job_once() {
         runs[0].ends_with(".0") && runs[1].ends_with(".0.r1"),
         "{ctx}"
     );
+}
+
+/// A step without a framework option: exits 43 in the first incarnation,
+/// 0 after a requeue (Slurm's SLURM_RESTART_COUNT: no run id is set).
+const PLAIN_SCRIPT: &str = r#"#!/bin/bash
+srun --tf-requeue-on=43 bash -c 'echo "RUN ${SLURM_RESTART_COUNT:-0} ${TF_CLUSTER_RUN_ID:-none}"; case "${SLURM_RESTART_COUNT:-0}" in 0) exit 43;; *) exit 0;; esac'
+"#;
+
+/// `--tf-requeue-on` acts on a step without a framework option as with
+/// one: the job comes back once and ends.
+#[test]
+fn a_plain_step_requeues_its_job_once() {
+    let _t = testbed();
+    let (_, (record, output)) = submit_script("plain", PLAIN_SCRIPT, &["-N1", "--requeue"]);
+    let ctx = format!("{record}\n{output}");
+    assert!(record.contains("JobState=COMPLETED"), "{ctx}");
+    assert!(record.contains("Restarts=1"), "{ctx}");
+    let runs: Vec<&str> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("RUN "))
+        .collect();
+    assert_eq!(runs, ["0 none", "1 none"], "{ctx}");
 }
 
 #[test]

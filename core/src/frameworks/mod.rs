@@ -20,7 +20,7 @@ use super::limits::check_size;
 pub use super::node_plan::Gpus;
 use super::node_plan::Needs;
 use super::role_world::block_size;
-use super::settings::Settings;
+use super::settings::{Alone, Settings};
 use crate::network::addresses::{NodeNetwork, VARS};
 
 /// Every framework, in the order their ports are handed out and their
@@ -57,41 +57,20 @@ pub fn check_value(f: &Framework, value: &str) -> Result<()> {
 /// The `--tf-<key>` options `given` to this srun itself (an inherited one
 /// never breaks a helper step), on a step asking for `frameworks`: each
 /// must act there, else the step is refused in one line naming what would
-/// make it act. With no framework option none acts (every setting shapes a
-/// framework's variables, ports, record or requeue); a setting of one
-/// framework alone (`rpc-layer`: TensorFlow's) needs that framework.
+/// make it act. With no framework option only the settings the table says
+/// act alone do ([`Alone`]: the record and the requeue, with their own
+/// companions); every other shapes a framework's variables, ports or GPUs.
+/// A setting of one framework alone (`rpc-layer`: TensorFlow's) needs that
+/// framework.
 pub fn check_given_settings(given: &[&str], frameworks: Frameworks) -> Result<()> {
     if given.is_empty() {
         return Ok(());
     }
     if frameworks.is_empty() {
-        let names: Vec<String> = FRAMEWORKS
-            .iter()
-            .map(|f| format!("--{}", f.option))
-            .collect();
-        let (last, rest) = names.split_last().expect("four frameworks");
-        let options = given
-            .iter()
-            .map(|o| format!("--{o}"))
-            .collect::<Vec<_>>()
-            .join(" and ");
-        let (verb, it) = if given.len() == 1 {
-            ("acts", "it")
-        } else {
-            ("act", "they")
-        };
-        bail!(
-            "{options} {verb} only on a step with a framework option ({} or {last}); without one this step would run as if {it} were absent",
-            rest.join(", ")
-        )
+        return check_alone(given);
     }
     for option in given {
-        let key = option.strip_prefix("tf-").unwrap_or(option);
-        let Some(only) = crate::settings::SETTINGS
-            .iter()
-            .find(|s| s.key == key)
-            .and_then(|s| s.only_with)
-        else {
+        let Some(only) = setting_of(option).and_then(|s| s.only_with) else {
             continue;
         };
         if !frameworks.iter().any(|f| f.option == only) {
@@ -101,6 +80,63 @@ pub fn check_given_settings(given: &[&str], frameworks: Frameworks) -> Result<()
         }
     }
     Ok(())
+}
+
+/// Whether the `--tf-<key>` options `given` to an srun whose step asks for
+/// no framework option make the step the plugin's: one of them acts alone
+/// ([`Alone::Acts`]) and [`check_given_settings`] refuses none.
+pub fn acts_alone(given: &[&str]) -> bool {
+    check_alone(given).is_ok()
+        && given
+            .iter()
+            .any(|o| setting_of(o).is_some_and(|s| s.alone == Alone::Acts))
+}
+
+/// The table's setting of option `tf-<key>`.
+fn setting_of(option: &str) -> Option<&'static crate::settings::Setting> {
+    let key = option.strip_prefix("tf-").unwrap_or(option);
+    crate::settings::SETTINGS.iter().find(|s| s.key == key)
+}
+
+/// [`check_given_settings`] on a step without a framework option.
+fn check_alone(given: &[&str]) -> Result<()> {
+    let mut refused = Vec::new();
+    for option in given {
+        match setting_of(option).map(|s| s.alone) {
+            Some(Alone::Acts) => {}
+            Some(Alone::Beside(with)) => {
+                let with = format!("tf-{with}");
+                if !given.contains(&with.as_str()) {
+                    bail!(
+                        "--{option} acts on a step without a framework option only beside --{with}, which this srun is not given; without it this step would run as if --{option} were absent"
+                    )
+                }
+            }
+            Some(Alone::Refused) | None => refused.push(*option),
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = FRAMEWORKS
+        .iter()
+        .map(|f| format!("--{}", f.option))
+        .collect();
+    let (last, rest) = names.split_last().expect("four frameworks");
+    let options = refused
+        .iter()
+        .map(|o| format!("--{o}"))
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let (verb, it) = if refused.len() == 1 {
+        ("acts", "it")
+    } else {
+        ("act", "they")
+    };
+    bail!(
+        "{options} {verb} only on a step with a framework option ({} or {last}); without one this step would run as if {it} were absent",
+        rest.join(", ")
+    )
 }
 
 pub use crate::settings::Frameworks;

@@ -305,30 +305,80 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
     assert_eq!(others, ["JAX_NUM_PROCESSES", "JAX_PROCESS_ID"]);
 }
 
-/// Every setting of the table, given alone to a step, is refused with the
-/// option's name and the framework options that would make it act; two
-/// are named together; none given is no refusal.
+/// Every setting of the table given alone to a step without a framework
+/// option: the record and the requeue act (the step is then the plugin's);
+/// their companions act beside them and are refused without; every other
+/// is refused with the option's name and the framework options that would
+/// make it act; two are named together; none given is no refusal.
 #[test]
-fn every_setting_alone_is_refused_by_name() {
+fn every_setting_alone_is_applied_or_refused_by_name() {
+    use super::{acts_alone, check_given_settings};
     use crate::settings::SETTINGS;
-    assert!(super::check_given_settings(&[], Frameworks::default()).is_ok());
+    let none = Frameworks::default();
+    assert!(check_given_settings(&[], none).is_ok());
+    assert!(!acts_alone(&[]));
+    let acting = ["record", "requeue-on"];
+    let beside = [("record-log", "record"), ("requeue-max", "requeue-on")];
     for setting in SETTINGS.iter() {
         let option = format!("tf-{}", setting.key);
-        let e = super::check_given_settings(&[&option], Frameworks::default())
-            .unwrap_err()
-            .to_string();
+        let got = check_given_settings(&[&option], none);
+        if acting.contains(&setting.key) {
+            assert!(got.is_ok(), "--{option}: {got:?}");
+            assert!(acts_alone(&[&option]), "--{option}");
+            continue;
+        }
+        assert!(!acts_alone(&[&option]), "--{option}");
+        let e = got.unwrap_err().to_string();
+        if let Some((_, with)) = beside.iter().find(|(k, _)| *k == setting.key) {
+            assert_eq!(
+                e,
+                format!(
+                    "--{option} acts on a step without a framework option only beside --tf-{with}, which this srun is not given; without it this step would run as if --{option} were absent"
+                )
+            );
+            let both = [option.as_str(), &format!("tf-{with}")];
+            assert!(check_given_settings(&both, none).is_ok(), "{both:?}");
+            assert!(acts_alone(&both), "{both:?}");
+            continue;
+        }
         assert_eq!(
             e,
             format!(
                 "--{option} acts only on a step with a framework option (--tf-cluster, --torch-cluster, --jax-cluster or --ray-cluster); without one this step would run as if it were absent"
             )
         );
+        // Beside one that acts, still refused, and it alone named.
+        let e = check_given_settings(&["tf-record", &option], none)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "--{option} acts only on a step with a framework option"
+            )),
+            "{e}"
+        );
+        assert!(!acts_alone(&["tf-record", &option]));
     }
-    let e = super::check_given_settings(&["tf-record", "tf-requeue-on"], Frameworks::default())
-        .unwrap_err();
+    let both = [
+        "tf-record",
+        "tf-requeue-on",
+        "tf-record-log",
+        "tf-requeue-max",
+    ];
+    assert!(check_given_settings(&both, none).is_ok());
+    assert!(acts_alone(&both));
+    // A companion beside the other's partner is not beside its own.
+    let e = check_given_settings(&["tf-record", "tf-requeue-max"], none).unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "--tf-requeue-max acts on a step without a framework option only beside --tf-requeue-on"
+        ),
+        "{e}"
+    );
+    let e = check_given_settings(&["tf-port-base", "tf-network"], none).unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("--tf-record and --tf-requeue-on act only on a step"),
+            .starts_with("--tf-port-base and --tf-network act only on a step"),
         "{e}"
     );
 }

@@ -15,7 +15,7 @@ use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
 use super::slurmctld::step_kill;
 use crate::core::frameworks::{FRAMEWORKS, Frameworks};
-use crate::core::handoff::{self, Early, Handoff, Record, Verdict};
+use crate::core::handoff::{self, Early, Handoff, Plain, Record, Verdict};
 use crate::core::os::ProcessEnv;
 use crate::core::secret::{self, Secret};
 use crate::core::{self, Error, Kind, Result, Settings};
@@ -169,10 +169,12 @@ impl Srun {
                 Ok(Some(settings)) => self.decide(spank, &settings, off_overridden),
                 Ok(None) => {
                     // A `--tf-<key>` given to this srun with no framework
-                    // option would change nothing: refused, never ignored
-                    // (one only handed down leaves a helper step alone, and
-                    // a step that says `--tf-off` or `--X-cluster=off` asked
-                    // for none in so many words).
+                    // option acts where the settings table says it does
+                    // (the record, the requeue), else it would change
+                    // nothing: refused, never ignored (one only handed down
+                    // leaves a helper step alone, and a step that says
+                    // `--tf-off` or `--X-cluster=off` asked for none in so
+                    // many words).
                     let given = match options::seen_framework_word() {
                         true => Vec::new(),
                         false => options::settings_given_here(),
@@ -181,6 +183,9 @@ impl Srun {
                     if let Err(e) = core::frameworks::check_given_settings(&given, none) {
                         let handoff = undecided(spank, off_overridden, 0, None)?;
                         return self.refuse(spank, e, handoff);
+                    }
+                    if core::frameworks::acts_alone(&given) {
+                        return self.plain(spank, &given);
                     }
                     // A hand-off the user exported or an outer step left
                     // would reach the tasks (a variable removed here still
@@ -193,6 +198,41 @@ impl Srun {
                 Err(e) => self.refuse(spank, e, undecided(spank, off_overridden, 0, None)?),
             },
         )
+    }
+
+    /// Decides for a step without a framework option whose `given`
+    /// `--tf-record` or `--tf-requeue-on` makes it the plugin's: its tasks
+    /// get no variable; slurmstepd records it or requeues its job as srun's
+    /// word says ([`Plain`]), from the site's defaults and the step's
+    /// options. A heterogeneous step is refused: srun's word reaches one of
+    /// its components only.
+    fn plain(&self, spank: &Spank, given: &[&str]) -> Result<()> {
+        let restart_count = match core::step::restart_count(&mut ProcessEnv) {
+            Ok(n) => n,
+            Err(e) => return self.refuse(spank, e, undecided(spank, false, 0, None)?),
+        };
+        let mut handoff = undecided(spank, false, restart_count, None)?;
+        let settings = match core::het::components(&mut ProcessEnv) {
+            Ok(Some(_)) => {
+                let options = given
+                    .iter()
+                    .map(|o| format!("--{o}"))
+                    .collect::<Vec<_>>()
+                    .join(" and ");
+                Err(Error::new(format!(
+                    "{options} on a heterogeneous step act only with a framework option (--tf-cluster, --torch-cluster, --jax-cluster or --ray-cluster): without one srun's word reaches one of its components only"
+                )))
+            }
+            Ok(None) => options::plain_settings(spank),
+            Err(e) => Err(e),
+        };
+        match settings {
+            Ok(settings) => {
+                handoff.plain(Plain::of(&settings));
+                hand_off(spank, &handoff)
+            }
+            Err(e) => self.refuse(spank, e, handoff),
+        }
     }
 
     /// Decides for a step that asked for the plugin. Err: refuse now (srun

@@ -57,7 +57,10 @@
 //! SLURM_JOB_ID) may choose what is killed. `task_exit` takes no alarm (it
 //! is slurmstepd's own process: Slurm's RPC timeouts bound it) and always
 //! returns 0. A step that did not ask has no page, and `task_exit` returns
-//! at once.
+//! at once. A step without a framework option that `--tf-record` or
+//! `--tf-requeue-on` made the plugin's (srun's word, `verdict=plain`) sets
+//! no variable and refuses no task, so it has no page either: `task_exit`
+//! only writes each task's end and requeues on the step's code.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -72,7 +75,7 @@ use super::private_dir::PrivateDir;
 use super::slurmctld::step_kill::{HostKill, end_from_host, end_refused_step, refused_target};
 use crate::core::frameworks::ray;
 use crate::core::gpus::bind::Recorded;
-use crate::core::handoff::{self, Applied, Options, Word};
+use crate::core::handoff::{self, Applied, Options, Plain, Word};
 use crate::core::het;
 use crate::core::record::DebugFiles;
 use crate::core::{self, Error, Gathered, Node, Result, Step};
@@ -125,6 +128,10 @@ enum Prepared {
     Failed(Error),
     /// The node's share of the step.
     Ready(Box<Ready>),
+    /// A step without a framework option that its `--tf-record` or
+    /// `--tf-requeue-on` made the plugin's: no task gets a variable; these
+    /// settings (srun's word) say what `task_exit` records and requeues.
+    Plain(Box<crate::core::Settings>),
 }
 
 /// Most bytes of variables made ahead for a node's tasks: beyond it (a
@@ -160,9 +167,12 @@ impl Stepd {
             Err(e) => Prepared::Failed(e),
         };
         // Before any task is forked, so that every task shares it; only for
-        // a step that asked for the plugin.
+        // a step that asked for the plugin (a framework-less one refuses no
+        // task).
         if !matches!(prepared, Prepared::Nothing) {
-            if let Some(page) = HostKill::map() {
+            if !matches!(prepared, Prepared::Plain(_))
+                && let Some(page) = HostKill::map()
+            {
                 let _ = self.host_kill.set(page);
             }
             let leader = spank
@@ -188,13 +198,19 @@ impl Stepd {
                 Err(e) => Prepared::Failed(e),
             });
         }
-        // A step that asks for nothing reads nothing more (not the restart
-        // count) but whether srun refused it (a `--tf-<key>` alone): it
-        // runs as without the plugin.
+        // A step without a framework option reads nothing more (not the
+        // restart count) but srun's word: whether srun refused it (a
+        // `--tf-<key>` that cannot act alone), or made it the plugin's
+        // (`--tf-record`, `--tf-requeue-on`); any other runs as without the
+        // plugin.
         if !options::asks(spank)? {
-            return Ok(match srun_refused_alone(spank) {
-                true => Prepared::Refused,
-                false => Prepared::Nothing,
+            return Ok(match srun_word(spank) {
+                Ok(word) if word.refused() => Prepared::Refused,
+                Ok(word) => match word.plain() {
+                    Some((plain, restart)) => self.plain(spank, plain, restart),
+                    None => Prepared::Nothing,
+                },
+                Err(_) => Prepared::Nothing,
             });
         }
         // srun's word applied in the core, as the CLI twin applies it.
@@ -212,6 +228,16 @@ impl Stepd {
             return Ok(Prepared::Nothing);
         };
         self.ready(spank, node, recorded_bind, host_env)
+    }
+
+    /// A step without a framework option, as srun decided it: its record
+    /// begun (the node's line; each rank's comes with its end), nothing for
+    /// its tasks.
+    fn plain(&self, spank: &Spank, plain: &Plain, restart: u32) -> Prepared {
+        let settings = plain.settings();
+        let record = super::record::begin_plain(spank, &settings, restart).map(Box::new);
+        let _ = self.record.set(record);
+        Prepared::Plain(Box::new(settings))
     }
 
     /// The node's share made ready for its tasks: the step's record and
@@ -282,7 +308,7 @@ impl Stepd {
             let prepared = self.node.lock().unwrap_or_else(PoisonError::into_inner);
             match &*prepared {
                 None => self.without_user_init(spank, &mut srun_refused),
-                Some(Prepared::Nothing) => Ok(()),
+                Some(Prepared::Nothing | Prepared::Plain(_)) => Ok(()),
                 Some(Prepared::Refused) => {
                     srun_refused = true;
                     Err(Error::reported("srun refused this step"))
@@ -339,11 +365,15 @@ impl Stepd {
         // A task the plugin refused exits with 1, whatever the step's code:
         // never a requeue (the refusal would come back with every incarnation).
         let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
-        if let Some(Prepared::Ready(r)) = &*self.node.lock().unwrap_or_else(PoisonError::into_inner)
-            && !refused_here
-        {
-            let leader = self.leader.get().copied().flatten();
-            super::slurmctld::requeue::task_exit(spank, r.node.settings(), leader);
+        let leader = self.leader.get().copied().flatten();
+        match &*self.node.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(Prepared::Ready(r)) if !refused_here => {
+                super::slurmctld::requeue::task_exit(spank, r.node.settings(), leader);
+            }
+            Some(Prepared::Plain(settings)) => {
+                super::slurmctld::requeue::task_exit(spank, settings, leader);
+            }
+            _ => {}
         }
         let Some(host_kill) = self.host_kill.get() else {
             return 0;
@@ -383,11 +413,15 @@ impl Stepd {
             return fail_closed(spank);
         }
         if !options::asks(spank)? {
-            if srun_refused_alone(spank) {
-                *srun_refused = true;
-                return Err(Error::reported("srun refused this step"));
-            }
-            return Ok(());
+            return match srun_word(spank) {
+                Ok(word) if word.refused() => {
+                    *srun_refused = true;
+                    Err(Error::reported("srun refused this step"))
+                }
+                // Its record and requeue were srun's word: not run without.
+                Ok(word) if word.plain().is_some() => Err(Error::new(NO_USER_INIT)),
+                _ => Ok(()),
+            };
         }
         let asked = Options::Read(Box::new(|off_overridden| {
             options::step_settings(spank, off_overridden)
@@ -443,13 +477,6 @@ fn private_dir(spank: &Spank, node: &Node) -> Option<PrivateDir> {
 fn srun_word(spank: &Spank) -> Result<Word> {
     let text = spank.getenv(handoff::VAR)?;
     Word::decode(text.as_deref(), Some((spank.job_id()?, spank.step_id()?)))
-}
-
-/// srun refused this step, which asks for no framework (a `--tf-<key>`
-/// given alone). Any other word, or none, or one that cannot be read, is
-/// no refusal: such a step runs as without the plugin.
-fn srun_refused_alone(spank: &Spank) -> bool {
-    srun_word(spank).is_ok_and(|word| word.refused())
 }
 
 /// Without the options, whether a step asked for the plugin is unknown: the
