@@ -163,7 +163,9 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
         let roles_block = block_size(settings, roles.len(), per_role(settings).len() as u32, most);
-        let need = ports_needed(settings.frameworks, most) + roles_block;
+        let need = ports_needed(settings.frameworks, most)
+            + roles_block
+            + crate::record::ras_ports(settings);
         crate::ports::reserved_ports(list, need)?;
     }
     Ok(())
@@ -221,7 +223,8 @@ pub fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
 
 /// What the step's frameworks need of a node: their ports and GPU rules.
 /// The roles' block ([`crate::role_world`]) comes after every framework's,
-/// where the step has roles or ports per task.
+/// where the step has roles or ports per task, then the record's port for
+/// NCCL's RAS ([`crate::record::ras_ports`]), where it takes one.
 pub fn needs(settings: &Settings, layout: &Layout, roles: usize) -> Needs {
     let mut ports: Vec<u32> = settings
         .frameworks
@@ -230,6 +233,7 @@ pub fn needs(settings: &Settings, layout: &Layout, roles: usize) -> Needs {
         .collect();
     let per_role = per_role(settings).len() as u32;
     ports.push(block_size(settings, roles, per_role, layout.max_local()));
+    ports.push(crate::record::ras_ports(settings));
     Needs {
         ports,
         rules: gpu_rules(settings.frameworks),
