@@ -136,7 +136,14 @@ fn a_recorded_step_takes_a_port_of_its_own_for_nccls_ras() {
     ] {
         assert_eq!(crate::record::ras_ports(&settings), 0);
     }
-    assert_eq!(node_of(&Settings { record: None, ..recorded.clone() }).ras_port(), None);
+    assert_eq!(
+        node_of(&Settings {
+            record: None,
+            ..recorded.clone()
+        })
+        .ras_port(),
+        None
+    );
     // srun counts it in the reservation.
     let launch = |resv| crate::frameworks::Launch {
         tasks: 4,

@@ -400,11 +400,17 @@ mod tests {
         let vars = files.unwrap().vars(5);
         let want: Vec<(&str, &str)> = vec![
             ("TORCH_FR_DUMP_TEMP_FILE", "/rec/42.0/rank5.torch-fr."),
-            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "/rec/42.0/rank5.torch-fr."),
+            (
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                "/rec/42.0/rank5.torch-fr.",
+            ),
             ("TORCH_FR_BUFFER_SIZE", "2000"),
             ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
             ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
-            ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "/rec/42.0/rank5.torch-fr-pipe."),
+            (
+                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+                "/rec/42.0/rank5.torch-fr-pipe.",
+            ),
             ("NCCL_DEBUG_FILE", "/rec/42.0/rank5.nccl.%h.%p.log"),
             ("PET_LOG_DIR", "/rec/42.0/rank5.torchrun"),
             ("NCCL_RAS_ADDR", "localhost:20017"),
@@ -449,11 +455,17 @@ mod tests {
         // so with the buffer's two names.
         for name in TORCH_FR_VARS {
             let files = DebugFiles::new("/rec/1.0", None, env(&[(name, "/mine/fr")])).unwrap();
-            assert!(!names(&files).iter().any(|n| TORCH_FR_VARS.contains(n)), "{name}");
+            assert!(
+                !names(&files).iter().any(|n| TORCH_FR_VARS.contains(n)),
+                "{name}"
+            );
         }
         for name in ["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"] {
             let files = DebugFiles::new("/rec/1.0", None, env(&[(name, "0")])).unwrap();
-            assert!(!names(&files).iter().any(|n| n.contains("BUFFER_SIZE")), "{name}");
+            assert!(
+                !names(&files).iter().any(|n| n.contains("BUFFER_SIZE")),
+                "{name}"
+            );
         }
         let user = [
             ("NCCL_DEBUG", "WARN"),
