@@ -181,7 +181,7 @@ impl Node {
         self.plan.ports.of(i).first().copied()
     }
 
-    /// The node's port for NCCL's RAS (crate::record::ras_ports): every
+    /// The node's port for NCCL's RAS (crate::frameworks::ras_ports): every
     /// rank of the node that runs NCCL listens on it.
     pub fn ras_port(&self) -> Option<u16> {
         self.ras_port

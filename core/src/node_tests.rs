@@ -134,7 +134,7 @@ fn a_recorded_step_takes_a_port_of_its_own_for_nccls_ras() {
             ..recorded.clone()
         },
     ] {
-        assert_eq!(crate::record::ras_ports(&settings), 0);
+        assert_eq!(crate::frameworks::ras_ports(&settings), 0);
     }
     assert_eq!(
         node_of(&Settings {

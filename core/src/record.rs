@@ -14,7 +14,6 @@
 use std::fmt::Write;
 
 use super::node::Node;
-use super::settings::Settings;
 
 /// The record's format; a reader refuses lines of a later one.
 pub const VERSION: u32 = 1;
@@ -223,7 +222,8 @@ pub fn node_file_name(host: &str) -> Option<String> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugFiles {
     run_dir: String,
-    /// The node's port for NCCL's RAS, where the step took one.
+    /// The node's port for NCCL's RAS, where the step took one
+    /// (crate::frameworks::ras_ports).
     ras_port: Option<u16>,
     /// The entries of [`DEBUG_DEFAULTS`] given, in table order.
     given: Vec<&'static DebugDefault>,
@@ -327,16 +327,6 @@ pub static DEBUG_DEFAULTS: [DebugDefault; 7] = [
         value: DebugValue::RasAddress,
     },
 ];
-
-/// The ports a step takes on every node for its record's defaults: one for
-/// NCCL's RAS where the step writes a record and runs a framework whose
-/// ranks may use NCCL (PyTorch, JAX, TensorFlow; not Ray's own processes).
-pub fn ras_ports(settings: &Settings) -> u32 {
-    use crate::frameworks::{jax, pytorch, tensorflow};
-    let nccl = [&pytorch::FRAMEWORK, &jax::FRAMEWORK, &tensorflow::FRAMEWORK];
-    let any = nccl.iter().any(|f| settings.frameworks.contains(f));
-    u32::from(settings.record.is_some() && any)
-}
 
 impl DebugFiles {
     /// The defaults for a run whose directory is `run_dir` (`ras_port`:
