@@ -58,9 +58,9 @@ for step in range(100000):
 
 /// The 1-based lines of TRAIN holding `text`, as `train.py:N`.
 fn lines_of(text: &str) -> Vec<String> {
+    // TRAIN's first line is the empty one after `r#"`: the file's line 1.
     TRAIN
         .lines()
-        .skip(1)
         .enumerate()
         .filter(|(_, l)| l.contains(text))
         .map(|(i, _)| format!("train.py:{}", i + 1))
@@ -139,8 +139,9 @@ fn a_rank_in_a_loop_of_its_own_is_named_with_its_node() {
     // Rank 3 is node2's second task (block distribution, 2 per node).
     // py-spy names the loop's line (`while` or `pass`), the others wait in
     // the all-reduce called from the script's line.
-    let mut spinning = lines_of("while True:");
-    spinning.extend(lines_of("            pass"));
+    let pass = lines_of("            pass");
+    let at: usize = pass[0].trim_start_matches("train.py:").parse().unwrap();
+    let spinning = [format!("train.py:{}", at - 1), pass[0].clone()];
     let reduce = &lines_of("dist.all_reduce(t)")[0];
     for run in 1..=runs() {
         let (text, took) = hang_of(3, "loop", false);
