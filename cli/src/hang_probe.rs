@@ -307,7 +307,26 @@ fn py_spy_dump(bin: &str, pid: u32) -> Result<String, String> {
         .lines()
         .find(|l| !l.trim().is_empty())
         .unwrap_or("failed");
-    Err(format!("py-spy: {}", first.trim()))
+    let denied = err.contains("Permission denied") || err.contains("Operation not permitted");
+    let why = match denied {
+        true => ptrace_why(read_trim("/proc/sys/kernel/yama/ptrace_scope").as_deref()),
+        false => String::new(),
+    };
+    Err(format!("py-spy: {}{why}", first.trim()))
+}
+
+/// Why the kernel refused py-spy the rank's memory, from Yama's
+/// ptrace_scope (None: no Yama).
+fn ptrace_why(scope: Option<&str>) -> String {
+    match scope {
+        Some(s) if s != "0" => format!(
+            " (Yama's ptrace_scope is {s}: only a process's ancestors may read it; \
+             an admin sets kernel.yama.ptrace_scope=0 or gives py-spy CAP_SYS_PTRACE)"
+        ),
+        _ => " (the kernel refused ptrace of the user's own process: a seccomp filter, \
+               or the process is not dumpable)"
+            .into(),
+    }
 }
 
 fn hostname() -> String {
@@ -475,6 +494,16 @@ mod tests {
     /// for reading without blocking, polls it, and on a line writes the
     /// dump at the prefix + rank. The probe writes to the pipe, then finds
     /// the dump; a pipe nobody reads is said, never waited on.
+    #[test]
+    fn a_refused_ptrace_says_why() {
+        assert!(
+            ptrace_why(Some("1"))
+                .starts_with(" (Yama's ptrace_scope is 1: only a process's ancestors")
+        );
+        assert!(ptrace_why(Some("0")).contains("seccomp"));
+        assert!(ptrace_why(None).contains("seccomp"));
+    }
+
     #[test]
     fn the_flight_recorders_pipe_is_written_and_its_dump_listed() {
         use std::io::Read;
