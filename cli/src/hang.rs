@@ -345,6 +345,19 @@ fn stack_notes(ranks: &BTreeMap<u64, &Value>) -> String {
 /// why none.
 fn flight_recorder_lines(ranks: &BTreeMap<u64, &Value>) -> String {
     let mut text = String::new();
+    // No rank with a pipe or a dump (gloo's, a CPU step): one line.
+    let frs: Vec<&Value> = ranks
+        .values()
+        .map(|r| &r["fr"])
+        .filter(|f| !f.is_null())
+        .collect();
+    let empty = |f: &Value, k: &str| f[k].as_array().is_none_or(|a| a.is_empty());
+    if !frs.is_empty() && frs.iter().all(|f| empty(f, "pipes") && empty(f, "dumps")) {
+        let notes = frs.iter().filter(|f| !empty(f, "notes")).count();
+        if notes == frs.len() {
+            return "flight recorder: no dump asked: no rank's pipe exists (PyTorch makes it only for the NCCL backend, with a trace buffer above 0)\n".into();
+        }
+    }
     for (rank, r) in ranks {
         let fr = &r["fr"];
         if fr.is_null() {
@@ -490,6 +503,16 @@ mod tests {
             .iter()
             .map(|l| (l["rank"].as_u64().unwrap(), l))
             .collect();
+        // No rank with a pipe: one line for all.
+        let gloo: BTreeMap<u64, &Value> = ranks
+            .iter()
+            .filter(|(r, _)| **r > 0)
+            .map(|(r, v)| (*r, *v))
+            .collect();
+        assert_eq!(
+            flight_recorder_lines(&gloo),
+            "flight recorder: no dump asked: no rank's pipe exists (PyTorch makes it only for the NCCL backend, with a trace buffer above 0)\n"
+        );
         assert_eq!(
             flight_recorder_lines(&ranks),
             "flight recorder: rank 0: dump asked through 1 pipe(s); dump files /r/rank0.torch-fr.0\n\
