@@ -300,6 +300,7 @@ fn report(job: u32, step: u32, tasks: u64, lines: &[Value]) -> String {
     out.push_str(table(&rows).trim_end());
     out.push('\n');
     out.push_str(&stack_notes(&ranks));
+    out.push_str(&flight_recorder_lines(&ranks));
     for r in ranks.values() {
         if let Some(stack) = r["stack"].as_str() {
             out.push_str(&format!(
@@ -335,6 +336,57 @@ fn stack_notes(ranks: &BTreeMap<u64, &Value>) -> String {
     }
     for note in others.iter().take(3) {
         text.push_str(&format!("no Python stack: {note}\n"));
+    }
+    text
+}
+
+/// What the flight recorder's pipes gave, per rank whose processes have
+/// one (a step with a record): the dumps asked for and the files found, or
+/// why none.
+fn flight_recorder_lines(ranks: &BTreeMap<u64, &Value>) -> String {
+    let mut text = String::new();
+    // No rank with a pipe or a dump (gloo's, a CPU step): one line.
+    let frs: Vec<&Value> = ranks
+        .values()
+        .map(|r| &r["fr"])
+        .filter(|f| !f.is_null())
+        .collect();
+    let empty = |f: &Value, k: &str| f[k].as_array().is_none_or(|a| a.is_empty());
+    if !frs.is_empty() && frs.iter().all(|f| empty(f, "pipes") && empty(f, "dumps")) {
+        let notes = frs.iter().filter(|f| !empty(f, "notes")).count();
+        if notes == frs.len() {
+            return "flight recorder: no dump asked: no rank's pipe exists (PyTorch makes it only for the NCCL backend, with a trace buffer above 0)\n".into();
+        }
+    }
+    for (rank, r) in ranks {
+        let fr = &r["fr"];
+        if fr.is_null() {
+            continue;
+        }
+        let list = |k: &str| -> Vec<String> {
+            fr[k]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (pipes, notes, dumps) = (list("pipes"), list("notes"), list("dumps"));
+        let asked = match pipes.len() {
+            0 => "no dump asked".to_string(),
+            n => format!("dump asked through {n} pipe(s)"),
+        };
+        let files = match dumps.is_empty() {
+            true => "no dump file".to_string(),
+            false => format!("dump files {}", dumps.join(" ")),
+        };
+        text.push_str(&format!("flight recorder: rank {rank}: {asked}; {files}"));
+        if let Some(note) = notes.first() {
+            text.push_str(&format!(" ({note})"));
+        }
+        text.push('\n');
     }
     text
 }
@@ -438,6 +490,34 @@ mod tests {
         );
         let own = DUMP.replace("    all_reduce (torch/distributed/distributed_c10d.py:1536)\n    wrapper (/usr/lib/python3/dist-packages/torch/distributed/c10d_logger.py:47)\n", "");
         assert_eq!(user_frame(&own).as_deref(), Some("train.py:40 main()"));
+    }
+
+    #[test]
+    fn the_flight_recorders_dumps_are_listed_per_rank() {
+        let lines = [
+            json!({"rank": 0, "fr": {"pipes": ["/r/rank0.torch-fr-pipe.0.pipe"], "notes": [], "dumps": ["/r/rank0.torch-fr.0"]}}),
+            json!({"rank": 1, "fr": {"pipes": [], "notes": ["no pipe /r/rank1.torch-fr-pipe.<rank>.pipe: PyTorch makes it only for the NCCL backend (not gloo's) with a trace buffer above 0"], "dumps": []}}),
+            json!({"rank": 2}),
+        ];
+        let ranks: BTreeMap<u64, &Value> = lines
+            .iter()
+            .map(|l| (l["rank"].as_u64().unwrap(), l))
+            .collect();
+        // No rank with a pipe: one line for all.
+        let gloo: BTreeMap<u64, &Value> = ranks
+            .iter()
+            .filter(|(r, _)| **r > 0)
+            .map(|(r, v)| (*r, *v))
+            .collect();
+        assert_eq!(
+            flight_recorder_lines(&gloo),
+            "flight recorder: no dump asked: no rank's pipe exists (PyTorch makes it only for the NCCL backend, with a trace buffer above 0)\n"
+        );
+        assert_eq!(
+            flight_recorder_lines(&ranks),
+            "flight recorder: rank 0: dump asked through 1 pipe(s); dump files /r/rank0.torch-fr.0\n\
+             flight recorder: rank 1: no dump asked; no dump file (no pipe /r/rank1.torch-fr-pipe.<rank>.pipe: PyTorch makes it only for the NCCL backend (not gloo's) with a trace buffer above 0)\n"
+        );
     }
 
     #[test]

@@ -457,6 +457,13 @@ pub fn report(run: &str, path: &Path, lines: &[String]) -> String {
     out.push_str(&crate::render::table(&rank_rows(&ranks)));
     out.push('\n');
     out.push_str(&first_failure(&ranks, path));
+    let dumps = fr_dumps(path, my_uid());
+    if !dumps.is_empty() {
+        out.push_str("flight recorder dumps:\n");
+        for dump in dumps {
+            out.push_str(&format!("  {}\n", shown(&dump)));
+        }
+    }
     if skipped > 0 {
         out.push_str(&format!(
             "({skipped} line(s) not read: not of record format {VERSION})\n"
@@ -611,6 +618,35 @@ fn rank_files(run_dir: &Path, rank: u64, uid: u32) -> Vec<PathBuf> {
             found.push(path);
         }
     }
+    found.sort();
+    found
+}
+
+/// Every rank's flight recorder dumps in the run's directory (PyTorch's,
+/// at `rank<N>.torch-fr.<global rank>`: on a timeout, or asked for by
+/// `tf-cluster hang`), the user's own regular files, sorted.
+fn fr_dumps(run_dir: &Path, uid: u32) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    let tail = format!(".{}", tf_cluster_core::record::TORCH_FR_DUMP);
+    let mut found: Vec<PathBuf> = entries
+        .flatten()
+        .take(MAX_ENTRIES)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("rank") else {
+                return false;
+            };
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            digits > 0 && rest[digits..].starts_with(&tail)
+        })
+        .filter(|e| {
+            std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file() && m.uid() == uid)
+        })
+        .map(|e| e.path())
+        .take(MAX_LOGS)
+        .collect();
     found.sort();
     found
 }
@@ -790,6 +826,39 @@ mod tests {
             ],
             "{text}"
         );
+    }
+
+    #[test]
+    fn every_ranks_flight_recorder_dumps_are_listed() {
+        let dir = std::env::temp_dir().join(format!("tfc-pm-fr-{}", std::process::id()));
+        let run = dir.join("42.0");
+        std::fs::create_dir_all(&run).unwrap();
+        for name in [
+            "rank0.torch-fr.0",
+            "rank3.torch-fr.3",
+            "rank3.torch-fr.7",
+            "rank3.nccl.n.1.log",
+        ] {
+            std::fs::write(run.join(name), "x").unwrap();
+        }
+        // Its trigger pipe (a FIFO) and a link are no dumps.
+        let fifo =
+            std::ffi::CString::new(run.join("rank3.torch-fr.pipe").to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/etc/passwd", run.join("rank1.torch-fr.1")).unwrap();
+        let lines = vec![rank(0, "node1", "0"), rank(3, "node2", "1")];
+        let text = report("42.0", &run, &lines);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let dumps: Vec<&str> = text
+            .lines()
+            .skip_while(|l| *l != "flight recorder dumps:")
+            .skip(1)
+            .collect();
+        let want: Vec<String> = ["rank0.torch-fr.0", "rank3.torch-fr.3", "rank3.torch-fr.7"]
+            .iter()
+            .map(|n| format!("  {}", run.join(n).display()))
+            .collect();
+        assert_eq!(dumps, want, "{text}");
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub struct Node {
     shared: Vec<String>,
     /// The step's roles (`--tf-roles`) and each task's own ports.
     worlds: RoleWorlds,
+    /// The node's port for NCCL's RAS, where the step's record took one.
+    ras_port: Option<u16>,
 }
 
 impl Node {
@@ -53,7 +55,9 @@ impl Node {
         let needs = frameworks::needs(&settings, &layout, roles.len());
         let plan = NodePlan::new(&settings, &step, &layout, this_node, &needs)?;
         let per_role = frameworks::per_role(&settings).len() as u32;
-        let block = plan.ports.of(needs.ports.len() - 1);
+        // The last two blocks: the roles', then the record's RAS port.
+        let block = plan.ports.of(needs.ports.len() - 2);
+        let ras_port = plan.ports.of(needs.ports.len() - 1).first().copied();
         let worlds = RoleWorlds::new(&settings, &layout, &roles, per_role, block)?;
         let mut shared = Vec::with_capacity(needs.ports.len());
         for (i, f) in settings.frameworks.iter().enumerate() {
@@ -75,6 +79,7 @@ impl Node {
             plan,
             shared,
             worlds,
+            ras_port,
         })
     }
 
@@ -176,10 +181,17 @@ impl Node {
         self.plan.ports.of(i).first().copied()
     }
 
+    /// The node's port for NCCL's RAS (crate::frameworks::ras_ports): every
+    /// rank of the node that runs NCCL listens on it.
+    pub fn ras_port(&self) -> Option<u16> {
+        self.ras_port
+    }
+
     /// The ports this node's tasks will listen on: a framework taking one
     /// port per local task (TensorFlow's servers) listens on each of this
     /// node's tasks' own; one taking a port per step (PyTorch's MASTER_PORT,
-    /// JAX's coordinator) listens on it on rank 0's node only.
+    /// JAX's coordinator) listens on it on rank 0's node only; NCCL's RAS
+    /// listens on the record's port on every node.
     pub fn listening_ports(&self) -> Vec<u16> {
         let Some(here) = self.this_node else {
             return Vec::new();
@@ -201,6 +213,10 @@ impl Node {
                     ports.extend(self.worlds.role_port(world.role, j).unwrap_or_default());
                 }
             }
+        }
+        // NCCL's RAS, on every node with a task.
+        if self.layout.count(here) > 0 {
+            ports.extend(self.ras_port);
         }
         ports
     }

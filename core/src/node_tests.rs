@@ -90,3 +90,72 @@ fn a_nodes_tasks_rendered_ahead() {
     let node = crate::node::Node::prepare(settings, elsewhere).unwrap();
     assert!(node.render_here(1 << 20).is_none());
 }
+
+/// With a record, a PyTorch step takes one more port on every node, its
+/// own for NCCL's RAS: after the framework's, on every node (the preflight
+/// checks it there), counted in what Slurm must reserve; without a record,
+/// or without a framework of NCCL's, none.
+#[test]
+fn a_recorded_step_takes_a_port_of_its_own_for_nccls_ras() {
+    let vars = [
+        ("SLURM_STEP_NUM_TASKS", "4"),
+        ("SLURM_STEP_NODELIST", "n[1-2]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+        ("SLURMD_NODENAME", "n2"),
+        ("SLURM_STEP_RESV_PORTS", "12000-12001"),
+    ];
+    let node_of = |settings: &Settings| {
+        let vars = vars.iter().map(|&(k, v)| (k, v.to_string())).collect();
+        let step = Step::gather(settings, &mut given(vars))
+            .unwrap()
+            .step()
+            .unwrap();
+        crate::node::Node::prepare(settings.clone(), step).unwrap()
+    };
+    let recorded = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK),
+        record: Some("/rec".into()),
+        ..Settings::default()
+    };
+    let node = node_of(&recorded);
+    // MASTER_PORT is the first reserved port; RAS's the next, on n2 too
+    // (rank 0 is on n1: the only port n2 listens on is RAS's).
+    assert_eq!(node.ras_port(), Some(12001));
+    assert_eq!(node.listening_ports(), [12001]);
+    let master = node.task(2, Some(0), None).unwrap();
+    assert_eq!(master.get("MASTER_PORT"), Some("12000"));
+    for settings in [
+        Settings {
+            record: None,
+            ..recorded.clone()
+        },
+        Settings {
+            frameworks: Frameworks::only(&crate::frameworks::ray::FRAMEWORK),
+            ..recorded.clone()
+        },
+    ] {
+        assert_eq!(crate::frameworks::ras_ports(&settings), 0);
+    }
+    assert_eq!(
+        node_of(&Settings {
+            record: None,
+            ..recorded.clone()
+        })
+        .ras_port(),
+        None
+    );
+    // srun counts it in the reservation.
+    let launch = |resv| crate::frameworks::Launch {
+        tasks: 4,
+        nodelist: Some("n[1-2]"),
+        nodes: Some(2),
+        resv_ports: Some(resv),
+        most_local: Some(2),
+        ..Default::default()
+    };
+    crate::frameworks::check_before_launch(&recorded, &launch("12000-12001")).unwrap();
+    let e = crate::frameworks::check_before_launch(&recorded, &launch("12000"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("it needs 2 on a node"), "{e}");
+}

@@ -250,58 +250,156 @@ pub fn node_file_name(host: &str) -> Option<String> {
 /// directory, named by rank (the directory is named by the run id), so that
 /// it outlives the allocation and `tf-cluster postmortem` finds it. Each is
 /// a default: a variable the step's environment already holds (the user's,
-/// as srun sent it) is left to the user, never replaced.
+/// as srun sent it) is left to the user, never replaced. One entry of
+/// [`DEBUG_DEFAULTS`] per default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugFiles {
     run_dir: String,
-    /// PyTorch's flight recorder's dump file prefix (torch appends its rank).
-    torch_fr: bool,
-    /// NCCL's debug file: only where NCCL_DEBUG asks for output.
-    nccl: bool,
-    /// torchrun's `--log-dir` (its workers' error files, and logs with
-    /// `--redirects`/`--tee`).
-    torchrun: bool,
+    /// The node's port for NCCL's RAS, where the step took one
+    /// (crate::frameworks::ras_ports).
+    ras_port: Option<u16>,
+    /// The entries of [`DEBUG_DEFAULTS`] given, in table order.
+    given: Vec<&'static DebugDefault>,
+}
+
+/// One default a rank gets with a record.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DebugDefault {
+    /// Any one of these in the step's environment (even empty) leaves the
+    /// entry to the user: a program reads the first of them it knows.
+    pub user: &'static [&'static str],
+    /// Given only where this variable is set and not blank (None: always).
+    pub only_with: Option<&'static str>,
+    /// The variables given, each the same value.
+    pub given: &'static [&'static str],
+    /// The value for a rank.
+    pub value: DebugValue,
+}
+
+/// What a [`DebugDefault`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebugValue {
+    /// `DIR/rank<N>.` followed by this.
+    RankPath(&'static str),
+    /// This text.
+    Fixed(&'static str),
+    /// `localhost:<the node's RAS port>` (not given without the port).
+    RasAddress,
 }
 
 /// The flight recorder's dump prefix: the current name first, then the one
-/// torch read before it (torch reads the first set, so both are given).
+/// torch read before it (torch reads the first set, so both are given);
+/// torch appends the process's global rank.
 pub const TORCH_FR_VARS: [&str; 2] = ["TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"];
 
+/// The flight recorder's trigger pipe's stem: ProcessGroupNCCL makes the
+/// FIFO `<stem><global rank>.pipe` (only where the recorder's buffer size
+/// is above 0) and dumps when anything is written to it.
+pub const TORCH_FR_PIPE_VAR: &str = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
+
+/// What follows `rank<N>.` in the name of the flight recorder's dumps.
+pub const TORCH_FR_DUMP: &str = "torch-fr.";
+/// What follows `rank<N>.` in the stem of its trigger pipe.
+pub const TORCH_FR_PIPE: &str = "torch-fr-pipe.";
+
+/// Every default a rank gets with a record, in the order they are set.
+pub static DEBUG_DEFAULTS: [DebugDefault; 7] = [
+    // PyTorch's flight recorder: where it dumps.
+    DebugDefault {
+        user: &TORCH_FR_VARS,
+        only_with: None,
+        given: &TORCH_FR_VARS,
+        value: DebugValue::RankPath(TORCH_FR_DUMP),
+    },
+    // Its ring buffer: on (torch's own default since 2.5 or so, 0 before);
+    // the trigger pipe is made only where the older name is above 0.
+    DebugDefault {
+        user: &["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"],
+        only_with: None,
+        given: &["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"],
+        value: DebugValue::Fixed("2000"),
+    },
+    // A dump when a collective times out.
+    DebugDefault {
+        user: &["TORCH_NCCL_DUMP_ON_TIMEOUT"],
+        only_with: None,
+        given: &["TORCH_NCCL_DUMP_ON_TIMEOUT"],
+        value: DebugValue::Fixed("1"),
+    },
+    // A dump on demand: `tf-cluster hang` writes to the pipe.
+    DebugDefault {
+        user: &[TORCH_FR_PIPE_VAR],
+        only_with: None,
+        given: &[TORCH_FR_PIPE_VAR],
+        value: DebugValue::RankPath(TORCH_FR_PIPE),
+    },
+    // NCCL's debug file: only where NCCL_DEBUG asks for output. NCCL
+    // expands %h (host) and %p (pid): one file per process, as torchrun's
+    // workers share their task's environment.
+    DebugDefault {
+        user: &["NCCL_DEBUG_FILE"],
+        only_with: Some("NCCL_DEBUG"),
+        given: &["NCCL_DEBUG_FILE"],
+        value: DebugValue::RankPath("nccl.%h.%p.log"),
+    },
+    // torchrun's `--log-dir` (its workers' error files, and logs with
+    // `--redirects`/`--tee`).
+    DebugDefault {
+        user: &["PET_LOG_DIR"],
+        only_with: None,
+        given: &["PET_LOG_DIR"],
+        value: DebugValue::RankPath("torchrun"),
+    },
+    // NCCL's RAS: its processes listen for `ncclras` on one address per
+    // node, by default localhost:28028 for every job; NCCL asks each job
+    // sharing a node for an address of its own: the step's own port.
+    DebugDefault {
+        user: &["NCCL_RAS_ADDR"],
+        only_with: None,
+        given: &["NCCL_RAS_ADDR"],
+        value: DebugValue::RasAddress,
+    },
+];
+
 impl DebugFiles {
-    /// The defaults for a run whose directory is `run_dir`, given the
-    /// step's environment as srun sent it (`step_env`): None when the user
-    /// set every one of them.
-    pub fn new<'a>(run_dir: &str, step_env: impl Fn(&str) -> Option<&'a str>) -> Option<Self> {
-        let set = |name: &str| step_env(name).is_some();
-        let files = DebugFiles {
+    /// The defaults for a run whose directory is `run_dir` (`ras_port`:
+    /// the node's port for NCCL's RAS), given the step's environment as
+    /// srun sent it (`step_env`): None when the user set every one of them.
+    pub fn new<'a>(
+        run_dir: &str,
+        ras_port: Option<u16>,
+        step_env: impl Fn(&str) -> Option<&'a str>,
+    ) -> Option<Self> {
+        let given: Vec<&'static DebugDefault> = DEBUG_DEFAULTS
+            .iter()
+            .filter(|d| !d.user.iter().any(|name| step_env(name).is_some()))
+            .filter(|d| {
+                d.only_with
+                    .is_none_or(|name| step_env(name).is_some_and(|v| !v.trim().is_empty()))
+            })
+            .filter(|d| d.value != DebugValue::RasAddress || ras_port.is_some())
+            .collect();
+        (!given.is_empty()).then(|| DebugFiles {
             run_dir: run_dir.trim_end_matches('/').to_string(),
-            torch_fr: !TORCH_FR_VARS.iter().any(|name| set(name)),
-            nccl: step_env("NCCL_DEBUG").is_some_and(|v| !v.trim().is_empty())
-                && !set("NCCL_DEBUG_FILE"),
-            torchrun: !set("PET_LOG_DIR"),
-        };
-        (files.torch_fr || files.nccl || files.torchrun).then_some(files)
+            ras_port,
+            given,
+        })
     }
 
     /// One rank's variables.
     pub fn vars(&self, rank: u32) -> Vec<(&'static str, String)> {
         let dir = &self.run_dir;
-        let mut out = Vec::with_capacity(4);
-        if self.torch_fr {
-            for name in TORCH_FR_VARS {
-                out.push((name, format!("{dir}/rank{rank}.torch-fr.")));
-            }
-        }
-        if self.nccl {
-            // NCCL expands %h (host) and %p (pid): one file per process,
-            // as torchrun's workers share their task's environment.
-            out.push((
-                "NCCL_DEBUG_FILE",
-                format!("{dir}/rank{rank}.nccl.%h.%p.log"),
-            ));
-        }
-        if self.torchrun {
-            out.push(("PET_LOG_DIR", format!("{dir}/rank{rank}.torchrun")));
+        let mut out = Vec::with_capacity(10);
+        for d in &self.given {
+            let value = match d.value {
+                DebugValue::RankPath(tail) => format!("{dir}/rank{rank}.{tail}"),
+                DebugValue::Fixed(text) => text.to_string(),
+                DebugValue::RasAddress => match self.ras_port {
+                    Some(port) => format!("localhost:{port}"),
+                    None => continue,
+                },
+            };
+            out.extend(d.given.iter().map(|name| (*name, value.clone())));
         }
         out
     }
@@ -315,27 +413,33 @@ mod tests {
         move |name| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
     }
 
+    fn names(files: &DebugFiles) -> Vec<&'static str> {
+        files.vars(0).into_iter().map(|(n, _)| n).collect()
+    }
+
     #[test]
     fn debug_files_go_under_the_run_by_rank() {
-        let files = DebugFiles::new("/rec/42.0/", env(&[("NCCL_DEBUG", "INFO")])).unwrap();
-        assert_eq!(
-            files.vars(5),
-            vec![
-                (
-                    "TORCH_FR_DUMP_TEMP_FILE",
-                    "/rec/42.0/rank5.torch-fr.".to_string()
-                ),
-                (
-                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-                    "/rec/42.0/rank5.torch-fr.".to_string()
-                ),
-                (
-                    "NCCL_DEBUG_FILE",
-                    "/rec/42.0/rank5.nccl.%h.%p.log".to_string()
-                ),
-                ("PET_LOG_DIR", "/rec/42.0/rank5.torchrun".to_string()),
-            ]
-        );
+        let files = DebugFiles::new("/rec/42.0/", Some(20017), env(&[("NCCL_DEBUG", "INFO")]));
+        let vars = files.unwrap().vars(5);
+        let want: Vec<(&str, &str)> = vec![
+            ("TORCH_FR_DUMP_TEMP_FILE", "/rec/42.0/rank5.torch-fr."),
+            (
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                "/rec/42.0/rank5.torch-fr.",
+            ),
+            ("TORCH_FR_BUFFER_SIZE", "2000"),
+            ("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            (
+                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+                "/rec/42.0/rank5.torch-fr-pipe.",
+            ),
+            ("NCCL_DEBUG_FILE", "/rec/42.0/rank5.nccl.%h.%p.log"),
+            ("PET_LOG_DIR", "/rec/42.0/rank5.torchrun"),
+            ("NCCL_RAS_ADDR", "localhost:20017"),
+        ];
+        let got: Vec<(&str, &str)> = vars.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -343,8 +447,8 @@ mod tests {
         for nccl_debug in [None, Some(""), Some("  ")] {
             let vars: Vec<(&str, &str)> =
                 nccl_debug.map(|v| ("NCCL_DEBUG", v)).into_iter().collect();
-            let files = DebugFiles::new("/rec/1.0", env(&vars)).unwrap();
-            let names: Vec<&str> = files.vars(0).into_iter().map(|(n, _)| n).collect();
+            let files = DebugFiles::new("/rec/1.0", None, env(&vars)).unwrap();
+            let names = names(&files);
             assert!(
                 !names.contains(&"NCCL_DEBUG_FILE"),
                 "{nccl_debug:?}: {names:?}"
@@ -354,32 +458,70 @@ mod tests {
     }
 
     #[test]
+    fn the_ras_address_only_with_the_nodes_port() {
+        let files = DebugFiles::new("/rec/1.0", None, env(&[])).unwrap();
+        assert!(!names(&files).contains(&"NCCL_RAS_ADDR"));
+        let files = DebugFiles::new("/rec/1.0", Some(29000), env(&[])).unwrap();
+        assert_eq!(
+            files.vars(3).last(),
+            Some(&("NCCL_RAS_ADDR", "localhost:29000".to_string()))
+        );
+        // The user's own address wins.
+        let mine = [("NCCL_RAS_ADDR", "localhost:31000")];
+        let files = DebugFiles::new("/rec/1.0", Some(29000), env(&mine)).unwrap();
+        assert!(!names(&files).contains(&"NCCL_RAS_ADDR"));
+    }
+
+    #[test]
     fn a_variable_the_user_set_is_left_to_the_user() {
-        // Either flight-recorder name keeps both: torch reads the first set.
+        // Either flight-recorder name keeps both: torch reads the first set;
+        // so with the buffer's two names.
         for name in TORCH_FR_VARS {
-            let files = DebugFiles::new("/rec/1.0", env(&[(name, "/mine/fr")])).unwrap();
-            let names: Vec<&str> = files.vars(0).into_iter().map(|(n, _)| n).collect();
-            assert_eq!(names, ["PET_LOG_DIR"], "{name}");
+            let files = DebugFiles::new("/rec/1.0", None, env(&[(name, "/mine/fr")])).unwrap();
+            assert!(
+                !names(&files).iter().any(|n| TORCH_FR_VARS.contains(n)),
+                "{name}"
+            );
+        }
+        for name in ["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"] {
+            let files = DebugFiles::new("/rec/1.0", None, env(&[(name, "0")])).unwrap();
+            assert!(
+                !names(&files).iter().any(|n| n.contains("BUFFER_SIZE")),
+                "{name}"
+            );
         }
         let user = [
             ("NCCL_DEBUG", "WARN"),
             ("NCCL_DEBUG_FILE", "/mine/nccl.%h.%p"),
             ("PET_LOG_DIR", "/mine/torchrun"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "0"),
+            (TORCH_FR_PIPE_VAR, "/mine/pipe"),
         ];
-        let files = DebugFiles::new("/rec/1.0", env(&user)).unwrap();
-        let names: Vec<&str> = files.vars(0).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, TORCH_FR_VARS);
+        let files = DebugFiles::new("/rec/1.0", None, env(&user)).unwrap();
+        assert_eq!(
+            names(&files),
+            [
+                "TORCH_FR_DUMP_TEMP_FILE",
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                "TORCH_FR_BUFFER_SIZE",
+                "TORCH_NCCL_TRACE_BUFFER_SIZE"
+            ]
+        );
         // An empty value is still the user's choice (torchrun: no log dir).
-        let files = DebugFiles::new("/rec/1.0", env(&[("PET_LOG_DIR", "")])).unwrap();
+        let files = DebugFiles::new("/rec/1.0", None, env(&[("PET_LOG_DIR", "")])).unwrap();
         assert!(files.vars(0).iter().all(|(n, _)| *n != "PET_LOG_DIR"));
         // Everything set by the user: nothing to give.
         let all = [
             ("TORCH_FR_DUMP_TEMP_FILE", "/m"),
+            ("TORCH_FR_BUFFER_SIZE", "1"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            (TORCH_FR_PIPE_VAR, "/m"),
             ("NCCL_DEBUG", "INFO"),
             ("NCCL_DEBUG_FILE", "/m"),
             ("PET_LOG_DIR", "/m"),
+            ("NCCL_RAS_ADDR", "localhost:1"),
         ];
-        assert_eq!(DebugFiles::new("/rec/1.0", env(&all)), None);
+        assert_eq!(DebugFiles::new("/rec/1.0", Some(2), env(&all)), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 # cost about nine walks of a 4 GB tree. One layer costs one. Editing any part rebuilds
 # all of it (about 12 minutes per suite); a fresh machine builds it all anyway.
 # The build's ARGs arrive as environment variables: SUITE, TF_VERSION, JAX_VERSION,
-# LIGHTNING_VERSION, ACCELERATE_VERSION, RAY_VERSION, EXTRA_CA_CERTS.
+# LIGHTNING_VERSION, ACCELERATE_VERSION, RAY_VERSION, PY_SPY_VERSION, EXTRA_CA_CERTS.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 say() { echo "test-tools: $*"; }
@@ -123,6 +123,21 @@ if [ "$SUITE" = bookworm ]; then
     "$(readlink -f /opt/tf/bin/python)" -m venv /opt/ray
     pip_install /opt/ray "ray[default]==$RAY_VERSION"
     /opt/ray/bin/python -c 'import ray; print("ray", ray.__version__)'
+fi
+
+# py-spy for the Python stacks of `tf-cluster hang` (tests/testbed/hang.rs): PyPI's
+# wheel (one static binary) in the venv /opt/py-spy, linked into /usr/local/bin so that
+# the probe finds it on the PATH of the job's user. Bookworm's image only: the hang
+# unit runs on that suite alone (tests/where.tsv). It reads another process's memory
+# with process_vm_readv, which the kernel allows between processes of one user (no
+# capability: the tasks and the probe are both the job's user) unless Yama's
+# ptrace_scope is 1 or more (then only a process's ancestors, or CAP_SYS_PTRACE).
+if [ "$SUITE" = bookworm ]; then
+    say "py-spy $PY_SPY_VERSION"
+    "$(readlink -f /opt/tf/bin/python)" -m venv /opt/py-spy
+    pip_install /opt/py-spy "py-spy==$PY_SPY_VERSION"
+    ln -s /opt/py-spy/bin/py-spy /usr/local/bin/py-spy
+    py-spy --version
 fi
 
 apt-get clean

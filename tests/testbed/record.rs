@@ -178,7 +178,10 @@ import json, os
 from torch.distributed.elastic.multiprocessing.errors import record
 
 NAMES = ["TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-         "NCCL_DEBUG_FILE", "PET_LOG_DIR", "TORCHELASTIC_ERROR_FILE"]
+         "NCCL_DEBUG_FILE", "PET_LOG_DIR", "TORCHELASTIC_ERROR_FILE",
+         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+         "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "NCCL_RAS_ADDR",
+         "MASTER_PORT", "SLURM_STEP_RESV_PORTS"]
 
 @record
 def main():
@@ -209,7 +212,7 @@ fn a_failed_torchrun_worker_leaves_its_error_file_in_the_record() {
     // lands under the log dir too.
     let out = srun_tasks_for(
         240,
-        &["NCCL_DEBUG=INFO", &fr],
+        &["NCCL_DEBUG=INFO", &fr, "TORCH_NCCL_DUMP_ON_TIMEOUT=0"],
         &[
             "-N2",
             "-n2",
@@ -257,7 +260,39 @@ fn a_failed_torchrun_worker_leaves_its_error_file_in_the_record() {
         assert_eq!(v["PET_LOG_DIR"], log_dir.as_str(), "{c}");
         let error_file = v["TORCHELASTIC_ERROR_FILE"].as_str().unwrap_or("");
         assert!(error_file.starts_with(&format!("{log_dir}/")), "{c}");
+        // The flight recorder's pipe and buffer, not the user's own choice
+        // of a dump on timeout.
+        let pipe = format!("{run}/rank{rank}.torch-fr-pipe.");
+        assert_eq!(v["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"], pipe.as_str(), "{c}");
+        assert_eq!(v["TORCH_NCCL_TRACE_BUFFER_SIZE"], "2000", "{c}");
+        assert_eq!(v["TORCH_FR_BUFFER_SIZE"], "2000", "{c}");
+        assert_eq!(v["TORCH_NCCL_DUMP_ON_TIMEOUT"], "0", "{c}");
     }
+    // NCCL's RAS on a port of the step's own (Slurm's reservation where
+    // slurm.conf has MpiParams=ports, else the default range's block), the
+    // same on both nodes, not PyTorch's MASTER_PORT.
+    let ras: Vec<u16> = seen
+        .values()
+        .map(|v| {
+            let addr = v["NCCL_RAS_ADDR"].as_str().unwrap_or("");
+            let port = addr.strip_prefix("localhost:").and_then(|p| p.parse().ok());
+            port.unwrap_or_else(|| panic!("NCCL_RAS_ADDR {addr:?}: {ctx}"))
+        })
+        .collect();
+    let master: u16 = seen[&0]["MASTER_PORT"].as_str().unwrap().parse().unwrap();
+    assert_eq!(ras[0], ras[1], "{ctx}");
+    assert_ne!(ras[0], master, "{ctx}");
+    let (lo, hi) = match seen[&0]["SLURM_STEP_RESV_PORTS"].as_str() {
+        Some(resv) => {
+            let (lo, hi) = resv.split_once('-').unwrap_or((resv, resv));
+            (lo.parse().unwrap(), hi.parse().unwrap())
+        }
+        None => (20000, 29499),
+    };
+    assert!(
+        (lo..=hi).contains(&ras[0]),
+        "{ras:?} not in {lo}-{hi}: {ctx}"
+    );
     // After the job: the failed worker's error file outlived it, says why,
     // and postmortem points at it.
     let failed = seen[&1]["TORCHELASTIC_ERROR_FILE"]

@@ -199,7 +199,7 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
         let roles_block = block_size(settings, roles.len(), per_role(settings).len() as u32, most);
-        let need = ports_needed(settings.frameworks, most) + roles_block;
+        let need = ports_needed(settings.frameworks, most) + roles_block + ras_ports(settings);
         crate::ports::reserved_ports(list, need)?;
     }
     Ok(())
@@ -242,6 +242,16 @@ pub fn check_roles(
     roles.for_step(tasks, components).map_err(Error::new)
 }
 
+/// The ports a step takes on every node for its record's defaults
+/// (crate::record::DEBUG_DEFAULTS): one for NCCL's RAS where the step writes
+/// a record and runs a framework whose ranks may use NCCL (PyTorch, JAX,
+/// TensorFlow; not Ray's own processes).
+pub fn ras_ports(settings: &Settings) -> u32 {
+    let nccl = [&pytorch::FRAMEWORK, &jax::FRAMEWORK, &tensorflow::FRAMEWORK];
+    let any = nccl.iter().any(|f| settings.frameworks.contains(f));
+    u32::from(settings.record.is_some() && any)
+}
+
 /// The ports the step's frameworks take on a node, given the most tasks on
 /// one node.
 pub fn ports_needed(frameworks: Frameworks, most_local: u32) -> u32 {
@@ -257,7 +267,8 @@ pub fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
 
 /// What the step's frameworks need of a node: their ports and GPU rules.
 /// The roles' block ([`crate::role_world`]) comes after every framework's,
-/// where the step has roles or ports per task.
+/// where the step has roles or ports per task, then the record's port for
+/// NCCL's RAS ([`ras_ports`]), where it takes one.
 pub fn needs(settings: &Settings, layout: &Layout, roles: usize) -> Needs {
     let mut ports: Vec<u32> = settings
         .frameworks
@@ -266,6 +277,7 @@ pub fn needs(settings: &Settings, layout: &Layout, roles: usize) -> Needs {
         .collect();
     let per_role = per_role(settings).len() as u32;
     ports.push(block_size(settings, roles, per_role, layout.max_local()));
+    ports.push(ras_ports(settings));
     Needs {
         ports,
         rules: gpu_rules(settings.frameworks),

@@ -255,7 +255,9 @@ impl Stepd {
         // as srun sent it (here on the host, before any container plugin)
         // says what the user set: that wins, these are defaults.
         let debug_files = record.as_ref().and_then(|r| {
-            DebugFiles::new(r.run_dir(), |name| host_env.get(name).map(String::as_str))
+            DebugFiles::new(r.run_dir(), node.ras_port(), |name| {
+                host_env.get(name).map(String::as_str)
+            })
         });
         let _ = self.record.set(record);
         if let Some(dir) = private_dir(spank, &node) {
