@@ -22,7 +22,7 @@ const DIR: &str = "/home/alice/hang";
 
 /// A gloo training whose rank STUCK (argv[2]) stops before its fifth
 /// all-reduce: `loop` spins in Python, `sleep` sleeps in the kernel,
-/// `none` trains on, sleeping a little each step.
+/// `none` trains on.
 const TRAIN: &str = r#"
 import os, sys, time, threading
 import torch, torch.distributed as dist
@@ -52,8 +52,8 @@ for step in range(100000):
     if step == 5 and rank == stuck and how == "sleep":
         time.sleep(3600)
     dist.all_reduce(t)
-    if step == 5 and rank == 0:
-        print("TFC_STEP5", flush=True)
+    if step == 4 and rank == 0:
+        print("TFC_STEP4", flush=True)
 "#;
 
 /// The 1-based lines of TRAIN holding `text`, as `train.py:N`.
@@ -89,15 +89,21 @@ fn hang_of(stuck: u32, how: &str, record: bool) -> (String, f64) {
     let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(!job.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     let started = Instant::now();
-    // The stuck rank is stuck once every other rank reached step 5.
-    while started.elapsed() < Duration::from_secs(90) {
+    // Every rank is past its imports and trains once rank 0 ended step 4's
+    // all-reduce (a stuck rank stops at step 5, at once): rank 0's line.
+    let mut training = false;
+    while !training && started.elapsed() < Duration::from_secs(90) {
         let log = exec(&["cat", &format!("{DIR}/{job}.out")]);
         let running = exec(&["squeue", "-h", "-s", "-j", &job, "-o", "%i"]);
         let step0 = String::from_utf8_lossy(&running.stdout).contains(&format!("{job}.0"));
-        if step0 && (how == "none" || String::from_utf8_lossy(&log.stdout).contains("TFC_STEP5")) {
-            break;
+        training = step0 && String::from_utf8_lossy(&log.stdout).contains("TFC_STEP4");
+        if !training {
+            std::thread::sleep(Duration::from_millis(500));
         }
-        std::thread::sleep(Duration::from_millis(500));
+    }
+    if !training {
+        exec(&["scancel", &job]);
+        panic!("job {job}'s training did not reach step 4 in 90 s");
     }
     std::thread::sleep(Duration::from_secs(2));
     let asked = Instant::now();

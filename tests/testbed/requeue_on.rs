@@ -161,7 +161,13 @@ fn requeue_errors(job: &str) -> Vec<String> {
         let out = common::on(host, &["cat", log]);
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let lower = line.to_lowercase();
-            let names_job = line
+            // The line past its `[DATE]` stamp: a date's day or month is
+            // no job id (job 11 in November met 2026-11-28's 11).
+            let text = match line.strip_prefix('[') {
+                Some(rest) => rest.split_once("] ").map_or(rest, |(_, t)| t),
+                None => line,
+            };
+            let names_job = text
                 .split(|c: char| !c.is_ascii_digit())
                 .any(|word| word == job);
             let notice = line.contains(" CANCELLED AT ") && line.contains("DUE TO JOB REQUEUE");
