@@ -163,12 +163,16 @@ impl Stepd {
         };
         // Before any task is forked, so that every task shares it; only for
         // a step that asked for the plugin (a framework-less one refuses no
-        // task).
-        if !matches!(prepared, Prepared::Nothing | Prepared::Plain(_))
-            && let Some(page) = HostKill::map()
-        {
-            let _ = self.host_kill.set(page);
-        }
+        // task). Without it a refusing task on the host ends the step itself.
+        let _ = caught("user_init_end", || {
+            fault::inject("user_init_end", Some(spank));
+            if !matches!(prepared, Prepared::Nothing | Prepared::Plain(_))
+                && let Some(page) = HostKill::map()
+            {
+                let _ = self.host_kill.set(page);
+            }
+            Ok(())
+        });
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
         0
     }
@@ -339,16 +343,39 @@ impl Stepd {
     }
 
     /// In slurmstepd itself (Slurm's `_wait_for_any_task`, as root, on the
-    /// host), after each task of the node exits: when a task asked, the
-    /// first such call on the node ends the step on every node. A step that
-    /// did not ask for the plugin has no page and returns at once. Never
-    /// fails: a failure here is no task's.
+    /// host), after each task of the node exits: the task's end in the
+    /// step's record, the requeue on the step's code, and, when a task
+    /// asked, the first such call on the node ends the step on every node.
+    /// Each part in its own guard: a panic in one is said once, the others
+    /// still run, and slurmstepd goes on. A step that did not ask for the
+    /// plugin has no record, settings or page: each part returns at once.
+    /// Never fails: a failure here is no task's.
     pub fn task_exit(&self, spank: &Spank) -> i32 {
-        if let Some(Some(record)) = self.record.get() {
-            super::record::task_exit(spank, record);
-        }
-        // A task the plugin refused exits with 1, whatever the step's code:
-        // never a requeue (the refusal would come back with every incarnation).
+        guard("task_exit_record", Some(spank), Answer::Succeeds, || {
+            if let Some(Some(record)) = self.record.get() {
+                super::record::task_exit(spank, record);
+            }
+            Ok(())
+        });
+        guard("task_exit_requeue", Some(spank), Answer::Succeeds, || {
+            self.requeue(spank);
+            Ok(())
+        });
+        guard("task_exit", Some(spank), Answer::Succeeds, || {
+            if let Some(host_kill) = self.host_kill.get()
+                && host_kill.take()
+            {
+                end_from_host(spank);
+            }
+            Ok(())
+        })
+    }
+
+    /// The requeue on the step's code, as srun's word or the node's share
+    /// set it. A task the plugin refused exits with 1, whatever the step's
+    /// code: never a requeue (the refusal would come back with every
+    /// incarnation).
+    fn requeue(&self, spank: &Spank) {
         let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
         match &*self.node.lock().unwrap_or_else(PoisonError::into_inner) {
             Some(Prepared::Ready(r)) if !refused_here => {
@@ -359,15 +386,6 @@ impl Stepd {
             }
             _ => {}
         }
-        let Some(host_kill) = self.host_kill.get() else {
-            return 0;
-        };
-        guard("task_exit", Some(spank), Answer::Succeeds, || {
-            if host_kill.take() {
-                end_from_host(spank);
-            }
-            Ok(())
-        })
     }
 
     /// slurmstepd, once per node after every task of the step ended, as
