@@ -41,12 +41,7 @@ pub fn hang(wanted: &str, window: Duration) -> Result<String, String> {
 }
 
 fn parse_wanted(wanted: &str) -> Result<(u32, Option<u32>), String> {
-    let bad = || {
-        format!(
-            "not JOB or JOB.STEP: {}",
-            printable(wanted)
-        )
-    };
+    let bad = || format!("not JOB or JOB.STEP: {}", printable(wanted));
     let mut parts = wanted.split('.');
     let job = parts.next().and_then(|j| j.parse().ok()).ok_or_else(bad)?;
     let step = match parts.next() {
@@ -535,9 +530,16 @@ mod tests {
         let named = format!("x UserId=me({me})");
         let scontrol = format!("JobId=1 JobName={named} UserId=alice({other}) GroupId=x");
         let err = parse_owner(&scontrol, 1).unwrap_err();
-        assert!(err.starts_with("squeue shows no owner for job 1: "), "{err}");
+        assert!(
+            err.starts_with("squeue shows no owner for job 1: "),
+            "{err}"
+        );
         let alices = parse_owner(&format!("{other} alice RUNNING\n"), 1).unwrap();
-        assert!(check_owner(&alices, 1).unwrap_err().contains("alice's, not yours"));
+        assert!(
+            check_owner(&alices, 1)
+                .unwrap_err()
+                .contains("alice's, not yours")
+        );
         // A heterogeneous job's components: one owner, or none.
         let two = format!("{other} alice RUNNING\n{me} me RUNNING\n");
         assert!(parse_owner(&two, 1).is_err());
