@@ -314,12 +314,13 @@ impl Walk<'_> {
                 };
             }
             let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstat(sub, &mut st) != 0 || st.st_dev != self.dev {
-                let e = if st.st_dev != self.dev {
-                    libc::EXDEV as u32
-                } else {
-                    errno()
-                };
+            let differs = match libc::fstat(sub, &mut st) {
+                0 if st.st_dev == self.dev => None,
+                // A file system mounted there: not the step's to empty.
+                0 => Some(libc::EXDEV as u32),
+                _ => Some(errno()),
+            };
+            if let Some(e) = differs {
                 libc::close(sub);
                 return Err(self.stop(REMOVE, e, Some(name)));
             }
