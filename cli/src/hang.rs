@@ -56,14 +56,20 @@ fn parse_wanted(wanted: &str) -> Result<(u32, Option<u32>), String> {
 
 /// `scontrol ARGS`, its output or its own error line.
 fn scontrol(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("scontrol")
+    output_of("scontrol", args)
+}
+
+/// `PROGRAM ARGS`' output, or its own error line.
+fn output_of(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("scontrol: {e}"))?;
+        .map_err(|e| format!("{program}: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err.lines().next().unwrap_or("scontrol failed").to_string());
+        let first = err.lines().next().map(str::to_string);
+        return Err(first.unwrap_or(format!("{program} failed")));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -86,16 +92,8 @@ struct Owner {
 
 /// `squeue -h -j JOB -o '%U %u %T'`: the job's uid, user name and state.
 fn squeue_owner(job: u32) -> Result<Owner, String> {
-    let out = Command::new("squeue")
-        .args(["-h", "-j", &job.to_string(), "-o", "%U %u %T"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("squeue: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err.lines().next().unwrap_or("squeue failed").to_string());
-    }
-    parse_owner(&String::from_utf8_lossy(&out.stdout), job)
+    let text = output_of("squeue", &["-h", "-j", &job.to_string(), "-o", "%U %u %T"])?;
+    parse_owner(&text, job)
 }
 
 /// squeue's lines for `job` (one per component of a heterogeneous job):

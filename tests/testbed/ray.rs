@@ -567,17 +567,7 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         .map(|c| c.parse().unwrap())
         .collect();
     // Killed: no time for tf-cluster ray's own clean-up.
-    on(
-        "ctl",
-        &[
-            "scancel",
-            "--signal=KILL",
-            "-u",
-            "alice",
-            "-n",
-            "tfc-ray-owner",
-        ],
-    );
+    kill_alices("tfc-ray-owner");
     let killed = Instant::now();
     let _ = alice.join();
     on("ctl", &["rm", "-rf", &mark]);
@@ -721,17 +711,7 @@ fn a_killed_steps_tree_of_any_depth_is_removed() {
     let count = format!("find {dir} -name f | wc -l");
     let files = on("node1", &["sh", "-c", &count]);
     assert_eq!(String::from_utf8_lossy(&files.stdout).trim(), "200");
-    on(
-        "ctl",
-        &[
-            "scancel",
-            "--signal=KILL",
-            "-u",
-            "alice",
-            "-n",
-            "tfc-ray-deep",
-        ],
-    );
+    kill_alices("tfc-ray-deep");
     let _ = step.join();
     // slurmstepd's exit hook runs once the node's tasks have ended.
     let end = Instant::now() + std::time::Duration::from_secs(30);
@@ -743,4 +723,13 @@ fn a_killed_steps_tree_of_any_depth_is_removed() {
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
     on("node1", &["rm", "-f", &mark]);
+}
+
+/// `scancel --signal=KILL` of alice's steps named `name`: no time for
+/// their own clean-up.
+fn kill_alices(name: &str) {
+    on(
+        "ctl",
+        &["scancel", "--signal=KILL", "-u", "alice", "-n", name],
+    );
 }
