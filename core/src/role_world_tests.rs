@@ -452,6 +452,9 @@ fn a_node_listens_on_its_roles_and_tasks_ports() {
     assert_eq!(listening("n3"), with(&[]));
 }
 
+/// A task's variables, in order.
+type Vars = Vec<(String, String)>;
+
 /// 24 roles of 2,600 tasks each, on 780 nodes of 80 tasks (`hosts`, the
 /// first `first`), ports 12000-12999 reserved, `more` settings: srun's
 /// check before launch, and rank 0's variables (on `first`).
@@ -459,7 +462,7 @@ fn roles_24x2600(
     hosts: &str,
     first: &str,
     more: &[(&str, &str)],
-) -> (Result<(), String>, Result<Vec<(String, String)>, String>) {
+) -> (Result<(), String>, Result<Vars, String>) {
     let spec: Vec<String> = (0..24).map(|i| format!("r{i}:2600")).collect();
     let mut settings = with_roles(torch(), &spec.join(","));
     for (key, value) in more {
