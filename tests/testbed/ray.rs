@@ -567,17 +567,7 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         .map(|c| c.parse().unwrap())
         .collect();
     // Killed: no time for tf-cluster ray's own clean-up.
-    on(
-        "ctl",
-        &[
-            "scancel",
-            "--signal=KILL",
-            "-u",
-            "alice",
-            "-n",
-            "tfc-ray-owner",
-        ],
-    );
+    kill_alices("tfc-ray-owner");
     let killed = Instant::now();
     let _ = alice.join();
     on("ctl", &["rm", "-rf", &mark]);
@@ -667,4 +657,79 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         killed.elapsed()
     );
     assert_nothing_left("a killed step");
+}
+
+/// A `--ray-cluster` step whose task made a tree 200 levels deep in the
+/// step's private directory (a file at each level), killed with
+/// `scancel --signal=KILL`: slurmstepd's exit hook removes the directory
+/// whole. (No Ray needed: the task makes the directory as `tf-cluster ray`
+/// would, then sleeps.)
+#[test]
+fn a_killed_steps_tree_of_any_depth_is_removed() {
+    let _t = testbed();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mark = format!("/tmp/tfc-raydeep-{}", std::process::id());
+    on("node1", &["rm", "-f", &mark]);
+    let task = format!(
+        r#"d=${{TF_CLUSTER_RAY_ARGS##*--temp-dir=}}; d=${{d%% *}}; d=${{d%/ray}}; mkdir -m 700 "$d" && cd "$d" || exit 1; for i in $(seq 200); do mkdir d && cd d && touch f || exit 1; done; echo "$d" > {mark}; sleep 300"#
+    );
+    let step = std::thread::spawn(move || {
+        exec_for(
+            200,
+            &[
+                "srun",
+                "-J",
+                "tfc-ray-deep",
+                "-N1",
+                "-w",
+                "node1",
+                "--resv-ports=64",
+                "--ray-cluster",
+                "bash",
+                "-c",
+                &task,
+            ],
+        )
+    });
+    let end = Instant::now() + std::time::Duration::from_secs(60);
+    let dir = loop {
+        let out = on("node1", &["cat", &mark]);
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if text.starts_with("/tmp/tfc-ray-") {
+            break text;
+        }
+        if Instant::now() > end || step.is_finished() {
+            on("ctl", &["scancel", "-u", "alice", "-n", "tfc-ray-deep"]);
+            let out = step.join().unwrap();
+            panic!(
+                "the step made no tree:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let count = format!("find {dir} -name f | wc -l");
+    let files = on("node1", &["sh", "-c", &count]);
+    assert_eq!(String::from_utf8_lossy(&files.stdout).trim(), "200");
+    kill_alices("tfc-ray-deep");
+    let _ = step.join();
+    // slurmstepd's exit hook runs once the node's tasks have ended.
+    let end = Instant::now() + std::time::Duration::from_secs(30);
+    while on("node1", &["test", "-e", &dir]).status.success() {
+        assert!(
+            Instant::now() < end,
+            "{dir} is still there after the step ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    on("node1", &["rm", "-f", &mark]);
+}
+
+/// `scancel --signal=KILL` of alice's steps named `name`: no time for
+/// their own clean-up.
+fn kill_alices(name: &str) {
+    on(
+        "ctl",
+        &["scancel", "--signal=KILL", "-u", "alice", "-n", name],
+    );
 }

@@ -15,11 +15,12 @@ pub use framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Var
 
 use super::error::{Error, Result, bail, shown};
 use super::gpus::Rules;
+use super::injection::APPTAINER_PREFIXES;
 use super::layout::Layout;
-use super::limits::check_size;
+use super::limits::{check_env_total, check_size};
 pub use super::node_plan::Gpus;
 use super::node_plan::Needs;
-use super::role_world::block_size;
+use super::role_world::{block_size, books_min_exec_size, ports_per_task};
 use super::settings::{Alone, Settings};
 use crate::network::addresses::{NodeNetwork, VARS};
 
@@ -196,6 +197,7 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         (f.check_before_launch)(settings, launch)?;
     }
     let roles = check_roles(settings, launch.tasks, launch.components)?;
+    check_books(settings, launch, &roles)?;
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
         let roles_block = block_size(settings, roles.len(), per_role(settings).len() as u32, most);
@@ -203,6 +205,31 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         crate::ports::reserved_ports(list, need)?;
     }
     Ok(())
+}
+
+/// The roles' address books together within exec's limit, at their least:
+/// each address the shortest node name (the host template's around it),
+/// its port the fewest digits (none where tasks have no port of their own).
+/// Each task checks its own variables again, exactly.
+fn check_books(settings: &Settings, launch: &Launch, roles: &[(String, u32)]) -> Result<()> {
+    if roles.is_empty() {
+        return Ok(());
+    }
+    let template = settings.host_template.as_ref().map_or(0, |t| t.len() - 2);
+    let port = match ports_per_task(settings) {
+        0 => 1,
+        _ => Launch::port_digits(settings),
+    };
+    let address = launch.shortest_host() + template + 1 + port;
+    let prefixes: &[&str] = if settings.apptainer_env {
+        &APPTAINER_PREFIXES
+    } else {
+        &[]
+    };
+    check_env_total(
+        "the roles' address books would take at least",
+        books_min_exec_size(roles, address, prefixes),
+    )
 }
 
 /// The step's frameworks that take a rendezvous port per role, in the
