@@ -12,12 +12,14 @@
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::ray_ports;
 use std::time::{Duration, Instant};
 
 use tf_cluster_core::frameworks::ray::{
@@ -185,6 +187,8 @@ const PORT_TAKEN: i32 = 97;
 /// The variable naming the file the guard makes once the head's GCS is
 /// found the step's own.
 const CHECKED_VAR: &str = "TFC_RAY_GCS_CHECKED";
+/// The variable listing the descriptors of the held GCS port (ray_ports).
+const HOLD_VAR: &str = "TFC_RAY_GCS_HOLD";
 
 /// The guard's file: in the step's private directory (mode 0700, its name
 /// unknown to other users), removed with it before a new start.
@@ -197,7 +201,13 @@ fn checked_file(temp: &str) -> String {
 /// head's node in the GCS 20 times, 2 s apart, unless told otherwise: it is
 /// told to look as long as tf-cluster waits for the head (a user's own
 /// RAY_NUM_REDIS_GET_RETRIES is kept).
-fn ray_start(python: &str, ip: IpAddr, flags: &[String], temp: &str) -> Result<Child, String> {
+fn ray_start(
+    python: &str,
+    ip: IpAddr,
+    flags: &[String],
+    temp: &str,
+    held: Vec<OwnedFd>,
+) -> Result<Child, String> {
     const RETRIES: &str = "RAY_NUM_REDIS_GET_RETRIES";
     let retries = std::env::var(RETRIES).unwrap_or((START_TIMEOUT.as_secs() / 2).to_string());
     // Ray's banner to stderr: the task's stdout is the driver's.
@@ -207,8 +217,24 @@ fn ray_start(python: &str, ip: IpAddr, flags: &[String], temp: &str) -> Result<C
         .map_err(|e| e.to_string())?;
     // A file of an earlier start would let the driver's wait go on unchecked.
     let _ = std::fs::remove_file(checked_file(temp));
-    Command::new(python)
+    let fds: Vec<i32> = held.iter().map(|fd| fd.as_raw_fd()).collect();
+    let listed: Vec<String> = fds.iter().map(i32::to_string).collect();
+    let mut cmd = Command::new(python);
+    // The held sockets go to the guard, which closes them just before Ray
+    // starts its GCS; this process's copies close once it is spawned.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
         .stdout(Stdio::from(stderr))
+        .env(HOLD_VAR, listed.join(","))
         .args(["-c", GUARD, "start"])
         .args(flags)
         .arg(format!("--node-ip-address={ip}"))
@@ -220,7 +246,9 @@ fn ray_start(python: &str, ip: IpAddr, flags: &[String], temp: &str) -> Result<C
         .env(RETRIES, retries)
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot run ray start with {python}: {e}"))
+        .map_err(|e| format!("cannot run ray start with {python}: {e}"));
+    drop(held);
+    child
 }
 
 fn head_addr(address: &str) -> Result<SocketAddr, String> {
@@ -425,6 +453,12 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     }
     let ip = resolve(&g.node)?;
     let head = head_addr(&g.address)?;
+    // The head's GCS port held first: from here no one else listens there.
+    let hold = || match g.head_args {
+        Some(_) => ray_ports::hold(head.port()),
+        None => Ok(Vec::new()),
+    };
+    let mut held = hold()?;
     let python = ray_python()?;
     check_version(&python)?;
     unsafe {
@@ -451,7 +485,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     flags.extend(for_node(extra, g.head_args.is_some()));
     let mut attempt = 1;
     loop {
-        let mut ray = ray_start(&python, ip, &flags, &g.temp)?;
+        let mut ray = ray_start(&python, ip, &flags, &g.temp, std::mem::take(&mut held))?;
         let result = if g.head_args.is_some() {
             drive(&mut ray, &head, &checked_file(&g.temp), cmd)
         } else {
@@ -477,6 +511,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
                 );
                 attempt += 1;
                 make_temp(&g.temp)?;
+                held = hold()?;
             }
             Err(Ended::Start(status)) => {
                 return Err(format!(

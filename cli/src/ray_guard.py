@@ -105,6 +105,9 @@ def guard():
     start_gcs_server = node.Node.start_gcs_server
 
     def checked(self):
+        # tf-cluster ray held the port (bound, not listening) until now.
+        for fd in filter(None, os.environ.get("TFC_RAY_GCS_HOLD", "").split(",")):
+            os.close(int(fd))
         start_gcs_server(self)
         port = int(self._ray_params.gcs_server_port)
         try:

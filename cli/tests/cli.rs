@@ -619,20 +619,27 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
         &dir.join("bin/ray-start"),
         &format!(
             "#!/bin/sh\necho \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\n\
-             touch \"$TFC_RAY_GCS_CHECKED\"\nexec sleep 60\n",
-            s = starts.display()
+             for fd in $(echo \"$TFC_RAY_GCS_HOLD\" | tr , ' '); do eval \"exec $fd>&-\"; done\n\
+             touch \"$TFC_RAY_GCS_CHECKED\"\nexec python3 -c {gcs} $TFC_TEST_PORT\n",
+            s = starts.display(),
+            gcs = "'import socket, sys, time\ns = socket.socket()\ns.bind((\"127.0.0.1\", int(sys.argv[1])))\ns.listen()\ntime.sleep(60)'"
         ),
     );
     script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
-    // The GCS port answers from the start (the first start's GCS came up).
-    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = gcs.local_addr().unwrap().port();
+    // The second start's GCS listens, once tf-cluster ray let the port go
+    // (the guard's part: the held sockets closed, the GCS found its own).
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cmd = hermetic::tf_cluster();
     cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
     ray_step_env(&mut cmd, &dir, port);
     let out = cmd
         .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
         .env("SLURM_STEP_NUM_NODES", "1")
+        .env("TFC_TEST_PORT", port.to_string())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -646,7 +653,6 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
         !dir.join("private").exists(),
         "the step's private directory is left"
     );
-    drop(gcs);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -654,7 +660,7 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
 /// the dashboard agent's job API) is refused before any `ray start`, in one
 /// line naming its version; so is a task without the plugin's token.
 #[test]
-fn a_ray_without_token_authentication_is_refused() {
+fn a_ray_older_than_2_54_is_refused() {
     let (dir, starts) = ray_folder("old");
     let python = stand_in_python(&dir, "2.53.0");
     script(
@@ -662,8 +668,11 @@ fn a_ray_without_token_authentication_is_refused() {
         &format!("#!/bin/sh\necho \"$1\" >>{}\n", starts.display()),
     );
     script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
-    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = gcs.local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cmd = hermetic::tf_cluster();
     cmd.args(["ray", "--", "true"]);
     ray_step_env(&mut cmd, &dir, port);
@@ -688,7 +697,6 @@ fn a_ray_without_token_authentication_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("RAY_AUTH_TOKEN is not set"), "{stderr}");
     assert!(!starts.exists(), "ray start ran");
-    drop(gcs);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -739,46 +747,22 @@ fn stand_in_ray_package(dir: &std::path::Path) {
         format!(
             "import os, socket, sys, time\nfrom ray._private.node import Node\n\
              def main():\n    port = int([a for a in sys.argv if a.startswith('--port=')][0][7:])\n\
+             \x20   open('{}', 'w').close()\n    time.sleep(0.5)\n\
              \x20   Node(port).start_gcs_server()\n\
              \x20   socket.create_connection(('127.0.0.1', port)).sendall(b'authorization: Bearer ' + os.environ['RAY_AUTH_TOKEN'].encode())\n\
              \x20   open('{}', 'a').write('called\\n')\n    time.sleep(60)\n",
+            dir.join("main").display(),
             dir.join("called").display()
         ),
     )
     .unwrap();
 }
 
-/// Another process listens on the head's GCS port when the step's head
-/// starts (another user's in life; a second process of the test here: the
-/// guard takes any listener that is not the GCS's own): with the real guard
-/// around Ray's Node, nothing calls the port, nothing of the token reaches
-/// the listener, tf-cluster ray does not start the head again nor its
-/// driver's wait, and exits 1 with one line naming the port.
-#[test]
-fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
+/// What reaches `listener` while `tfc` runs (and 2 s at least): every
+/// connection read to its end; and tfc's output.
+fn hear(listener: &std::net::TcpListener, tfc: std::process::Child) -> (Vec<u8>, Output) {
     use std::io::Read;
-    let (dir, _) = ray_folder("taken");
-    stand_in_ray_package(&dir);
-    assert!(
-        std::path::Path::new("/usr/bin/python3").exists(),
-        "this test runs Python 3 as /usr/bin/python3"
-    );
-    script(&dir.join("bin/ray"), RAY_SCRIPT);
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let mut cmd = hermetic::tf_cluster();
-    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
-    ray_step_env(&mut cmd, &dir, port);
     let started = std::time::Instant::now();
-    let tfc = cmd
-        .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
-        .env("SLURM_STEP_NUM_NODES", "1")
-        .env("PYTHONPATH", dir.join("site"))
-        .env("TFC_RAY_GCS_WAIT", "20")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // What reaches the listener meanwhile: every connection read to its end.
     listener.set_nonblocking(true).unwrap();
     let mut heard = Vec::new();
     let mut tfc = Some(tfc);
@@ -797,19 +781,85 @@ fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
             }
         }
         assert!(started.elapsed() < std::time::Duration::from_secs(60));
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    let out = out.unwrap();
+    (heard, out.unwrap())
+}
+
+/// The head's `tf-cluster ray` with the stand-in package of `dir`.
+fn guarded_head(dir: &std::path::Path, port: u16) -> std::process::Child {
+    let mut cmd = hermetic::tf_cluster();
+    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
+    ray_step_env(&mut cmd, dir, port);
+    cmd.env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
+        .env("SLURM_STEP_NUM_NODES", "1")
+        .env("PYTHONPATH", dir.join("site"))
+        .env("TFC_RAY_GCS_WAIT", "20")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Another process listens on the head's GCS port (another user's in life;
+/// a second process of the test here: any listener that is not the step's
+/// GCS is refused). Listening before tf-cluster ray starts, it is refused
+/// at once, before Ray runs. Listening once tf-cluster ray lets the port go
+/// to Ray (it held it until then: every earlier try to listen fails), the
+/// real guard around Ray's Node finds it before anything calls the port.
+/// Either way nothing of the token reaches the listener, the head is not
+/// started again nor the driver's wait, and tf-cluster ray exits 1 with
+/// one line naming the port.
+#[test]
+fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "this test runs Python 3 as /usr/bin/python3"
+    );
+    let line = |port: u16| {
+        vec![format!(
+            "tf-cluster ray: the head's GCS port {port} is taken by another process of yours, \
+             not this step's GCS: Ray not started, and not started again with this step's token"
+        )]
+    };
+    let (dir, _) = ray_folder("taken");
+    stand_in_ray_package(&dir);
+    script(&dir.join("bin/ray"), RAY_SCRIPT);
+    // Before the start.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (heard, out) = hear(&listener, guarded_head(&dir, port));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(String::from_utf8_lossy(&heard), "", "the listener heard");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(
-        stderr.lines().collect::<Vec<_>>(),
-        [format!(
-            "tf-cluster ray: the head's GCS port {port} is taken by another process of yours, \
-             not this step's GCS: Ray not started, and not started again with this step's token"
-        )],
-    );
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
+    drop(listener);
+    // Once Ray's `ray start` runs: the listener tries from then on.
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let tfc = guarded_head(&dir, port);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join("main").exists() {
+        assert!(std::time::Instant::now() < end, "ray start did not run");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut refused = 0;
+    let listener = loop {
+        match std::net::TcpListener::bind(("0.0.0.0", port)) {
+            Ok(l) => break l,
+            Err(_) => refused += 1,
+        }
+        assert!(std::time::Instant::now() < end, "the port never came free");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let (heard, out) = hear(&listener, tfc);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&heard), "", "the listener heard");
+    assert!(refused > 0, "the port was not held while ray start began");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
     assert!(!dir.join("called").exists(), "Ray called the port");
     assert!(!dir.join("waited").exists(), "the driver's wait ran");
     assert!(!dir.join("private").exists(), "the private directory is left");
