@@ -75,13 +75,25 @@ fn bind_only(port: u16, v6: bool) -> std::io::Result<OwnedFd> {
         addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
         addr.sin6_port = port.to_be();
         let len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-        unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_in6).cast(), len) }
+        unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_in6).cast(),
+                len,
+            )
+        }
     } else {
         let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
         addr.sin_family = libc::AF_INET as libc::sa_family_t;
         addr.sin_port = port.to_be();
         let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        unsafe { libc::bind(fd.as_raw_fd(), (&addr as *const libc::sockaddr_in).cast(), len) }
+        unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_in).cast(),
+                len,
+            )
+        }
     };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
@@ -139,7 +151,12 @@ mod tests {
         drop(held);
         let other = std::net::TcpListener::bind(("0.0.0.0", port)).unwrap();
         let e = hold(port).unwrap_err();
-        assert!(e.contains(&format!("GCS port {port} is taken by another process of yours")), "{e}");
+        assert!(
+            e.contains(&format!(
+                "GCS port {port} is taken by another process of yours"
+            )),
+            "{e}"
+        );
         drop(other);
     }
 }

@@ -862,7 +862,10 @@ fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
     assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
     assert!(!dir.join("called").exists(), "Ray called the port");
     assert!(!dir.join("waited").exists(), "the driver's wait ran");
-    assert!(!dir.join("private").exists(), "the private directory is left");
+    assert!(
+        !dir.join("private").exists(),
+        "the private directory is left"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

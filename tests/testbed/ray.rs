@@ -632,7 +632,10 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         "the owner's job: {control}"
     );
     assert_eq!(control["api"], 200, "{control}");
-    assert_eq!(control["agent"], 200, "the owner's job at the agent: {control}");
+    assert_eq!(
+        control["agent"], 200,
+        "the owner's job at the agent: {control}"
+    );
     assert_eq!(control["list"], 0, "{control}");
     for (who, r) in &bobs {
         for what in ["gcs", "client", "submit"] {
@@ -775,7 +778,9 @@ fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
             &[
                 "sh",
                 "-c",
-                &format!("cat > {mark}/capture.py <<'EOF'\n{CAPTURE}\nEOF\nchmod 644 {mark}/capture.py"),
+                &format!(
+                    "cat > {mark}/capture.py <<'EOF'\n{CAPTURE}\nEOF\nchmod 644 {mark}/capture.py"
+                ),
             ],
         );
         let bob_cmd = format!(
@@ -819,8 +824,14 @@ fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
         let (alice_text, bob_text) = (text(&alice), text(&bob));
         let heard = attack_line("CAPTURE ", &bob_text);
         eprintln!("run {run}: the step ended in {took:?}; bob: {heard}");
-        assert_eq!(heard["bound"], true, "run {run}: bob never listened: {heard}\n{alice_text}");
-        assert_eq!(heard["bytes"], 0, "run {run}: bob's listener heard: {heard}\n{alice_text}");
+        assert_eq!(
+            heard["bound"], true,
+            "run {run}: bob never listened: {heard}\n{alice_text}"
+        );
+        assert_eq!(
+            heard["bytes"], 0,
+            "run {run}: bob's listener heard: {heard}\n{alice_text}"
+        );
         let port = heard["port"].as_u64().unwrap();
         assert_ne!(alice.status.code(), Some(0), "{alice_text}");
         assert!(!alice_text.contains("DRIVER RAN"), "{alice_text}");
