@@ -446,6 +446,23 @@ pub fn main(extra: &[String], cmd: &[String]) -> u8 {
     }
 }
 
+/// `ray start`'s first flags: the head's, or, on a worker node once the
+/// head's GCS port answers (ray start gives up early), its address.
+fn node_flags(g: &Given, head: &SocketAddr) -> Result<Vec<String>, String> {
+    if let Some(head_args) = &g.head_args {
+        return Ok([vec!["--head".to_string()], head_args.clone()].concat());
+    }
+    let end = Instant::now() + START_TIMEOUT;
+    while !reachable(head) {
+        if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
+            remove_private(&g.temp);
+            return Err(format!("the Ray head at {} did not come up", g.address));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(vec![format!("--address={}", g.address)])
+}
+
 fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     let g = given()?;
     if g.head_args.is_some() && cmd.is_empty() {
@@ -466,21 +483,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
     }
     make_temp(&g.temp)?;
-    let mut flags = match &g.head_args {
-        Some(head_args) => [vec!["--head".to_string()], head_args.clone()].concat(),
-        None => {
-            // A worker: the head's GCS first (ray start gives up early).
-            let end = Instant::now() + START_TIMEOUT;
-            while !reachable(&head) {
-                if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
-                    remove_private(&g.temp);
-                    return Err(format!("the Ray head at {} did not come up", g.address));
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            vec![format!("--address={}", g.address)]
-        }
-    };
+    let mut flags = node_flags(&g, &head)?;
     flags.extend(g.args.iter().cloned());
     flags.extend(for_node(extra, g.head_args.is_some()));
     let mut attempt = 1;
