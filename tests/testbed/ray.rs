@@ -690,9 +690,10 @@ fn another_user_cannot_use_a_running_ray_cluster() {
 /// Another user's listener on a Ray step's GCS port, from a job of theirs on
 /// the head's node: it watches the node's processes for the step's `ray
 /// start --head` (its command line names `--port`, as `scontrol show steps`
-/// does), listens there at once, before Ray's GCS does, reads whatever
-/// reaches it (Ray's GetClusterId carries the token), and lets the port go
-/// once the step ended. Prints `CAPTURE {json}`.
+/// does), tries to listen there every millisecond from then on, to be there
+/// before Ray's GCS, reads whatever reaches it (Ray's GetClusterId carries
+/// the token), and lets the port go once the step ended. Prints `CAPTURE
+/// {json}`.
 const CAPTURE: &str = r#"
 import json, os, socket, sys, time
 mark, owner = sys.argv[1], int(sys.argv[2])
@@ -711,15 +712,21 @@ while port is None and time.time() < end:
             if port:
                 break
     time.sleep(0.005)
-out = {"port": port, "bound": False, "connections": 0, "bytes": 0}
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    s.bind(("0.0.0.0", port))
-    s.listen(16)
-    out["bound"] = True
-except OSError as e:
-    out["error"] = str(e)
+out = {"port": port, "bound": False, "tries": 0, "connections": 0, "bytes": 0}
+# Tried every millisecond until it listens: the step's own Ray, or
+# tf-cluster ray holding the port, may be there first.
+while not out["bound"] and not os.path.exists(mark + "/ended") and time.time() < end:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("0.0.0.0", port))
+        s.listen(16)
+        out["bound"] = True
+    except OSError as e:
+        out["tries"] += 1
+        out["error"] = str(e)
+        s.close()
+        time.sleep(0.001)
 s.settimeout(0.2)
 while out["bound"] and not os.path.exists(mark + "/ended") and time.time() < end:
     try:
@@ -750,13 +757,14 @@ fn capture_runs() -> u32 {
 }
 
 /// Another user (bob), in a job of his own on the head's node, listens on a
-/// Ray step's GCS port before the step's GCS does, each run: Ray's `ray
-/// start --head` would ask that port for the cluster id with the token at
-/// once (Ray's GetClusterId), and tf-cluster ray would then start the head
-/// again with the same token. tf-cluster ray's guard finds the listener not
-/// the step's GCS before anything calls the port: bob's listener receives no
-/// byte, the step fails in one line naming the port and bob, the head is not
-/// started again and the driver never runs.
+/// Ray step's GCS port as soon as he can, each run: Ray's `ray start
+/// --head` would ask that port for the cluster id with the token at once
+/// (Ray's GetClusterId), and tf-cluster ray would then start the head again
+/// with the same token. tf-cluster ray holds the port until Ray starts its
+/// GCS (bob's tries fail meanwhile), and its guard finds bob's listener, not
+/// the step's GCS, before anything calls the port: bob's listener receives
+/// no byte, the step fails in one line naming the port and bob, the head is
+/// not started again and the driver never runs.
 #[test]
 fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
     let _t = testbed();
@@ -831,6 +839,11 @@ fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
         assert_eq!(
             heard["bytes"], 0,
             "run {run}: bob's listener heard: {heard}\n{alice_text}"
+        );
+        let tries = heard["tries"].as_u64().unwrap_or(0);
+        assert!(
+            tries > 0,
+            "run {run}: the port was not held before Ray's GCS: {heard}"
         );
         let port = heard["port"].as_u64().unwrap();
         assert_ne!(alice.status.code(), Some(0), "{alice_text}");
