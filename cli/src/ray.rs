@@ -206,7 +206,7 @@ fn ray_start(
     ip: IpAddr,
     flags: &[String],
     temp: &str,
-    held: Vec<OwnedFd>,
+    held: Vec<(OwnedFd, u8)>,
 ) -> Result<Child, String> {
     const RETRIES: &str = "RAY_NUM_REDIS_GET_RETRIES";
     let retries = std::env::var(RETRIES).unwrap_or((START_TIMEOUT.as_secs() / 2).to_string());
@@ -217,11 +217,15 @@ fn ray_start(
         .map_err(|e| e.to_string())?;
     // A file of an earlier start would let the driver's wait go on unchecked.
     let _ = std::fs::remove_file(checked_file(temp));
-    let fds: Vec<i32> = held.iter().map(|fd| fd.as_raw_fd()).collect();
-    let listed: Vec<String> = fds.iter().map(i32::to_string).collect();
+    let fds: Vec<i32> = held.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
+    let listed: Vec<String> = held
+        .iter()
+        .map(|(fd, family)| format!("{}:{family}", fd.as_raw_fd()))
+        .collect();
     let mut cmd = Command::new(python);
-    // The held sockets go to the guard, which closes them just before Ray
-    // starts its GCS; this process's copies close once it is spawned.
+    // The held sockets go to the guard, which closes the IPv4 one just
+    // before Ray starts its GCS (which listens on IPv4's every address) and
+    // keeps the IPv6 one; this process's copies close once it is spawned.
     unsafe {
         cmd.pre_exec(move || {
             for &fd in &fds {

@@ -105,9 +105,13 @@ def guard():
     start_gcs_server = node.Node.start_gcs_server
 
     def checked(self):
-        # tf-cluster ray held the port (bound, not listening) until now.
-        for fd in filter(None, os.environ.get("TFC_RAY_GCS_HOLD", "").split(",")):
-            os.close(int(fd))
+        # tf-cluster ray held the port (bound, not listening) until now: the
+        # IPv4 side goes to Ray's GCS (it listens on 0.0.0.0); the IPv6 side
+        # (IPV6_V6ONLY) stays held while this process, Ray's, runs.
+        for held in filter(None, os.environ.get("TFC_RAY_GCS_HOLD", "").split(",")):
+            fd, family = held.split(":")
+            if family == "4":
+                os.close(int(fd))
         start_gcs_server(self)
         port = int(self._ray_params.gcs_server_port)
         try:

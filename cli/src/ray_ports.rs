@@ -3,8 +3,10 @@
 //! SO_REUSEADDR, so no other process, of any user, can listen there
 //! meanwhile (a worker node's `ray start` would send the step's token to
 //! it). A port another user already listens on is refused at once, naming
-//! the user. The guard (`ray_guard.py`) closes the held sockets right
-//! before Ray starts its GCS, then checks the listener before any call.
+//! the user. The guard (`ray_guard.py`) closes the IPv4 socket right before
+//! Ray starts its GCS (Ray's GCS listens on IPv4's every address), then
+//! checks the listener before any call, and keeps the IPv6 one (bound with
+//! IPV6_V6ONLY) while Ray runs: no one listens on the port's IPv6 side.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -101,14 +103,15 @@ fn bind_only(port: u16, v6: bool) -> std::io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Holds the head's GCS `port` on IPv4 and IPv6. Another's listener there
-/// is refused in one line; a port that cannot be bound for another reason
-/// (a closed connection's TIME_WAIT, no IPv6) is left to the guard's check.
-pub fn hold(port: u16) -> Result<Vec<OwnedFd>, String> {
+/// Holds the head's GCS `port` on IPv4 and IPv6 (each with its family, 4
+/// or 6). Another's listener there is refused in one line; a port that
+/// cannot be bound for another reason (a closed connection's TIME_WAIT, no
+/// IPv6) is left to the guard's check.
+pub fn hold(port: u16) -> Result<Vec<(OwnedFd, u8)>, String> {
     let mut held = Vec::new();
     for v6 in [false, true] {
         match bind_only(port, v6) {
-            Ok(fd) => held.push(fd),
+            Ok(fd) => held.push((fd, if v6 { 6 } else { 4 })),
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
                 if let Some(&uid) = listeners(port).first() {
                     return Err(format!(

@@ -619,7 +619,7 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
         &dir.join("bin/ray-start"),
         &format!(
             "#!/bin/sh\necho \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\n\
-             for fd in $(echo \"$TFC_RAY_GCS_HOLD\" | tr , ' '); do eval \"exec $fd>&-\"; done\n\
+             for h in $(echo \"$TFC_RAY_GCS_HOLD\" | tr , ' '); do eval \"exec ${{h%%:*}}>&-\"; done\n\
              touch \"$TFC_RAY_GCS_CHECKED\"\nexec python3 -c {gcs} $TFC_TEST_PORT\n",
             s = starts.display(),
             gcs = "'import socket, sys, time\ns = socket.socket()\ns.bind((\"127.0.0.1\", int(sys.argv[1])))\ns.listen()\ntime.sleep(60)'"
