@@ -76,31 +76,23 @@ fn bind_only(port: u16, v6: bool) -> std::io::Result<OwnedFd> {
         let mut addr: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
         addr.sin6_family = libc::AF_INET6 as libc::sa_family_t;
         addr.sin6_port = port.to_be();
-        let len = size_of::<libc::sockaddr_in6>() as libc::socklen_t;
-        unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_in6).cast(),
-                len,
-            )
-        }
+        bind_to(&fd, &addr)
     } else {
         let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
         addr.sin_family = libc::AF_INET as libc::sa_family_t;
         addr.sin_port = port.to_be();
-        let len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&addr as *const libc::sockaddr_in).cast(),
-                len,
-            )
-        }
+        bind_to(&fd, &addr)
     };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(fd)
+}
+
+/// bind(2) of `fd` to `addr`, a sockaddr_in or sockaddr_in6: its return.
+fn bind_to<T>(fd: &OwnedFd, addr: &T) -> libc::c_int {
+    let len = size_of::<T>() as libc::socklen_t;
+    unsafe { libc::bind(fd.as_raw_fd(), (addr as *const T).cast(), len) }
 }
 
 /// Holds the head's GCS `port` on IPv4 and IPv6 (each with its family, 4

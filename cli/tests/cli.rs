@@ -519,6 +519,36 @@ fn ray_step_env(cmd: &mut std::process::Command, dir: &std::path::Path, port: u1
     .env("RAY_AUTH_TOKEN", "0123");
 }
 
+/// The step's private directory in `dir` is gone (tf-cluster ray removed
+/// it); then `dir` is removed.
+fn assert_private_gone_and_clean(dir: &std::path::Path) {
+    assert!(
+        !dir.join("private").exists(),
+        "the step's private directory is left"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A port no one listens on (the kernel's pick, let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The head's `tf-cluster ray -- sh -c 'exit 7'` of a one-node step, its
+/// GCS at `port`, its private directory in `dir`.
+fn head_cmd(dir: &std::path::Path, port: u16) -> std::process::Command {
+    let mut cmd = hermetic::tf_cluster();
+    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
+    ray_step_env(&mut cmd, dir, port);
+    cmd.env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
+        .env("SLURM_STEP_NUM_NODES", "1");
+    cmd
+}
+
 /// Writes an executable script.
 fn script(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -532,11 +562,7 @@ fn script(path: &std::path::Path, text: &str) {
 fn a_ray_worker_without_ray_on_path_fails_at_once() {
     let (dir, _) = ray_folder("no-ray");
     // No head listens here: a worker that waited would wait its whole window.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut cmd = hermetic::tf_cluster();
     cmd.arg("ray");
     ray_step_env(&mut cmd, &dir, port);
@@ -598,11 +624,7 @@ fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(lines(), ["start retries=90", "start retries=90"]);
-    assert!(
-        !dir.join("private").exists(),
-        "the step's private directory is left"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_private_gone_and_clean(&dir);
 }
 
 /// The head's `ray start` that ends before the step's Ray was up (here while
@@ -628,17 +650,8 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
     script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
     // The second start's GCS listens, once tf-cluster ray let the port go
     // (the guard's part: the held sockets closed, the GCS found its own).
-    let port = std::net::TcpListener::bind("0.0.0.0:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut cmd = hermetic::tf_cluster();
-    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
-    ray_step_env(&mut cmd, &dir, port);
-    let out = cmd
-        .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
-        .env("SLURM_STEP_NUM_NODES", "1")
+    let port = free_port();
+    let out = head_cmd(&dir, port)
         .env("TFC_TEST_PORT", port.to_string())
         .output()
         .unwrap();
@@ -649,11 +662,7 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
         "start --head\nstart --head\n"
     );
     assert!(stderr.contains("starting it again"), "{stderr}");
-    assert!(
-        !dir.join("private").exists(),
-        "the step's private directory is left"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_private_gone_and_clean(&dir);
 }
 
 /// A Ray older than 2.54 (2.52 and 2.53 check the token everywhere but in
@@ -668,11 +677,7 @@ fn a_ray_older_than_2_54_is_refused() {
         &format!("#!/bin/sh\necho \"$1\" >>{}\n", starts.display()),
     );
     script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
-    let port = std::net::TcpListener::bind("0.0.0.0:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut cmd = hermetic::tf_cluster();
     cmd.args(["ray", "--", "true"]);
     ray_step_env(&mut cmd, &dir, port);
@@ -788,11 +793,7 @@ fn hear(listener: &std::net::TcpListener, tfc: std::process::Child) -> (Vec<u8>,
 
 /// The head's `tf-cluster ray` with the stand-in package of `dir`.
 fn guarded_head(dir: &std::path::Path, port: u16) -> std::process::Child {
-    let mut cmd = hermetic::tf_cluster();
-    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
-    ray_step_env(&mut cmd, dir, port);
-    cmd.env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
-        .env("SLURM_STEP_NUM_NODES", "1")
+    head_cmd(dir, port)
         .env("PYTHONPATH", dir.join("site"))
         .env("TFC_RAY_GCS_WAIT", "20")
         .stderr(std::process::Stdio::piped())
@@ -834,11 +835,7 @@ fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
     assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
     drop(listener);
     // Once Ray's `ray start` runs: the listener tries from then on.
-    let port = std::net::TcpListener::bind("0.0.0.0:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let tfc = guarded_head(&dir, port);
     let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !dir.join("main").exists() {
@@ -862,11 +859,7 @@ fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
     assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
     assert!(!dir.join("called").exists(), "Ray called the port");
     assert!(!dir.join("waited").exists(), "the driver's wait ran");
-    assert!(
-        !dir.join("private").exists(),
-        "the private directory is left"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_private_gone_and_clean(&dir);
 }
 
 /// Without the listener, the same stand-in's GCS passes the guard and is
@@ -876,17 +869,8 @@ fn a_head_whose_gcs_is_its_own_passes_the_guard() {
     let (dir, _) = ray_folder("own");
     stand_in_ray_package(&dir);
     script(&dir.join("bin/ray"), RAY_SCRIPT);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut cmd = hermetic::tf_cluster();
-    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
-    ray_step_env(&mut cmd, &dir, port);
-    let out = cmd
-        .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
-        .env("SLURM_STEP_NUM_NODES", "1")
+    let port = free_port();
+    let out = head_cmd(&dir, port)
         .env("PYTHONPATH", dir.join("site"))
         .output()
         .unwrap();

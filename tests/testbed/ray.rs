@@ -474,6 +474,23 @@ os.rename(mark + "/owner.tmp", mark + "/owner.out")
 time.sleep(600)
 "#;
 
+/// A fresh directory `mark` on the shared /home that every user may write
+/// in, with the script `name` holding `text`.
+fn mark_with(mark: &str, name: &str, text: &str) {
+    on(
+        "ctl",
+        &["sh", "-c", &format!("rm -rf {mark}; mkdir -m 1777 {mark}")],
+    );
+    on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!("cat > {mark}/{name} <<'EOF'\n{text}\nEOF\nchmod 644 {mark}/{name}"),
+        ],
+    );
+}
+
 /// The `ATTACK {…}` line of `text`.
 fn attack_result(who: &str, text: &str) -> serde_json::Value {
     let line = text
@@ -499,18 +516,7 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     assert_ray_installed();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mark = format!("/home/tfc-raymark-{}", std::process::id());
-    on(
-        "ctl",
-        &["sh", "-c", &format!("rm -rf {mark}; mkdir -m 1777 {mark}")],
-    );
-    on(
-        "ctl",
-        &[
-            "sh",
-            "-c",
-            &format!("cat > {mark}/attack.py <<'EOF'\n{ATTACK}\nEOF\nchmod 644 {mark}/attack.py"),
-        ],
-    );
+    mark_with(&mark, "attack.py", ATTACK);
     let owner = format!(
         "cd /tmp && PATH=/opt/ray/bin:$PATH srun -J tfc-ray-owner -N1 -w node1 --resv-ports=64 \
          --ray-cluster --tf-host-template='{{}}-ib' \
@@ -777,20 +783,7 @@ fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
     let start = Instant::now();
     for run in 0..runs {
         let mark = format!("/home/tfc-raycapture-{}-{run}", std::process::id());
-        on(
-            "ctl",
-            &["sh", "-c", &format!("rm -rf {mark}; mkdir -m 1777 {mark}")],
-        );
-        on(
-            "ctl",
-            &[
-                "sh",
-                "-c",
-                &format!(
-                    "cat > {mark}/capture.py <<'EOF'\n{CAPTURE}\nEOF\nchmod 644 {mark}/capture.py"
-                ),
-            ],
-        );
+        mark_with(&mark, "capture.py", CAPTURE);
         let bob_cmd = format!(
             "cd /tmp && srun -J tfc-ray-capture -N1 -w node1 --resv-ports=0 /opt/ray/bin/python {mark}/capture.py {mark} {alice_uid}"
         );
