@@ -803,14 +803,12 @@ fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
-        let owner = format!(
-            "cd /tmp && PATH=/opt/ray/bin:$PATH timeout 150 srun -N1 -w node1 --resv-ports=64 \
-             --ray-cluster --tf-host-template='{{}}-ib' \
+        let owner = "cd /tmp && PATH=/opt/ray/bin:$PATH timeout 150 srun -N1 -w node1 --resv-ports=64 \
+             --ray-cluster --tf-host-template='{}-ib' \
              tf-cluster ray --num-cpus=1 --object-store-memory=100000000 --include-dashboard=false \
-             --include-log-monitor=false -- python -c 'print(\"DRIVER RAN\")'"
-        );
+             --include-log-monitor=false -- python -c 'print(\"DRIVER RAN\")'";
         let took = Instant::now();
-        let alice = exec_for(200, &["bash", "-c", &owner]);
+        let alice = exec_for(200, &["bash", "-c", owner]);
         let took = took.elapsed();
         on("ctl", &["touch", &format!("{mark}/ended")]);
         let bob = bob.join().unwrap();
