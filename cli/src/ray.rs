@@ -8,7 +8,10 @@
 //! temp directory), never a node-wide `ray stop`, and removes the step's
 //! private directory (slurmstepd removes it too, when the step ends however
 //! it ends). Ray runs with the step's token (RAY_AUTH_MODE, RAY_AUTH_TOKEN
-//! from the plugin): a Ray without token authentication is refused.
+//! from the plugin): a Ray older than 2.54 is refused. On the head, the GCS
+//! port is held from the start (ray_ports) and `ray start` runs through a
+//! guard (ray_guard.py) that lets nothing call the port, whose first call
+//! carries the token, before the step's own GCS is the one listening there.
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -18,13 +21,13 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
-
-use crate::ray_ports;
 use std::time::{Duration, Instant};
 
 use tf_cluster_core::frameworks::ray::{
     ARGS_VAR, AUTH_MODE_VAR, FIRST_SAFE, HEAD_ARGS_VAR, NODE_VAR, TEMP_VAR, TOKEN_VAR,
 };
+
+use crate::ray_ports;
 
 /// How long the head's GCS may take to accept connections, and all the
 /// step's nodes to join, before the step fails.
