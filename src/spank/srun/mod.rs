@@ -15,7 +15,7 @@ use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
 use super::slurmctld::job_record::Targets;
 use super::slurmctld::step_kill;
-use crate::core::frameworks::{FRAMEWORKS, Frameworks};
+use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks};
 use crate::core::handoff::{self, Early, Handoff, Plain, Record, Verdict};
 use crate::core::os::ProcessEnv;
 use crate::core::secret::{self, Secret};
@@ -86,12 +86,13 @@ impl Srun {
         self.started_outside && std::env::var_os(SUBMIT_DIR).is_some()
     }
 
-    /// The frameworks of `settings` whose option leaves unfitting steps
-    /// alone and came only from the job (sbatch/salloc), not from this srun.
-    fn only_inherited(&self, settings: &Settings) -> Frameworks {
+    /// The frameworks the step `asked` for whose option leaves unfitting
+    /// steps alone and came only from the job (sbatch/salloc), not from
+    /// this srun: the one rule, for the early word and the decision alike.
+    fn only_inherited(&self, asked: impl Fn(&'static Framework) -> bool) -> Frameworks {
         let mut found = Frameworks::default();
         for &f in FRAMEWORKS.iter() {
-            if settings.frameworks.contains(f)
+            if asked(f)
                 && f.skip_when_inherited
                 && std::env::var_os(inherited_var(f)).is_some()
                 && !options::given_here(f.option)
@@ -100,6 +101,25 @@ impl Srun {
             }
         }
         found
+    }
+
+    /// srun's undecided word on the step with the job's restart count,
+    /// learnt once for the whole step from srun's environment (a requeued
+    /// job's batch step has SLURM_RESTART_COUNT; the SPANK item
+    /// S_SLURM_RESTART_COUNT is always 0) and carried to every task, so
+    /// every node writes the same ids. Err: the hook's outcome, the step
+    /// refused for a count that cannot be read.
+    fn restarted(
+        &self,
+        spank: &Spank,
+        off_overridden: bool,
+        secret: Option<Secret>,
+    ) -> std::result::Result<Handoff, Result<()>> {
+        match core::step::restart_count(&mut ProcessEnv) {
+            Ok(n) => undecided(spank, off_overridden, n, secret).map_err(Err),
+            Err(e) => Err(undecided(spank, off_overridden, 0, None)
+                .and_then(|handoff| self.refuse(spank, e, handoff))),
+        }
     }
 
     /// At the end of each pass of srun's option parsing (one per component
@@ -131,17 +151,8 @@ impl Srun {
     /// option callbacks saw (Slurm answers no `spank_option_getopt` in
     /// `init_post_opt`), with a heterogeneous step's `network`.
     fn early(&self, network: Option<core::network::addresses::Network>) -> Early {
-        let mut inherited = Frameworks::default();
-        for &f in FRAMEWORKS.iter() {
-            let asked = options::seen(f.option).is_some_and(|v| v != options::OFF);
-            if asked
-                && f.skip_when_inherited
-                && std::env::var_os(inherited_var(f)).is_some()
-                && !options::given_here(f.option)
-            {
-                inherited = inherited.with(f);
-            }
-        }
+        let inherited =
+            self.only_inherited(|f| options::seen(f.option).is_some_and(|v| v != options::OFF));
         Early::new(
             inherited,
             self.off_overridden(),
@@ -208,11 +219,10 @@ impl Srun {
     /// options. A heterogeneous step is refused: srun's word reaches one of
     /// its components only.
     fn plain(&self, spank: &Spank, given: &[&str]) -> Result<()> {
-        let restart_count = match core::step::restart_count(&mut ProcessEnv) {
-            Ok(n) => n,
-            Err(e) => return self.refuse(spank, e, undecided(spank, false, 0, None)?),
+        let mut handoff = match self.restarted(spank, false, None) {
+            Ok(handoff) => handoff,
+            Err(outcome) => return outcome,
         };
-        let mut handoff = undecided(spank, false, restart_count, None)?;
         let settings = match core::het::components(&mut ProcessEnv) {
             Ok(Some(_)) => {
                 let options = given
@@ -242,16 +252,10 @@ impl Srun {
     /// inherited with a leave-unfitting-steps-alone option, those only: the
     /// others are decided again without them.
     fn decide(&self, spank: &Spank, settings: &Settings, off_overridden: bool) -> Result<()> {
-        // The job's restart count, learnt once for the whole step from
-        // srun's environment (a requeued job's batch step has
-        // SLURM_RESTART_COUNT; the SPANK item S_SLURM_RESTART_COUNT is
-        // always 0) and carried to every task in the hand-off, so every node
-        // writes the same ids.
-        let restart_count = match core::step::restart_count(&mut ProcessEnv) {
-            Ok(n) => n,
-            Err(e) => return self.refuse(spank, e, undecided(spank, off_overridden, 0, None)?),
+        let mut handoff = match self.restarted(spank, off_overridden, self.secret()) {
+            Ok(handoff) => handoff,
+            Err(outcome) => return outcome,
         };
-        let mut handoff = undecided(spank, off_overridden, restart_count, self.secret())?;
         // A setting of one framework given to a step of others: refused.
         let given = options::settings_given_here();
         if let Err(e) = core::frameworks::check_given_settings(&given, settings.frameworks) {
@@ -261,7 +265,7 @@ impl Srun {
             Ok(()) => return hand_off(spank, &handoff),
             Err(e) => e,
         };
-        let left_out = self.only_inherited(settings);
+        let left_out = self.only_inherited(|f| settings.frameworks.contains(f));
         // Interrupted, the user asked for no more lookups: refused as is.
         if left_out.is_empty() || e.kind() == Kind::Interrupted {
             return self.refuse(spank, e, handoff);
@@ -276,14 +280,7 @@ impl Srun {
             )
         };
         let mut rest = settings.clone();
-        rest.frameworks = Frameworks::default();
-        for f in settings
-            .frameworks
-            .iter()
-            .filter(|&f| !left_out.contains(f))
-        {
-            rest.frameworks = rest.frameworks.with(f);
-        }
+        rest.frameworks = settings.frameworks.without(left_out);
         if rest.frameworks.is_empty() {
             warn();
             handoff.skip();
