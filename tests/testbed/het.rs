@@ -147,10 +147,13 @@ fn every_component_gets_one_run_id() {
     assert_eq!(ids.len(), 1, "{text}");
 }
 
-/// A heterogeneous step srun refuses ends on every component within
-/// seconds: srun cannot resolve the host template's `node2-zz`, which
-/// node2's /etc/hosts can. Component 1, which srun's hand-off does not
-/// reach, once resolved the name itself and ran its 20 s to `DONE`.
+/// A heterogeneous step srun refuses runs nowhere and ends on every
+/// component within seconds: srun cannot resolve the host template's
+/// `node2-zz`, which node2's /etc/hosts can. Component 1, which srun's
+/// hand-off does not reach, once resolved the name itself and ran its 20 s
+/// to `DONE`; later it started the user's command (`RAN-node2`, with
+/// `RANK=1`) until srun's kill came a second later, as srun's early word
+/// carried no refusal.
 #[test]
 fn a_het_step_srun_refused_ends_on_every_component() {
     let _bed = common::testbed();
@@ -168,6 +171,7 @@ fn a_het_step_srun_refused_ends_on_every_component() {
     on("node2", &["sh", "-c", remove]);
     eprintln!("MEASURED refused het step: {took:.1} s\n{text}");
     assert!(text.contains("cannot resolve"), "{text}");
+    assert!(!text.contains("RAN-"), "a component started the command: {text}");
     assert!(!text.contains("DONE"), "a component ran on: {text}");
     assert!(!text.contains("rc=0"), "{text}");
     assert!(text.contains("next=0"), "the next step must run: {text}");
