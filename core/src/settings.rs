@@ -111,8 +111,6 @@ pub struct Frameworks(pub(crate) u8);
 impl Frameworks {
     /// TensorFlow alone, the table's first (frameworks/table_tests.rs checks it).
     pub const TENSORFLOW: Frameworks = Frameworks(1);
-    /// Every framework of the table (frameworks/table_tests.rs checks it).
-    pub const ALL: Frameworks = Frameworks(0b1111);
 
     pub fn is_empty(self) -> bool {
         self.0 == 0

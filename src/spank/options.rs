@@ -13,7 +13,7 @@ use super::bindings as sys;
 use super::guard::{Answer, guard};
 use super::handle::{self, RawOption, Spank};
 pub use crate::core::frameworks::{ALL_OFF, OFF};
-use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
+use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks, all_off_help};
 use crate::core::settings::{SETTINGS, Setting};
 use crate::core::{Error, Result, Settings};
 
@@ -72,7 +72,7 @@ pub fn all() -> &'static [SpankOption] {
         let all_off = (
             ALL_OFF.to_string(),
             "",
-            ALL_OFF_HELP.to_string(),
+            all_off_help(),
             0,
             Meaning::AllOff,
         );
