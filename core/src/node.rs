@@ -451,16 +451,8 @@ pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frameworks::{FRAMEWORKS, Framework, Frameworks};
+    use crate::frameworks::{Frameworks, by_option};
     use crate::source::Given;
-
-    /// PyTorch's entry of the table.
-    fn torch() -> &'static Framework {
-        FRAMEWORKS
-            .iter()
-            .find(|f| f.option == "torch-cluster")
-            .unwrap()
-    }
 
     /// A task's variables, as slurmstepd would show them, on a node
     /// without GPUs.
@@ -484,7 +476,7 @@ mod tests {
             ])
         };
         let mut settings = Settings {
-            frameworks: Frameworks::only(torch()),
+            frameworks: Frameworks::only(by_option("torch-cluster").unwrap()),
             ..Settings::default()
         };
         let step = Step::gather(&settings, &mut task())

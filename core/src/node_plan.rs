@@ -66,7 +66,9 @@ impl PortRule {
                     .zip(block)
                     .filter(|(name, _)| !head_only.contains(name))
                     .map(|(_, port)| *port);
-                shared.chain(block.iter().skip(named.len()).copied()).collect()
+                shared
+                    .chain(block.iter().skip(named.len()).copied())
+                    .collect()
             }
             _ => Vec::new(),
         }

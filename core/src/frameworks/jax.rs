@@ -8,8 +8,8 @@
 use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::Result;
 use crate::limits::MAX_TASKS;
-use crate::node_plan::PortRule;
 use crate::network::addresses::NCCL;
+use crate::node_plan::PortRule;
 use crate::settings::Settings;
 
 pub static FRAMEWORK: Framework = Framework {

@@ -206,6 +206,11 @@ impl Frameworks {
     }
 }
 
+/// The table's framework of option `--<option>`.
+pub fn by_option(option: &str) -> Option<&'static Framework> {
+    FRAMEWORKS.iter().copied().find(|f| f.option == option)
+}
+
 /// `f`'s place in [`FRAMEWORKS`].
 pub fn index(f: &Framework) -> usize {
     FRAMEWORKS

@@ -15,8 +15,8 @@
 use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::{Result, bail};
 use crate::limits::MAX_TASKS;
-use crate::node_plan::PortRule;
 use crate::network::addresses::{GLOO, NCCL, TENSORPIPE};
+use crate::node_plan::PortRule;
 use crate::settings::Settings;
 // Declared before the settings, which hold the step's choice.
 pub use crate::rendezvous::{DEFAULT_MAX_RESTARTS, Rendezvous};

@@ -17,8 +17,8 @@ use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::{Result, bail};
 use crate::layout::Layout;
 use crate::limits::MAX_TASKS;
-use crate::node_plan::PortRule;
 use crate::network::addresses::NCCL;
+use crate::node_plan::PortRule;
 use crate::secret::Secret;
 use crate::settings::Settings;
 

@@ -5,24 +5,17 @@
 //! `cargo test -p tf-cluster-core --features stand-in stand_in`
 
 use super::FRAMEWORK;
-use crate::frameworks::{FRAMEWORKS, Frameworks, Launch};
+use crate::frameworks::{Frameworks, Launch, by_option};
 use crate::node::Node;
 use crate::settings::Settings;
 use crate::source::Given;
 use crate::step::Step;
 
-fn torch() -> &'static crate::frameworks::Framework {
-    FRAMEWORKS
-        .iter()
-        .find(|f| f.option == "torch-cluster")
-        .unwrap()
-}
-
 /// `srun -N2 --ntasks-per-node=2 --resv-ports=3 --torch-cluster
 /// --stand-in-cluster --tf-record=/rec`: the node of `name`.
 fn node(name: &str) -> Node {
     let settings = Settings {
-        frameworks: Frameworks::only(torch()).with(&FRAMEWORK),
+        frameworks: Frameworks::only(by_option("torch-cluster").unwrap()).with(&FRAMEWORK),
         record: Some("/rec".into()),
         ..Settings::default()
     };
@@ -63,7 +56,7 @@ fn its_port_follows_pytorchs_and_its_variable_reaches_every_task() {
 #[test]
 fn srun_counts_its_port() {
     let settings = Settings {
-        frameworks: Frameworks::only(torch()).with(&FRAMEWORK),
+        frameworks: Frameworks::only(by_option("torch-cluster").unwrap()).with(&FRAMEWORK),
         record: Some("/rec".into()),
         ..Settings::default()
     };

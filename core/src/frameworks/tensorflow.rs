@@ -5,13 +5,13 @@
 use std::borrow::Cow;
 
 use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
-use crate::layout::Layout;
-use crate::node_plan::PortRule;
 use crate::distribution::Placement;
 use crate::error::{Result, bail};
 use crate::hostlist::HostList;
+use crate::layout::Layout;
 use crate::limits::ENV_LIMIT;
 use crate::network::addresses::NCCL;
+use crate::node_plan::PortRule;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;
 use crate::{number, tf_config};
