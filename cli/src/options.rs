@@ -71,7 +71,7 @@ impl Args for Options {
             let arg = Arg::new(s.key)
                 .long(format!("tf-{}", s.key))
                 .value_name(s.arg)
-                .help(s.help);
+                .help(s.help_text());
             cmd.arg(if NO_ALIAS.contains(&s.key) {
                 arg
             } else {

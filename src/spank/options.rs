@@ -67,7 +67,7 @@ pub fn all() -> &'static [SpankOption] {
         });
         let settings = SETTINGS.iter().map(|s| {
             let name = format!("tf-{}", s.key);
-            (name, s.arg, s.help.to_string(), 1, Meaning::Setting(s))
+            (name, s.arg, s.help_text(), 1, Meaning::Setting(s))
         });
         let all_off = (ALL_OFF.to_string(), "", all_off_help(), 0, Meaning::AllOff);
         frameworks

@@ -57,7 +57,7 @@ pub struct Framework {
     pub renders_world: bool,
     /// The role and index it gives a rank without `--tf-roles` (`worker 3`:
     /// TensorFlow's job names), for the record.
-    pub role_of: Option<fn(&Settings, &Layout, u32) -> Option<String>>,
+    pub role_of: Option<RoleOf>,
     /// Its ranks may talk over NCCL: a step that writes a record takes a
     /// port on each node for NCCL's RAS (crate::record::DEBUG_DEFAULTS).
     pub nccl: bool,
@@ -66,6 +66,10 @@ pub struct Framework {
     /// directory's parent).
     pub private_dir: Option<fn(&Secret) -> String>,
 }
+
+/// A rank's role and index in a framework's own roles, from the settings
+/// and the layout.
+pub type RoleOf = fn(&Settings, &Layout, u32) -> Option<String>;
 
 /// What a framework makes of `--tf-roles`.
 pub enum RoleRule {

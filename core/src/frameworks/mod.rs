@@ -359,6 +359,17 @@ pub fn network_vars(frameworks: Frameworks, node: &NodeNetwork) -> Vec<(&'static
         .collect()
 }
 
+/// A setting's help names frameworks from the table.
+impl crate::settings::Setting {
+    /// Its help as srun and the CLI show it: [`crate::settings::ROLE_FRAMEWORKS`]
+    /// written out (`--torch-cluster or --jax-cluster`).
+    pub fn help_text(&self) -> String {
+        let roles = || option_list(take_roles(), "or");
+        self.help
+            .replace(crate::settings::ROLE_FRAMEWORKS, &roles())
+    }
+}
+
 /// The site's defaults include each framework's argument that takes one, so
 /// the settings are read from plugstack.conf here, beside the table.
 impl Settings {

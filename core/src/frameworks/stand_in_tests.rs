@@ -78,7 +78,8 @@ fn srun_counts_its_port() {
 
 /// Every message that lists the framework options lists it: `--tf-off`'s
 /// help, a setting given without a framework, the frameworks `--tf-roles`
-/// works with; its option takes no value but off.
+/// works with (its refusal and its help); its option takes no value but
+/// off.
 #[test]
 fn the_messages_list_its_option() {
     use crate::frameworks::{all_off_help, check_given_settings, check_roles, check_value};
@@ -103,6 +104,12 @@ fn the_messages_list_its_option() {
     assert_eq!(
         check_value(&FRAMEWORK, "yes").unwrap_err().to_string(),
         "--stand-in-cluster takes no value but off (not \"yes\")"
+    );
+    let roles = crate::settings::SETTINGS.iter().find(|s| s.key == "roles");
+    let help = roles.unwrap().help_text();
+    assert!(
+        help.contains("; with --torch-cluster, --jax-cluster or --stand-in-cluster; "),
+        "{help}"
     );
     assert!(Frameworks::all().contains(&FRAMEWORK));
 }
