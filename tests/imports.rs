@@ -656,18 +656,6 @@ fn named_frameworks(text: &str, modules: &[String]) -> Vec<String> {
     named.into_iter().collect()
 }
 
-/// Every .rs file under `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// A framework is its file and its line in the table: the node
 /// (core/src/node.rs) and the plugin (src/) reach the frameworks through
 /// the table and name no framework's module.
@@ -676,7 +664,7 @@ fn the_node_and_the_plugin_name_no_framework() {
     let modules = framework_modules();
     assert!(modules.contains(&"ray".to_string()), "{modules:?}");
     let mut files = vec![root().join("core/src/node.rs")];
-    rust_files(&root().join("src"), &mut files);
+    files.extend(Tree::new(&root().join("src"), &[]).files.into_values());
     let mut problems = Vec::new();
     for file in &files {
         let named = named_frameworks(&std::fs::read_to_string(file).unwrap(), &modules);

@@ -253,10 +253,8 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
 /// The step's frameworks that take a rendezvous port per role, in the
 /// order of their ports in a role's block.
 pub fn per_role(settings: &Settings) -> Vec<&'static Framework> {
-    settings
-        .frameworks
-        .iter()
-        .filter(|f| matches!(f.roles, RoleRule::PerRole(_)))
+    take_roles()
+        .filter(|f| settings.frameworks.contains(f))
         .collect()
 }
 

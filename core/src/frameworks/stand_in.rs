@@ -4,11 +4,10 @@
 //! option, ports, variables and place in every message that lists the
 //! framework options.
 
-use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
+use super::framework::{Framework, GpuRule, RoleRule, Task, Vars};
 use crate::error::Result;
 use crate::limits::MAX_TASKS;
 use crate::node_plan::PortRule;
-use crate::settings::Settings;
 
 pub static FRAMEWORK: Framework = Framework {
     name: "Stand-in",
@@ -19,7 +18,7 @@ pub static FRAMEWORK: Framework = Framework {
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
     ports: PortRule::Master,
-    check_before_launch,
+    check_before_launch: |_, _| Ok(()),
     check_layout: None,
     gpus: GpuRule::Slice,
     shared: None,
@@ -34,10 +33,6 @@ pub static FRAMEWORK: Framework = Framework {
     nccl: true,
     private_dir: None,
 };
-
-fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {
-    Ok(())
-}
 
 fn address(task: &Task) -> String {
     let host = task.layout.address(task.world.master_node);
