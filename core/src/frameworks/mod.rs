@@ -177,6 +177,11 @@ pub use crate::settings::Frameworks;
 
 /// The set's members are [`FRAMEWORKS`]' entries.
 impl Frameworks {
+    /// Every framework of the table.
+    pub fn all() -> Frameworks {
+        Frameworks((1 << FRAMEWORKS.len()) - 1)
+    }
+
     pub fn only(f: &'static Framework) -> Frameworks {
         Frameworks::default().with(f)
     }
@@ -196,13 +201,6 @@ impl Frameworks {
             .enumerate()
             .filter(move |(i, _)| self.0 & 1 << i != 0)
             .map(|(_, f)| *f)
-    }
-}
-
-/// Every framework of the table as a set.
-impl Frameworks {
-    pub fn all() -> Frameworks {
-        Frameworks((1 << FRAMEWORKS.len()) - 1)
     }
 }
 
