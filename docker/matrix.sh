@@ -245,6 +245,10 @@ build_plugin() {
     # against the same headers; beside the plugin, mounted at /opt/tf-cluster.
     cc -shared -fPIC -O2 -Wall -Wextra -Werror -I"$dir/include" \
         -o "$dir/release/container_standin.so" tests/container_standin/container_standin.c || return 1
+    # A hostile user's srun (tests/forged_srun/): preloaded, it forges the
+    # variables srun sends slurmstepd.
+    cc -shared -fPIC -O2 -Wall -Wextra -Werror \
+        -o "$dir/release/forged_srun.so" tests/forged_srun/forged_srun.c -ldl || return 1
     if cmp -s "$dir/release/libtf_cluster.so" "$dir/release/libtf_cluster_fault.so"; then
         log "$suite" "error: cargo left the fault-injection build in place of the plugin"
         return 1

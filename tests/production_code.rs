@@ -578,3 +578,145 @@ fn nested_functions_closures_strings_and_chars_do_not_confuse_it() {
         + &function("after", 71, |_| "    let a: [u8; 1] = [0];".into());
     assert_eq!(names(&text), [("after".to_string(), 71)]);
 }
+
+/// The files that send a root action's request (a requeue, a step's kill)
+/// and the one that makes its targets from slurmctld's record.
+const ROOT_ACTIONS: [&str; 2] = [
+    "src/spank/slurmctld/requeue.rs",
+    "src/spank/slurmctld/step_kill.rs",
+];
+const TARGETS_FROM: &str = "src/spank/slurmctld/job_record.rs";
+
+/// The lines of production code in `text` that read an environment: a
+/// variable by name (`getenv`, `env::var`, `var_os`, `environ`, a core
+/// `Source` or `ProcessEnv`).
+fn reads_environment(text: &str) -> Vec<usize> {
+    let stripped = strip(text);
+    let toks = tokens(&stripped);
+    let end = (0..toks.len())
+        .find_map(|i| cfg_test(&toks, i).map(|_| i))
+        .unwrap_or(toks.len());
+    let words = [
+        "getenv",
+        "var_os",
+        "vars",
+        "environ",
+        "Source",
+        "ProcessEnv",
+        "host_env",
+    ];
+    (0..end)
+        .filter(|&i| {
+            words.iter().any(|w| is(toks.get(i), w))
+                || (is(toks.get(i), "env")
+                    && is(toks.get(i + 1), ":")
+                    && is(toks.get(i + 3), "var"))
+        })
+        .map(|i| toks[i].1)
+        .collect()
+}
+
+/// What a root request targets comes from slurmctld, never from srun's
+/// environment (the user's program) or a task's: the requeue and the kill
+/// are sent only from [`ROOT_ACTIONS`]; they, and the record's file, read no
+/// environment; and their targets (`Targets`) are made only from
+/// slurmctld's record, in [`TARGETS_FROM`] (its fields private there).
+#[test]
+fn a_root_requests_target_comes_from_slurmctld_never_from_an_environment() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let senders: BTreeSet<String> = plugin_effects(root)
+        .into_iter()
+        .filter(|(_, kind)| kind == "slurm_requeue" || kind == "slurm_kill_job_step")
+        .map(|(path, _)| path)
+        .collect();
+    assert_eq!(
+        senders,
+        ROOT_ACTIONS.iter().map(|p| p.to_string()).collect()
+    );
+    for file in ROOT_ACTIONS.iter().chain([&TARGETS_FROM]) {
+        let read = reads_environment(&std::fs::read_to_string(root.join(file)).unwrap());
+        assert!(
+            read.is_empty(),
+            "{file} reads an environment at lines {read:?}"
+        );
+    }
+    for (shown, _, _) in production(root, &["src"]) {
+        let text = strip(&std::fs::read_to_string(root.join(&shown)).unwrap());
+        let toks = tokens(&text);
+        let made = (0..toks.len()).any(|i| {
+            is(toks.get(i), "Targets")
+                && is(toks.get(i + 1), "{")
+                && !is(toks.get(i.wrapping_sub(1)), "impl")
+                && !is(toks.get(i.wrapping_sub(1)), "struct")
+        });
+        assert!(
+            !made || shown == TARGETS_FROM,
+            "{shown} makes a root action's Targets itself"
+        );
+    }
+}
+
+/// The check sees each way of reading an environment, and not test code.
+#[test]
+fn the_environment_check_sees_each_way_and_not_tests() {
+    for text in [
+        "fn a() { let j = std::env::var(\"SLURM_JOB_ID\"); }",
+        "fn a() { let j = spank.getenv(\"SLURM_JOB_ID\"); }",
+        "fn a() { let j = env::var_os(\"X\"); }",
+        "fn a() { let e = host_env(spank)?; }",
+        "fn a(s: &mut impl Source) { }",
+    ] {
+        assert_eq!(reads_environment(text), [1], "{text}");
+    }
+    let clean = "fn a() { let j = spank.job_id(); } // getenv\n#[cfg(test)]\nmod tests { fn t() { std::env::var(\"X\"); } }\n";
+    assert!(reads_environment(clean).is_empty());
+}
+
+/// The parameters of each `pub fn` in `text` that carry an integer (`u32`)
+/// other than a step id: a job id a caller could have read anywhere.
+fn job_parameters(text: &str) -> Vec<String> {
+    let stripped = strip(text);
+    let toks = tokens(&stripped);
+    let end = (0..toks.len())
+        .find_map(|i| cfg_test(&toks, i).map(|_| i))
+        .unwrap_or(toks.len());
+    let mut found = Vec::new();
+    for i in 0..end {
+        if !(is(toks.get(i), "pub") && is(toks.get(i + 1), "fn")) {
+            continue;
+        }
+        let Some(open) = (i..end).find(|&j| is(toks.get(j), "(")) else {
+            continue;
+        };
+        let close = matching(&toks, open);
+        let mut name = String::new();
+        let mut depth = 0;
+        for (t, _) in &toks[open + 1..close] {
+            match t {
+                Token::Punct('<' | '(' | '[') => depth += 1,
+                Token::Punct('>' | ')' | ']') => depth -= 1,
+                Token::Punct(',') if depth == 0 => name.clear(),
+                Token::Ident(w) if name.is_empty() => name = w.clone(),
+                Token::Ident(w) if w == "u32" && name != "step" => {
+                    found.push(name.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+/// No caller hands a root action a job: what it names comes from
+/// `Targets` alone (the requeue and the kill once took a heterogeneous
+/// leader that slurmstepd had read from srun's environment).
+#[test]
+fn a_root_action_takes_no_job_from_its_caller() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in ROOT_ACTIONS {
+        let found = job_parameters(&std::fs::read_to_string(root.join(file)).unwrap());
+        assert!(found.is_empty(), "{file}: a pub fn takes a job: {found:?}");
+    }
+    let old = "pub fn task_exit(spank: &Spank, settings: &Settings, leader: Option<u32>) {}\npub fn end(job: u32, step: u32) {}\npub fn kill(step: u32, t: Targets) {}\n";
+    assert_eq!(job_parameters(old), ["leader", "job"]);
+}

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::hang_probe::LINE;
 use crate::render::table;
+use tf_cluster_core::record::printable;
 
 /// The longest the overlap step may take beyond the sampling window: a
 /// py-spy dump per rank and srun's own start.
@@ -18,12 +19,12 @@ const STEP_SLACK: Duration = Duration::from_secs(40);
 /// The report of `wanted` (`JOB` or `JOB.STEP`), sampling CPU over `window`.
 pub fn hang(wanted: &str, window: Duration) -> Result<String, String> {
     let (job, step) = parse_wanted(wanted)?;
-    let info = scontrol(&["show", "job", &job.to_string()])?;
-    check_owner(&info, job)?;
-    if field(&info, "JobState").as_deref() != Some("RUNNING") {
+    let owner = squeue_owner(job)?;
+    check_owner(&owner, job)?;
+    if owner.state != "RUNNING" {
         return Err(format!(
             "job {job} is not running ({}): nothing to look at; after the step, `tf-cluster postmortem {job}`",
-            field(&info, "JobState").unwrap_or_default()
+            owner.state
         ));
     }
     let step = match step {
@@ -40,12 +41,7 @@ pub fn hang(wanted: &str, window: Duration) -> Result<String, String> {
 }
 
 fn parse_wanted(wanted: &str) -> Result<(u32, Option<u32>), String> {
-    let bad = || {
-        format!(
-            "not JOB or JOB.STEP: {}",
-            tf_cluster_core::record::printable(wanted)
-        )
-    };
+    let bad = || format!("not JOB or JOB.STEP: {}", printable(wanted));
     let mut parts = wanted.split('.');
     let job = parts.next().and_then(|j| j.parse().ok()).ok_or_else(bad)?;
     let step = match parts.next() {
@@ -60,14 +56,20 @@ fn parse_wanted(wanted: &str) -> Result<(u32, Option<u32>), String> {
 
 /// `scontrol ARGS`, its output or its own error line.
 fn scontrol(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("scontrol")
+    output_of("scontrol", args)
+}
+
+/// `PROGRAM ARGS`' output, or its own error line.
+fn output_of(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("scontrol: {e}"))?;
+        .map_err(|e| format!("{program}: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        return Err(err.lines().next().unwrap_or("scontrol failed").to_string());
+        let first = err.lines().next().map(str::to_string);
+        return Err(first.unwrap_or(format!("{program} failed")));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -79,24 +81,59 @@ fn field(info: &str, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A job's owner and state as squeue prints them: its fields alone, so
+/// no text of the user's (a job's name, its comment) comes before them.
+#[derive(Debug, PartialEq)]
+struct Owner {
+    uid: u32,
+    name: String,
+    state: String,
+}
+
+/// `squeue -h -j JOB -o '%U %u %T'`: the job's uid, user name and state.
+fn squeue_owner(job: u32) -> Result<Owner, String> {
+    let text = output_of("squeue", &["-h", "-j", &job.to_string(), "-o", "%U %u %T"])?;
+    parse_owner(&text, job)
+}
+
+/// squeue's lines for `job` (one per component of a heterogeneous job):
+/// each exactly a uid, a name and a state, every uid the same.
+fn parse_owner(text: &str, job: u32) -> Result<Owner, String> {
+    let mut owner: Option<Owner> = None;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let one = match fields[..] {
+            [uid, name, state] => uid.parse().ok().map(|uid| Owner {
+                uid,
+                name: name.to_string(),
+                state: state.to_string(),
+            }),
+            _ => None,
+        };
+        let bad = || format!("squeue shows no owner for job {job}: {}", printable(line));
+        let one = one.ok_or_else(bad)?;
+        match &owner {
+            Some(first) if first.uid != one.uid => return Err(bad()),
+            Some(_) => {}
+            None => owner = Some(one),
+        }
+    }
+    owner.ok_or(format!(
+        "job {job} is not running: nothing to look at; after the step, `tf-cluster postmortem {job}`"
+    ))
+}
+
 /// Refuses another user's job before anything runs: the overlap step would
 /// fail for it anyway, later and less clearly.
-fn check_owner(info: &str, job: u32) -> Result<(), String> {
-    // UserId=alice(1000)
-    let user = field(info, "UserId").unwrap_or_default();
-    let uid: Option<u32> = user
-        .split_once('(')
-        .and_then(|(_, u)| u.trim_end_matches(')').parse().ok());
+fn check_owner(owner: &Owner, job: u32) -> Result<(), String> {
     // SAFETY: getuid cannot fail.
-    let me = unsafe { libc::getuid() };
-    match uid {
-        Some(u) if u == me => Ok(()),
-        Some(_) => Err(format!(
-            "job {job} is {}'s, not yours: only the job's user can look into its processes",
-            user.split('(').next().unwrap_or("?")
-        )),
-        None => Err(format!("scontrol shows no user for job {job}")),
+    if owner.uid == unsafe { libc::getuid() } {
+        return Ok(());
     }
+    Err(format!(
+        "job {job} is {}'s, not yours: only the job's user can look into its processes",
+        owner.name
+    ))
 }
 
 /// The job's latest running step of its own (not batch, extern or interactive).
@@ -471,12 +508,41 @@ mod tests {
     fn another_users_job_is_refused() {
         let me = unsafe { libc::getuid() };
         let other = me + 1;
-        assert!(check_owner(&format!("JobId=1 UserId=me({me}) GroupId=x"), 1).is_ok());
-        let err = check_owner(&format!("JobId=1 UserId=bob({other}) GroupId=x"), 1).unwrap_err();
+        let mine = parse_owner(&format!("{me} me RUNNING\n"), 1).unwrap();
+        assert_eq!(check_owner(&mine, 1), Ok(()));
+        let bobs = parse_owner(&format!("{other} bob RUNNING\n"), 1).unwrap();
         assert_eq!(
-            err,
+            check_owner(&bobs, 1).unwrap_err(),
             "job 1 is bob's, not yours: only the job's user can look into its processes"
         );
+    }
+
+    /// A job of alice's named `x UserId=<me>(<my uid>)`: in `scontrol show
+    /// job` its name comes before its owner (and passed for mine); squeue's
+    /// fields hold no name, and a line of anything but the three fields is
+    /// no owner at all.
+    #[test]
+    fn a_job_named_after_me_is_still_anothers() {
+        let me = unsafe { libc::getuid() };
+        let other = me + 1;
+        let named = format!("x UserId=me({me})");
+        let scontrol = format!("JobId=1 JobName={named} UserId=alice({other}) GroupId=x");
+        let err = parse_owner(&scontrol, 1).unwrap_err();
+        assert!(
+            err.starts_with("squeue shows no owner for job 1: "),
+            "{err}"
+        );
+        let alices = parse_owner(&format!("{other} alice RUNNING\n"), 1).unwrap();
+        assert!(
+            check_owner(&alices, 1)
+                .unwrap_err()
+                .contains("alice's, not yours")
+        );
+        // A heterogeneous job's components: one owner, or none.
+        let two = format!("{other} alice RUNNING\n{me} me RUNNING\n");
+        assert!(parse_owner(&two, 1).is_err());
+        let gone = parse_owner("", 1).unwrap_err();
+        assert!(gone.starts_with("job 1 is not running"), "{gone}");
     }
 
     /// py-spy dump's layout: a thread line, then frames innermost first.

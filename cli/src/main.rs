@@ -14,6 +14,7 @@ mod options;
 mod postmortem;
 mod preview;
 mod ray;
+mod ray_ports;
 mod render;
 mod report;
 mod site;

@@ -8,11 +8,14 @@
 //! temp directory), never a node-wide `ray stop`, and removes the step's
 //! private directory (slurmstepd removes it too, when the step ends however
 //! it ends). Ray runs with the step's token (RAY_AUTH_MODE, RAY_AUTH_TOKEN
-//! from the plugin): a Ray without token authentication is refused.
+//! from the plugin): a Ray older than 2.54 is refused. On the head, the GCS
+//! port is held from the start (ray_ports) and `ray start` runs through a
+//! guard (ray_guard.py) that lets nothing call the port, whose first call
+//! carries the token, before the step's own GCS is the one listening there.
 
 use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -21,8 +24,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use tf_cluster_core::frameworks::ray::{
-    ARGS_VAR, AUTH_MODE_VAR, FIRST_WITH_TOKENS, HEAD_ARGS_VAR, NODE_VAR, TEMP_VAR, TOKEN_VAR,
+    ARGS_VAR, AUTH_MODE_VAR, FIRST_SAFE, HEAD_ARGS_VAR, NODE_VAR, TEMP_VAR, TOKEN_VAR,
 };
+
+use crate::ray_ports;
 
 /// How long the head's GCS may take to accept connections, and all the
 /// step's nodes to join, before the step fails.
@@ -148,8 +153,9 @@ fn ray_python() -> Result<String, String> {
         .ok_or_else(|| format!("{script} names no Python"))
 }
 
-/// Refuses a Ray without token authentication (before 2.52): its cluster
-/// would run any other user's code as this one.
+/// Refuses a Ray older than 2.54: before 2.52 it has no token
+/// authentication, and 2.52-2.53's dashboard agent takes jobs without the
+/// token; either cluster would run another user's code as this one.
 fn check_version(python: &str) -> Result<(), String> {
     let out = Command::new(python)
         .args([
@@ -163,10 +169,10 @@ fn check_version(python: &str) -> Result<(), String> {
     let number = |part: Option<&str>| part.and_then(|p| p.parse::<u32>().ok());
     let mut parts = version.split('.');
     match (number(parts.next()), number(parts.next())) {
-        (Some(major), Some(minor)) if (major, minor) >= FIRST_WITH_TOKENS => Ok(()),
+        (Some(major), Some(minor)) if (major, minor) >= FIRST_SAFE => Ok(()),
         (Some(_), Some(_)) => Err(format!(
-            "Ray {version} has no token authentication, without which any user of the nodes could run code in the step's cluster: install Ray {}.{} or later",
-            FIRST_WITH_TOKENS.0, FIRST_WITH_TOKENS.1
+            "Ray {version} is older than {0}.{1}, before which another user of the nodes can run code in the step's cluster (no token check, or none in the dashboard agent's job API): install Ray {0}.{1} or later",
+            FIRST_SAFE.0, FIRST_SAFE.1
         )),
         _ => Err(format!(
             "cannot tell the version of Ray that {python} imports: is Ray installed there?"
@@ -174,12 +180,37 @@ fn check_version(python: &str) -> Result<(), String> {
     }
 }
 
+/// Ray's `ray start` as its `ray` script runs it, through the guard
+/// (`ray_guard.py`): on the head, nothing calls the GCS port before the
+/// step's own GCS process is the only one listening there; else it exits
+/// [`PORT_TAKEN`] having said why in one line, before any call.
+const GUARD: &str = include_str!("ray_guard.py");
+/// The guard's exit code: the head's GCS port was another's.
+const PORT_TAKEN: i32 = 97;
+/// The variable naming the file the guard makes once the head's GCS is
+/// found the step's own.
+const CHECKED_VAR: &str = "TFC_RAY_GCS_CHECKED";
+/// The variable listing the descriptors of the held GCS port (ray_ports).
+const HOLD_VAR: &str = "TFC_RAY_GCS_HOLD";
+
+/// The guard's file: in the step's private directory (mode 0700, its name
+/// unknown to other users), removed with it before a new start.
+fn checked_file(temp: &str) -> String {
+    format!("{}/gcs-checked", private_dir(temp))
+}
+
 /// `ray start` in a process group of its own, with VLLM_HOST_IP (vLLM's
 /// address of the node) for the workers Ray starts from it. Ray looks for the
 /// head's node in the GCS 20 times, 2 s apart, unless told otherwise: it is
 /// told to look as long as tf-cluster waits for the head (a user's own
 /// RAY_NUM_REDIS_GET_RETRIES is kept).
-fn ray_start(ip: IpAddr, flags: &[String]) -> Result<Child, String> {
+fn ray_start(
+    python: &str,
+    ip: IpAddr,
+    flags: &[String],
+    temp: &str,
+    held: Vec<(OwnedFd, u8)>,
+) -> Result<Child, String> {
     const RETRIES: &str = "RAY_NUM_REDIS_GET_RETRIES";
     let retries = std::env::var(RETRIES).unwrap_or((START_TIMEOUT.as_secs() / 2).to_string());
     // Ray's banner to stderr: the task's stdout is the driver's.
@@ -187,19 +218,44 @@ fn ray_start(ip: IpAddr, flags: &[String]) -> Result<Child, String> {
         .as_fd()
         .try_clone_to_owned()
         .map_err(|e| e.to_string())?;
-    Command::new("ray")
+    // A file of an earlier start would let the driver's wait go on unchecked.
+    let _ = std::fs::remove_file(checked_file(temp));
+    let fds: Vec<i32> = held.iter().map(|(fd, _)| fd.as_raw_fd()).collect();
+    let listed: Vec<String> = held
+        .iter()
+        .map(|(fd, family)| format!("{}:{family}", fd.as_raw_fd()))
+        .collect();
+    let mut cmd = Command::new(python);
+    // The held sockets go to the guard, which closes the IPv4 one just
+    // before Ray starts its GCS (which listens on IPv4's every address) and
+    // keeps the IPv6 one; this process's copies close once it is spawned.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
         .stdout(Stdio::from(stderr))
-        .arg("start")
+        .env(HOLD_VAR, listed.join(","))
+        .args(["-c", GUARD, "start"])
         .args(flags)
         .arg(format!("--node-ip-address={ip}"))
         .arg("--disable-usage-stats")
         .arg("--block")
         .env("VLLM_HOST_IP", ip.to_string())
+        .env(CHECKED_VAR, checked_file(temp))
         .env("RAY_USAGE_STATS_ENABLED", "0")
         .env(RETRIES, retries)
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot run ray start (is Ray's venv on PATH?): {e}"))
+        .map_err(|e| format!("cannot run ray start with {python}: {e}"));
+    drop(held);
+    child
 }
 
 fn head_addr(address: &str) -> Result<SocketAddr, String> {
@@ -214,10 +270,14 @@ fn reachable(addr: &SocketAddr) -> bool {
     TcpStream::connect_timeout(addr, Duration::from_secs(2)).is_ok()
 }
 
-/// Waits until `addr` accepts connections, while `ray` runs.
-fn wait_for(addr: &SocketAddr, ray: &mut Child) -> Result<(), Ended> {
+/// Waits until the guard found the head's GCS the step's own (its file
+/// `checked`, in the step's private directory, which no other user can
+/// make) and `addr` accepts connections, while `ray` runs. Nothing of
+/// tf-cluster's calls the GCS before: a port that merely answers may be
+/// another user's.
+fn wait_for(addr: &SocketAddr, checked: &Path, ray: &mut Child) -> Result<(), Ended> {
     let end = Instant::now() + START_TIMEOUT;
-    while !reachable(addr) {
+    while !(checked.exists() && reachable(addr)) {
         if let Some(status) = ray.try_wait().map_err(|e| e.to_string())? {
             return Err(Ended::Start(status));
         }
@@ -384,10 +444,30 @@ pub fn main(extra: &[String], cmd: &[String]) -> u8 {
     match run(extra, cmd) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tf-cluster ray: {e}");
+            // Empty when Ray's guard already said why.
+            if !e.is_empty() {
+                eprintln!("tf-cluster ray: {e}");
+            }
             1
         }
     }
+}
+
+/// `ray start`'s first flags: the head's, or, on a worker node once the
+/// head's GCS port answers (ray start gives up early), its address.
+fn node_flags(g: &Given, head: &SocketAddr) -> Result<Vec<String>, String> {
+    if let Some(head_args) = &g.head_args {
+        return Ok([vec!["--head".to_string()], head_args.clone()].concat());
+    }
+    let end = Instant::now() + START_TIMEOUT;
+    while !reachable(head) {
+        if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
+            remove_private(&g.temp);
+            return Err(format!("the Ray head at {} did not come up", g.address));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(vec![format!("--address={}", g.address)])
 }
 
 fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
@@ -397,34 +477,27 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
     }
     let ip = resolve(&g.node)?;
     let head = head_addr(&g.address)?;
-    check_version(&ray_python()?)?;
+    // The head's GCS port held first: from here no one else listens there.
+    let hold = || match g.head_args {
+        Some(_) => ray_ports::hold(head.port()),
+        None => Ok(Vec::new()),
+    };
+    let mut held = hold()?;
+    let python = ray_python()?;
+    check_version(&python)?;
     unsafe {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
     }
     make_temp(&g.temp)?;
-    let mut flags = match &g.head_args {
-        Some(head_args) => [vec!["--head".to_string()], head_args.clone()].concat(),
-        None => {
-            // A worker: the head's GCS first (ray start gives up early).
-            let end = Instant::now() + START_TIMEOUT;
-            while !reachable(&head) {
-                if Instant::now() > end || SIGNALLED.load(Ordering::SeqCst) != 0 {
-                    remove_private(&g.temp);
-                    return Err(format!("the Ray head at {} did not come up", g.address));
-                }
-                std::thread::sleep(Duration::from_millis(500));
-            }
-            vec![format!("--address={}", g.address)]
-        }
-    };
+    let mut flags = node_flags(&g, &head)?;
     flags.extend(g.args.iter().cloned());
     flags.extend(for_node(extra, g.head_args.is_some()));
     let mut attempt = 1;
     loop {
-        let mut ray = ray_start(ip, &flags)?;
+        let mut ray = ray_start(&python, ip, &flags, &g.temp, std::mem::take(&mut held))?;
         let result = if g.head_args.is_some() {
-            drive(&mut ray, &head, cmd)
+            drive(&mut ray, &head, &checked_file(&g.temp), cmd)
         } else {
             follow(&mut ray, &head)
         };
@@ -434,6 +507,10 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
         // answers) is started again, up to START_ATTEMPTS times: Ray gives a
         // raylet 30 s to register, fixed, which a loaded node can miss.
         match result {
+            // The guard said why in one line: never again with this token.
+            Err(Ended::Start(status)) if status.code() == Some(PORT_TAKEN) => {
+                return Err(String::new());
+            }
             Err(Ended::Start(status))
                 if attempt < START_ATTEMPTS && SIGNALLED.load(Ordering::SeqCst) == 0 =>
             {
@@ -444,6 +521,7 @@ fn run(extra: &[String], cmd: &[String]) -> Result<u8, String> {
                 );
                 attempt += 1;
                 make_temp(&g.temp)?;
+                held = hold()?;
             }
             Err(Ended::Start(status)) => {
                 return Err(format!(
@@ -475,8 +553,8 @@ impl From<String> for Ended {
 }
 
 /// The head: once the step's nodes joined, CMD as the driver; its exit code.
-fn drive(ray: &mut Child, head: &SocketAddr, cmd: &[String]) -> Result<u8, Ended> {
-    wait_for(head, ray)?;
+fn drive(ray: &mut Child, head: &SocketAddr, checked: &str, cmd: &[String]) -> Result<u8, Ended> {
+    wait_for(head, Path::new(checked), ray)?;
     let nodes = std::env::var("SLURM_STEP_NUM_NODES")
         .ok()
         .and_then(|n| n.parse().ok())

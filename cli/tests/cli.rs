@@ -486,16 +486,19 @@ fn ray_folder(name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// A stand-in of the Python that runs Ray's `ray` script: `-c CODE` asks
-/// Ray's version (printed) or waits for the step's nodes (a second); a
-/// script (`ray`'s) runs as `bin/ray-start` when there is one.
+/// Ray's version (printed), runs `ray start` through tf-cluster's guard (as
+/// `bin/ray-start`), or waits for the step's nodes (a second, noted in the
+/// file `waited`).
 fn stand_in_python(dir: &std::path::Path, version: &str) -> std::path::PathBuf {
     let python = dir.join("bin/python");
     script(
         &python,
         &format!(
-            "#!/bin/sh\nif [ \"$1\" = -c ]; then case \"$2\" in *metadata*) echo {version}; exit 0;; esac; sleep 1; exit 0; fi\n\
-             shift\nexec {} \"$@\"\n",
-            dir.join("bin/ray-start").display()
+            "#!/bin/sh\nif [ \"$1\" = -c ]; then case \"$2\" in *metadata*) echo {version}; exit 0;; \
+             *tfc_ray_guard*) shift 2; exec {} \"$@\";; esac; echo waited >>{}; sleep 1; exit 0; fi\n\
+             exit 3\n",
+            dir.join("bin/ray-start").display(),
+            dir.join("waited").display()
         ),
     );
     python
@@ -516,6 +519,36 @@ fn ray_step_env(cmd: &mut std::process::Command, dir: &std::path::Path, port: u1
     .env("RAY_AUTH_TOKEN", "0123");
 }
 
+/// The step's private directory in `dir` is gone (tf-cluster ray removed
+/// it); then `dir` is removed.
+fn assert_private_gone_and_clean(dir: &std::path::Path) {
+    assert!(
+        !dir.join("private").exists(),
+        "the step's private directory is left"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A port no one listens on (the kernel's pick, let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The head's `tf-cluster ray -- sh -c 'exit 7'` of a one-node step, its
+/// GCS at `port`, its private directory in `dir`.
+fn head_cmd(dir: &std::path::Path, port: u16) -> std::process::Command {
+    let mut cmd = hermetic::tf_cluster();
+    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
+    ray_step_env(&mut cmd, dir, port);
+    cmd.env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
+        .env("SLURM_STEP_NUM_NODES", "1");
+    cmd
+}
+
 /// Writes an executable script.
 fn script(path: &std::path::Path, text: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -529,11 +562,7 @@ fn script(path: &std::path::Path, text: &str) {
 fn a_ray_worker_without_ray_on_path_fails_at_once() {
     let (dir, _) = ray_folder("no-ray");
     // No head listens here: a worker that waited would wait its whole window.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let mut cmd = hermetic::tf_cluster();
     cmd.arg("ray");
     ray_step_env(&mut cmd, &dir, port);
@@ -595,11 +624,7 @@ fn a_ray_worker_whose_start_fails_starts_again_while_the_head_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(lines(), ["start retries=90", "start retries=90"]);
-    assert!(
-        !dir.join("private").exists(),
-        "the step's private directory is left"
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_private_gone_and_clean(&dir);
 }
 
 /// The head's `ray start` that ends before the step's Ray was up (here while
@@ -615,20 +640,19 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
     script(
         &dir.join("bin/ray-start"),
         &format!(
-            "#!/bin/sh\necho \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\nexec sleep 60\n",
-            s = starts.display()
+            "#!/bin/sh\necho \"$1 $2\" >>{s}\n[ \"$(wc -l <{s})\" -ge 2 ] || exit 1\n\
+             for h in $(echo \"$TFC_RAY_GCS_HOLD\" | tr , ' '); do eval \"exec ${{h%%:*}}>&-\"; done\n\
+             touch \"$TFC_RAY_GCS_CHECKED\"\nexec python3 -c {gcs} $TFC_TEST_PORT\n",
+            s = starts.display(),
+            gcs = "'import socket, sys, time\ns = socket.socket()\ns.bind((\"127.0.0.1\", int(sys.argv[1])))\ns.listen()\ntime.sleep(60)'"
         ),
     );
     script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
-    // The GCS port answers from the start (the first start's GCS came up).
-    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = gcs.local_addr().unwrap().port();
-    let mut cmd = hermetic::tf_cluster();
-    cmd.args(["ray", "--", "sh", "-c", "exit 7"]);
-    ray_step_env(&mut cmd, &dir, port);
-    let out = cmd
-        .env("TF_CLUSTER_RAY_HEAD_ARGS", format!("--port={port}"))
-        .env("SLURM_STEP_NUM_NODES", "1")
+    // The second start's GCS listens, once tf-cluster ray let the port go
+    // (the guard's part: the held sockets closed, the GCS found its own).
+    let port = free_port();
+    let out = head_cmd(&dir, port)
+        .env("TFC_TEST_PORT", port.to_string())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -638,28 +662,22 @@ fn a_ray_head_whose_start_fails_starts_again_before_the_driver() {
         "start --head\nstart --head\n"
     );
     assert!(stderr.contains("starting it again"), "{stderr}");
-    assert!(
-        !dir.join("private").exists(),
-        "the step's private directory is left"
-    );
-    drop(gcs);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_private_gone_and_clean(&dir);
 }
 
-/// A Ray without token authentication (before 2.52) is refused before any
-/// `ray start`, in one line naming its version; so is a task without the
-/// plugin's token.
+/// A Ray older than 2.54 (2.52 and 2.53 check the token everywhere but in
+/// the dashboard agent's job API) is refused before any `ray start`, in one
+/// line naming its version; so is a task without the plugin's token.
 #[test]
-fn a_ray_without_token_authentication_is_refused() {
+fn a_ray_older_than_2_54_is_refused() {
     let (dir, starts) = ray_folder("old");
-    let python = stand_in_python(&dir, "2.51.1");
+    let python = stand_in_python(&dir, "2.53.0");
     script(
         &dir.join("bin/ray-start"),
         &format!("#!/bin/sh\necho \"$1\" >>{}\n", starts.display()),
     );
     script(&dir.join("bin/ray"), &format!("#!{}\n", python.display()));
-    let gcs = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = gcs.local_addr().unwrap().port();
+    let port = free_port();
     let mut cmd = hermetic::tf_cluster();
     cmd.args(["ray", "--", "true"]);
     ray_step_env(&mut cmd, &dir, port);
@@ -671,7 +689,7 @@ fn a_ray_without_token_authentication_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(
         stderr.trim(),
-        "tf-cluster ray: Ray 2.51.1 has no token authentication, without which any user of the nodes could run code in the step's cluster: install Ray 2.52 or later"
+        "tf-cluster ray: Ray 2.53.0 is older than 2.54, before which another user of the nodes can run code in the step's cluster (no token check, or none in the dashboard agent's job API): install Ray 2.54 or later"
     );
     assert!(!starts.exists(), "ray start ran");
     // The same Ray 2.60 stand-in without the plugin's token.
@@ -684,7 +702,190 @@ fn a_ray_without_token_authentication_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("RAY_AUTH_TOKEN is not set"), "{stderr}");
     assert!(!starts.exists(), "ray start ran");
-    drop(gcs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ray's `ray` script, as pip writes it for the machine's python3.
+const RAY_SCRIPT: &str =
+    "#!/usr/bin/python3\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n";
+
+/// A stand-in of Ray's package for the real guard (cli/src/ray_guard.py)
+/// under the machine's python3: `ray start --head`'s Node starts a "GCS"
+/// that listens on `--port` after 0.3 s (or fails, the port being taken),
+/// then calls that port with the token, as Ray's GcsClient does, and notes
+/// the call in the file `called`.
+fn stand_in_ray_package(dir: &std::path::Path) {
+    let pkg = dir.join("site/ray");
+    for sub in ["_private", "scripts"] {
+        std::fs::create_dir_all(pkg.join(sub)).unwrap();
+        std::fs::write(pkg.join(sub).join("__init__.py"), "").unwrap();
+    }
+    std::fs::write(pkg.join("__init__.py"), "").unwrap();
+    let meta = dir.join("site/ray-2.60.0.dist-info");
+    std::fs::create_dir_all(&meta).unwrap();
+    std::fs::write(
+        meta.join("METADATA"),
+        "Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("_private/ray_constants.py"),
+        "PROCESS_TYPE_GCS_SERVER = 'gcs_server'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("_private/node.py"),
+        "import subprocess, sys\n\
+         GCS = 'import socket, sys, time\\ns = socket.socket()\\ntime.sleep(0.3)\\n\
+         s.bind((\"127.0.0.1\", int(sys.argv[1])))\\ns.listen()\\ntime.sleep(60)\\n'\n\
+         class Info:\n    def __init__(self, p): self.process = p\n\
+         class Params: pass\n\
+         class Node:\n    def __init__(self, port):\n        self._ray_params = Params()\n\
+         \x20       self._ray_params.gcs_server_port = port\n        self.all_processes = {}\n\
+         \x20   def start_gcs_server(self):\n\
+         \x20       p = subprocess.Popen([sys.executable, '-c', GCS, str(self._ray_params.gcs_server_port)])\n\
+         \x20       self.all_processes['gcs_server'] = [Info(p)]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        pkg.join("scripts/scripts.py"),
+        format!(
+            "import os, socket, sys, time\nfrom ray._private.node import Node\n\
+             def main():\n    port = int([a for a in sys.argv if a.startswith('--port=')][0][7:])\n\
+             \x20   open('{}', 'w').close()\n    time.sleep(0.5)\n\
+             \x20   Node(port).start_gcs_server()\n\
+             \x20   socket.create_connection(('127.0.0.1', port)).sendall(b'authorization: Bearer ' + os.environ['RAY_AUTH_TOKEN'].encode())\n\
+             \x20   open('{}', 'a').write('called\\n')\n    time.sleep(60)\n",
+            dir.join("main").display(),
+            dir.join("called").display()
+        ),
+    )
+    .unwrap();
+}
+
+/// What reaches `listener` while `tfc` runs (and 2 s at least): every
+/// connection read to its end; and tfc's output.
+fn hear(listener: &std::net::TcpListener, tfc: std::process::Child) -> (Vec<u8>, Output) {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    listener.set_nonblocking(true).unwrap();
+    let mut heard = Vec::new();
+    let mut tfc = Some(tfc);
+    let mut out = None;
+    while out.is_none() || started.elapsed() < std::time::Duration::from_secs(2) {
+        if let Ok((mut conn, _)) = listener.accept() {
+            conn.set_nonblocking(false).unwrap();
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .unwrap();
+            let _ = conn.read_to_end(&mut heard);
+        }
+        if let Some(mut child) = tfc.take() {
+            match child.try_wait().unwrap() {
+                Some(_) => out = Some(child.wait_with_output().unwrap()),
+                None => tfc = Some(child),
+            }
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    (heard, out.unwrap())
+}
+
+/// The head's `tf-cluster ray` with the stand-in package of `dir`.
+fn guarded_head(dir: &std::path::Path, port: u16) -> std::process::Child {
+    head_cmd(dir, port)
+        .env("PYTHONPATH", dir.join("site"))
+        .env("TFC_RAY_GCS_WAIT", "20")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Another process listens on the head's GCS port (another user's in life;
+/// a second process of the test here: any listener that is not the step's
+/// GCS is refused). Listening before tf-cluster ray starts, it is refused
+/// at once, before Ray runs. Listening once tf-cluster ray lets the port go
+/// to Ray (it held it until then: every earlier try to listen fails), the
+/// real guard around Ray's Node finds it before anything calls the port.
+/// Either way nothing of the token reaches the listener, the head is not
+/// started again nor the driver's wait, and tf-cluster ray exits 1 with
+/// one line naming the port.
+#[test]
+fn a_head_whose_gcs_port_another_process_listens_on_refuses_before_any_call() {
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "this test runs Python 3 as /usr/bin/python3"
+    );
+    let line = |port: u16| {
+        vec![format!(
+            "tf-cluster ray: the head's GCS port {port} is taken by another process of yours, \
+             not this step's GCS: Ray not started, and not started again with this step's token"
+        )]
+    };
+    let (dir, _) = ray_folder("taken");
+    stand_in_ray_package(&dir);
+    script(&dir.join("bin/ray"), RAY_SCRIPT);
+    // Before the start.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (heard, out) = hear(&listener, guarded_head(&dir, port));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&heard), "", "the listener heard");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
+    drop(listener);
+    // Once Ray's `ray start` runs: the listener tries from then on.
+    let port = free_port();
+    let tfc = guarded_head(&dir, port);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join("main").exists() {
+        assert!(std::time::Instant::now() < end, "ray start did not run");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let mut refused = 0;
+    let listener = loop {
+        match std::net::TcpListener::bind(("0.0.0.0", port)) {
+            Ok(l) => break l,
+            Err(_) => refused += 1,
+        }
+        assert!(std::time::Instant::now() < end, "the port never came free");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    let (heard, out) = hear(&listener, tfc);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(String::from_utf8_lossy(&heard), "", "the listener heard");
+    assert!(refused > 0, "the port was not held while ray start began");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().collect::<Vec<_>>(), line(port));
+    assert!(!dir.join("called").exists(), "Ray called the port");
+    assert!(!dir.join("waited").exists(), "the driver's wait ran");
+    assert_private_gone_and_clean(&dir);
+}
+
+/// Without the listener, the same stand-in's GCS passes the guard and is
+/// called; tf-cluster ray's wait for the nodes runs only after that.
+#[test]
+fn a_head_whose_gcs_is_its_own_passes_the_guard() {
+    let (dir, _) = ray_folder("own");
+    stand_in_ray_package(&dir);
+    script(&dir.join("bin/ray"), RAY_SCRIPT);
+    let port = free_port();
+    let out = head_cmd(&dir, port)
+        .env("PYTHONPATH", dir.join("site"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The stand-in package has no ray.init: the wait for the nodes fails,
+    // after the guard let Ray's own call through.
+    assert!(
+        stderr.contains("waiting for the step's 1 Ray nodes failed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("GCS port"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("called")).unwrap(),
+        "called\n"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -169,14 +169,14 @@ pub fn rebuildable(source: &mut impl Source) -> Result<()> {
     Ok(())
 }
 
-/// The leader's job of a heterogeneous step whose component runs as job
-/// `job`: the job `named` (SLURM_JOB_ID, which Slurm sets to the leader's),
-/// when it is an earlier job of the same heterogeneous job (its components
-/// have consecutive ids after the leader's); None otherwise, so a kill
-/// never names another job.
-pub fn leader(job: u32, named: &str) -> Option<u32> {
-    let leader = parse_u32(named)?;
-    (leader != 0 && leader < job && job - leader < MAX_HET_COMPONENTS).then_some(leader)
+/// The leader's job of a heterogeneous job whose component `job`
+/// slurmctld records with `het_job_id` = `recorded` (its own record of the
+/// job, never a variable: srun's environment is the user's to forge): the
+/// leader when it is another, earlier job of the same heterogeneous job
+/// (its components have consecutive ids after the leader's); None for a job
+/// that is no component (0, NO_VAL) or is the leader itself.
+pub fn leader(job: u32, recorded: u32) -> Option<u32> {
+    (recorded != 0 && recorded < job && job - recorded < MAX_HET_COMPONENTS).then_some(recorded)
 }
 
 /// The job id and node list of each component of a heterogeneous job, in
@@ -374,16 +374,16 @@ mod tests {
         );
     }
 
-    /// A kill names another job only as a heterogeneous step's leader: an
-    /// earlier job close before this one; anything else names none.
+    /// slurmctld's het_job_id names another job only as a heterogeneous
+    /// job's leader: an earlier job close before this one; the leader's own
+    /// record (its own id), a plain job's (0) or NO_VAL name none.
     #[test]
     fn only_a_near_earlier_job_is_a_leader() {
-        assert_eq!(leader(30, "28"), Some(28));
-        assert_eq!(leader(30, "30"), None, "the job itself");
-        assert_eq!(leader(30, "31"), None, "a later job");
-        assert_eq!(leader(300, "1"), None, "far before");
-        assert_eq!(leader(30, "0"), None);
-        assert_eq!(leader(30, "+28"), None, "Slurm's numbers are digits");
-        assert_eq!(leader(30, "x"), None);
+        assert_eq!(leader(30, 28), Some(28));
+        assert_eq!(leader(30, 30), None, "the leader itself");
+        assert_eq!(leader(30, 31), None, "a later job");
+        assert_eq!(leader(300, 1), None, "far before");
+        assert_eq!(leader(30, 0), None, "no heterogeneous job");
+        assert_eq!(leader(30, u32::MAX - 1), None, "NO_VAL");
     }
 }

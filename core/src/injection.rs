@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
-use crate::limits::ENV_LIMIT;
+use crate::limits::{ENV_LIMIT, exec_size};
 
 /// What the plugin sets in one task's environment, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,14 @@ impl Injection {
         }
         self.list.extend(mirrors);
         Ok(self)
+    }
+
+    /// What exec counts of these variables in the task's environment
+    /// (crate::limits::exec_size): each `NAME=value`, its NUL, its pointer.
+    pub fn exec_size(&self) -> usize {
+        self.vars()
+            .map(|(name, value)| exec_size(name.len() + 1 + value.len()))
+            .sum()
     }
 
     /// The value given to `name`, if any.

@@ -20,6 +20,34 @@ pub const MAX_GPUS: u32 = 1024;
 /// counting `NAME=`, the value and the NUL.
 pub const ENV_LIMIT: usize = 131_072;
 
+/// Linux's limit on what one exec takes, arguments and environment together
+/// (ARG_MAX, `getconf ARG_MAX`): a quarter of the stack's limit, 2 MiB at
+/// the default 8 MiB stack, each string counted with its NUL and its
+/// pointer ([`exec_size`]).
+pub const ARG_MAX: usize = 2 << 20;
+
+/// What the plugin's variables may take of [`ARG_MAX`] in one task: 512 KiB
+/// is left to the environment srun and Slurm pass and the command's
+/// arguments (a few KiB on most sites).
+pub const ENV_TOTAL_LIMIT: usize = ARG_MAX - (512 << 10);
+
+/// What exec counts of one string of `bytes` bytes (a variable's `NAME=value`):
+/// its bytes, its NUL and its pointer.
+pub const fn exec_size(bytes: usize) -> usize {
+    bytes + 1 + size_of::<usize>()
+}
+
+/// Refuses variables that take `total` bytes of exec's limit in a task
+/// (`what`: which, and whether `total` is their least).
+pub fn check_env_total(what: &str, total: usize) -> Result<()> {
+    if total > ENV_TOTAL_LIMIT {
+        bail!(
+            "{what} {total} bytes in each task, over tf-cluster's {ENV_TOTAL_LIMIT} of Linux's {ARG_MAX}-byte exec limit (ARG_MAX): use fewer roles or fewer tasks"
+        );
+    }
+    Ok(())
+}
+
 /// The step's size against what any task lays out (each framework has its
 /// own, lower limits besides).
 pub fn check_size(tasks: u64, nodes: usize) -> Result<()> {
@@ -30,4 +58,23 @@ pub fn check_size(tasks: u64, nodes: usize) -> Result<()> {
         bail!("the step has {nodes} nodes; tf-cluster lays out at most {MAX_NODES}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Variables of exactly the plugin's share pass; a byte more is refused.
+    #[test]
+    fn the_total_is_refused_past_the_plugins_share_of_arg_max() {
+        assert_eq!(ENV_TOTAL_LIMIT, 1_572_864);
+        // `A=`, 1 byte, its NUL and pointer: 12 bytes on 64-bit Linux.
+        assert_eq!(exec_size("A=x".len()), 12);
+        check_env_total("these would take", ENV_TOTAL_LIMIT).unwrap();
+        let e = check_env_total("these would take", ENV_TOTAL_LIMIT + 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "these would take 1572865 bytes in each task, over tf-cluster's 1572864 of Linux's 2097152-byte exec limit (ARG_MAX): use fewer roles or fewer tasks"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use super::frameworks::{self, Framework, Gpus, Shared, Task, Vars};
 use super::handoff::FromSrun;
 use super::injection::Injection;
 use super::layout::{Layout, required};
-use super::limits::ENV_LIMIT;
+use super::limits::{ENV_LIMIT, check_env_total};
 use super::node_plan::{NodePlan, TaskBinding};
 use super::role_world::{RoleWorlds, World};
 use super::settings::Settings;
@@ -158,10 +158,11 @@ impl Node {
             self.worlds
                 .vars(&self.layout, &self.step, placed, step_port)?,
         );
-        let injection = Injection { list };
+        let mut injection = Injection { list };
         if self.settings.apptainer_env {
-            return injection.with_apptainer_mirror();
+            injection = injection.with_apptainer_mirror()?;
         }
+        check_env_total("tf-cluster's variables would take", injection.exec_size())?;
         Ok(injection)
     }
 

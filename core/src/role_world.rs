@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use super::distribution::Placement;
 use super::error::{Result, bail};
 use super::layout::Layout;
-use super::limits::ENV_LIMIT;
+use super::limits::{ENV_LIMIT, exec_size};
 use super::settings::Settings;
 use super::step::Step;
 use super::step_roles::{DEFAULT_PORTS_PER_TASK, addrs_var};
@@ -64,6 +64,25 @@ struct Span {
     master_node: u32,
     /// Each of its nodes: (its group, the role's tasks there).
     nodes: HashMap<u32, (u32, u32)>,
+}
+
+/// The least exec takes of a task's environment for the roles' address
+/// books (crate::limits::exec_size): each `address:port` at least
+/// `address` bytes, one book per role (`roles`: name and count), given
+/// once more under each of `prefixes` (`--tf-apptainer-env`).
+pub fn books_min_exec_size(roles: &[(String, u32)], address: usize, prefixes: &[&str]) -> usize {
+    let mut total = 0;
+    for (name, count) in roles {
+        let count = *count as usize;
+        let value = count * address + count.saturating_sub(1);
+        let var = addrs_var(name).len() + 1 + value;
+        total += exec_size(var)
+            + prefixes
+                .iter()
+                .map(|p| exec_size(p.len() + var))
+                .sum::<usize>();
+    }
+    total
 }
 
 /// The ports of each task's own: the step's, else the default of a step

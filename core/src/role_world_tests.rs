@@ -451,3 +451,145 @@ fn a_node_listens_on_its_roles_and_tasks_ports() {
     assert_eq!(listening("n2"), with(&[12002]));
     assert_eq!(listening("n3"), with(&[]));
 }
+
+/// A task's variables, in order.
+type Vars = Vec<(String, String)>;
+
+/// 24 roles of 2,600 tasks each, on 780 nodes of 80 tasks (`hosts`, the
+/// first `first`), ports 12000-12999 reserved, `more` settings: srun's
+/// check before launch, and rank 0's variables (on `first`).
+fn roles_24x2600(
+    hosts: &str,
+    first: &str,
+    more: &[(&str, &str)],
+) -> (Result<(), String>, Result<Vars, String>) {
+    let spec: Vec<String> = (0..24).map(|i| format!("r{i}:2600")).collect();
+    let mut settings = with_roles(torch(), &spec.join(","));
+    for (key, value) in more {
+        settings.set(key, value).unwrap();
+    }
+    let launch = Launch {
+        tasks: 62_400,
+        nodelist: Some(hosts),
+        nodes: Some(780),
+        resv_ports: Some("12000-12999"),
+        most_local: Some(80),
+        ..Launch::default()
+    };
+    let srun = check_before_launch(&settings, &launch).map_err(|e| e.to_string());
+    let vars = [
+        ("SLURM_STEP_NUM_TASKS", "62400"),
+        ("SLURM_STEP_NODELIST", hosts),
+        ("SLURM_STEP_TASKS_PER_NODE", "80(x780)"),
+        ("SLURM_DISTRIBUTION", "block"),
+        ("SLURMD_NODENAME", first),
+        ("SLURM_STEP_RESV_PORTS", "12000-12999"),
+    ];
+    let task = (|| {
+        let step = Step::gather(&settings, &mut Given::vars(vars).gpus(0))?.step()?;
+        let injection = Node::prepare(settings.clone(), step)?.task(0, Some(0), None)?;
+        Ok::<_, crate::error::Error>(
+            injection
+                .vars()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect(),
+        )
+    })()
+    .map_err(|e| e.to_string());
+    (srun, task)
+}
+
+/// Whether `/bin/true` starts with `vars` as its whole environment: None
+/// where this machine's exec limit is not Linux's default 2 MiB (its stack
+/// limit not 8 MiB), so no answer is the one a default node gives.
+fn execs_with(vars: &[(String, String)]) -> Option<std::io::Result<()>> {
+    // SAFETY: sysconf reads a limit.
+    if unsafe { libc::sysconf(libc::_SC_ARG_MAX) } != crate::limits::ARG_MAX as libc::c_long {
+        eprintln!("SKIPPED the exec: ARG_MAX here is not 2 MiB");
+        return None;
+    }
+    let run = std::process::Command::new("/bin/true")
+        .env_clear()
+        .envs(vars.iter().map(|(n, v)| (n, v)))
+        .status();
+    Some(run.map(|status| assert!(status.success())))
+}
+
+/// Each role's address book within the 131,072 bytes of one variable, but
+/// the 24 together (2.3 MB with hosts named `cluster-a100-80gb-gpu-nodeNNNN`)
+/// over the exec limit: exec itself refuses them ("Argument list too
+/// long"), and srun refuses the step before launch in one line (each task
+/// too, the catch-all).
+#[test]
+fn address_books_over_the_exec_limit_together_are_refused_before_launch() {
+    let prefix = "cluster-a100-80gb-gpu-node";
+    let host = |node: u32| format!("{prefix}{:04}", node + 1);
+    // Rank 0's books as any task has them: each rank's node, then its first
+    // own port (after PyTorch's and the roles' 25, 4 per local task).
+    let books: Vec<(String, String)> = (0..24u32)
+        .map(|role| {
+            let book: Vec<String> = (role * 2600..(role + 1) * 2600)
+                .map(|rank| format!("{}:{}", host(rank / 80), 12025 + 4 * (rank % 80)))
+                .collect();
+            (format!("TF_CLUSTER_ROLE_R{role}_ADDRS"), book.join(","))
+        })
+        .collect();
+    assert!(
+        books
+            .iter()
+            .all(|(n, v)| n.len() + v.len() + 2 < crate::limits::ENV_LIMIT)
+    );
+    if let Some(run) = execs_with(&books) {
+        assert_eq!(run.unwrap_err().raw_os_error(), Some(libc::E2BIG));
+    }
+    let (srun, task) = roles_24x2600(&format!("{prefix}[0001-0780]"), &host(0), &[]);
+    let tail = " bytes in each task, over tf-cluster's 1572864 of Linux's 2097152-byte exec limit (ARG_MAX): use fewer roles or fewer tasks";
+    let bytes = |text: &str, head: &str| -> usize {
+        let n = text.strip_prefix(head).and_then(|t| t.strip_suffix(tail));
+        n.unwrap_or_else(|| panic!("{text}")).parse().unwrap()
+    };
+    // srun's is the least the books take, each task's what it would set.
+    let least = bytes(
+        &srun.unwrap_err(),
+        "the roles' address books would take at least ",
+    );
+    let exact = bytes(&task.unwrap_err(), "tf-cluster's variables would take ");
+    let books: usize = books.iter().map(|(n, v)| n.len() + v.len() + 2 + 8).sum();
+    assert!(least <= books && books < exact, "{least} {books} {exact}");
+    assert!(least > 1572864, "{least}");
+}
+
+/// The same step on nodes named `nNNN`: 0.7 MB of address books, which
+/// exec takes beside the rest of a task's variables; srun lets it start.
+#[test]
+fn address_books_within_the_exec_limit_together_start() {
+    let (srun, task) = roles_24x2600("n[001-780]", "n001", &[]);
+    srun.unwrap();
+    let vars = task.unwrap();
+    let books: usize = vars
+        .iter()
+        .filter(|(n, _)| n.ends_with("_ADDRS"))
+        .map(|(n, v)| n.len() + v.len() + 2)
+        .sum();
+    assert!(books > 650_000, "{books} bytes of books");
+    if let Some(run) = execs_with(&vars) {
+        run.unwrap();
+    }
+}
+
+/// The same books given three times (`--tf-apptainer-env`: once more as
+/// APPTAINERENV_ and SINGULARITYENV_) no longer fit: refused before launch.
+#[test]
+fn address_books_mirrored_for_apptainer_count_three_times() {
+    let (srun, task) = roles_24x2600("n[001-780]", "n001", &[("apptainer-env", "yes")]);
+    let srun = srun.unwrap_err();
+    assert!(
+        srun.starts_with("the roles' address books would take at least "),
+        "{srun}"
+    );
+    let task = task.unwrap_err();
+    assert!(
+        task.starts_with("tf-cluster's variables would take "),
+        "{task}"
+    );
+}

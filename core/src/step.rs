@@ -7,7 +7,7 @@ use super::error::{Error, Result, bail, shown};
 use super::gpus::bind::GpuBind;
 use super::gpus::bind::Recorded;
 use super::gpus::devices::Visible;
-use super::handoff::{self, Applied, FromSrun, Options, Said, Word};
+use super::handoff::{self, FromSrun, Said};
 use super::het::{het_job_id_of, het_nodelists, rebuildable};
 use super::hostlist::HostList;
 use super::limits::{MAX_NODES, MAX_TASKS, check_size};
@@ -17,6 +17,7 @@ use super::secret::Secret;
 use super::settings::Frameworks;
 use super::settings::Settings;
 use super::source::{Probe, Source};
+use super::step_kind::{Asked, StepKind};
 use super::tasks_per_node;
 use crate::network::addresses::{Network, NodeNetwork};
 use crate::step_roles::ENGINE_VARS;
@@ -175,28 +176,46 @@ impl Step {
         Step::gather_handed(source, |_| Ok(Some(settings.clone())))
     }
 
-    /// srun's word to the task ([`Word::applied`]) applied to the step
-    /// `source` shows, for the plugin's slurmstepd and the CLI twin alike.
-    /// `settings` makes the step's settings from its options, told whether
-    /// srun's word says an inherited `--tf-off` was beaten (None: the step
-    /// asks for nothing).
+    /// srun's word to the task ([`StepKind::of`]) applied to the step
+    /// `source` shows, for the CLI twin (slurmstepd asks [`StepKind::of`]
+    /// itself, then [`Step::gather_said`]). `settings` makes the step's
+    /// settings from its options, told whether srun's word says an
+    /// inherited `--tf-off` was beaten (None: the step asks for nothing).
     pub fn gather_handed(
         source: &mut (impl Source + Probe),
         settings: impl FnOnce(bool) -> Result<Option<Settings>>,
     ) -> Result<Gathered> {
-        // The step's size first: nothing larger than the plugin lays out is
-        // read further.
+        Step::num_tasks(source)?;
+        let asked = Asked::Known {
+            framework: true,
+            settings: Box::new(settings),
+        };
+        let word = source.var(handoff::VAR)?;
+        match StepKind::of(word.as_deref(), source.job_step()?, asked)? {
+            StepKind::Nothing | StepKind::Plain { .. } => Ok(Gathered::Skip),
+            StepKind::Refused => Ok(Gathered::Refused),
+            StepKind::Framework(said) => Step::gather_said(source, *said)
+                .map(Box::new)
+                .map(Gathered::Step),
+        }
+    }
+
+    /// The step's task count, within what the plugin lays out: read first
+    /// for a framework step (before srun's word), so that nothing larger is
+    /// read further.
+    pub fn num_tasks(source: &mut impl Source) -> Result<Option<u32>> {
         let num_tasks = number(source, "SLURM_STEP_NUM_TASKS")?;
         if let Some(n) = num_tasks {
             check_size(u64::from(n), 0)?;
         }
+        Ok(num_tasks)
+    }
+
+    /// The framework step `source` shows, with what srun's word `said` of
+    /// it ([`StepKind::Framework`]).
+    pub fn gather_said(source: &mut (impl Source + Probe), said: Said) -> Result<Handed> {
+        let num_tasks = Step::num_tasks(source)?;
         let job_step = source.job_step()?;
-        let word = Word::decode(source.var(handoff::VAR)?.as_deref(), job_step)?;
-        let said = match word.applied(Options::Read(Box::new(settings)))? {
-            Applied::NotAsked | Applied::LeftAlone => return Ok(Gathered::Skip),
-            Applied::Refused => return Ok(Gathered::Refused),
-            Applied::Step(said) => *said,
-        };
         // No word from srun at all (an srun without the plugin): the job's
         // restart count where srun reads it.
         let restart_count = said
@@ -232,12 +251,12 @@ impl Step {
             step.read_hints(source)?;
         }
         step.read_node(&settings, source, handed_network)?;
-        Ok(Gathered::Step(Box::new(Handed {
+        Ok(Handed {
             settings,
             step,
             inherited,
             recorded_bind,
-        })))
+        })
     }
 
     /// What only the node can say: its GPU count where the step's GPUs

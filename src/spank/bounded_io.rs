@@ -176,14 +176,15 @@ pub fn read_user_file(path: &str, limit: Duration) -> crate::core::Result<String
     }
 }
 
-/// Anonymous memory shared with the child, which reads the file into it.
-struct SharedMap {
-    ptr: *mut u8,
-    len: usize,
+/// Anonymous memory shared with the child, which reads the file into it
+/// (or writes what it left: super::private_dir).
+pub(super) struct SharedMap {
+    pub(super) ptr: *mut u8,
+    pub(super) len: usize,
 }
 
 impl SharedMap {
-    fn new(len: usize) -> std::io::Result<SharedMap> {
+    pub(super) fn new(len: usize) -> std::io::Result<SharedMap> {
         // SAFETY: a fresh anonymous mapping, unmapped on drop.
         let ptr = unsafe {
             libc::mmap(
@@ -205,7 +206,7 @@ impl SharedMap {
     }
 
     /// The first `n` bytes (at most the mapping's length).
-    fn bytes(&self, n: usize) -> &[u8] {
+    pub(super) fn bytes(&self, n: usize) -> &[u8] {
         // SAFETY: within the mapping, which the child no longer writes (it
         // has ended).
         unsafe { std::slice::from_raw_parts(self.ptr, n.min(self.len)) }

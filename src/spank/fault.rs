@@ -27,3 +27,12 @@ pub fn inject(hook: &str, spank: Option<&Spank>) {
         panic!("fault injected in {hook}");
     }
 }
+
+/// In a hook's whole call (super::guard::whole), before the side's body:
+/// `TF_CLUSTER_FAULT=whole_<hook>` panics there, outside every part's
+/// guard.
+pub fn inject_whole(hook: &str, spank: &Spank) {
+    if cfg!(feature = "fault-injection") && active(&format!("whole_{hook}"), Some(spank)) {
+        panic!("fault injected in the whole {hook} hook");
+    }
+}

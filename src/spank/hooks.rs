@@ -4,15 +4,16 @@
 //! ([`super::stepd`]: `user_init` once per node, `task_init_privileged` and
 //! `task_init` per task, `task_exit` in slurmstepd after each task, `exit`
 //! once the node's tasks ended). sbatch and salloc only register and check
-//! the options. Every body runs in super::guard, which alone catches panics
-//! and turns an outcome into the hook's return code.
+//! the options. Each whole call runs in super::guard::whole, so no panic
+//! reaches Slurm, and each body's parts in super::guard's `guard` or
+//! `caught`, which turn an outcome into the hook's return code.
 
 use std::ffi::{c_char, c_int, c_uint};
 use std::sync::OnceLock;
 
 use super::bindings as sys;
-use super::guard::{Answer, guard};
-use super::handle::{self, callback};
+use super::guard::{Answer, guard, whole};
+use super::handle;
 use super::options;
 use super::srun::Srun;
 use super::stepd::Stepd;
@@ -42,7 +43,12 @@ static SIDE: OnceLock<Side> = OnceLock::new();
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     logger::install();
-    callback(sp, ac, av, |spank| {
+    // SAFETY: the handle Slurm passed to this callback.
+    let answer = match unsafe { sys::spank_remote(sp) } {
+        1 => Answer::Succeeds,
+        _ => Answer::Fails,
+    };
+    whole("init", answer, (sp, ac, av), |spank| {
         let rc = guard("init", Some(spank), Answer::Fails, || {
             if fault::active("register", Some(spank)) {
                 return Err(Error::new("spank_option_register: fault injected"));
@@ -71,10 +77,15 @@ pub extern "C" fn slurm_spank_local_user_init(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    callback(sp, ac, av, |spank| match SIDE.get() {
-        Some(Side::Srun(srun)) => srun.local_user_init(spank),
-        _ => 0,
-    })
+    whole(
+        "local_user_init",
+        Answer::Fails,
+        (sp, ac, av),
+        |spank| match SIDE.get() {
+            Some(Side::Srun(srun)) => srun.local_user_init(spank),
+            _ => 0,
+        },
+    )
 }
 
 /// srun, sbatch, salloc and slurmstepd, after the options are parsed (srun:
@@ -86,10 +97,15 @@ pub extern "C" fn slurm_spank_init_post_opt(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    callback(sp, ac, av, |spank| match SIDE.get() {
-        Some(Side::Srun(srun)) if handle::in_srun() => srun.init_post_opt(spank),
-        _ => 0,
-    })
+    whole(
+        "init_post_opt",
+        Answer::Succeeds,
+        (sp, ac, av),
+        |spank| match SIDE.get() {
+            Some(Side::Srun(srun)) if handle::in_srun() => srun.init_post_opt(spank),
+            _ => 0,
+        },
+    )
 }
 
 /// slurmstepd, once per node before the tasks are forked, as the user: the
@@ -101,10 +117,15 @@ pub extern "C" fn slurm_spank_user_init(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    callback(sp, ac, av, |spank| match SIDE.get() {
-        Some(Side::Stepd(stepd)) => stepd.user_init(spank),
-        _ => 0,
-    })
+    whole(
+        "user_init",
+        Answer::Succeeds,
+        (sp, ac, av),
+        |spank| match SIDE.get() {
+            Some(Side::Stepd(stepd)) => stepd.user_init(spank),
+            _ => 0,
+        },
+    )
 }
 
 /// slurmstepd, in each task before any plugin's `task_init`, as root: the
@@ -116,10 +137,15 @@ pub extern "C" fn slurm_spank_task_init_privileged(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    callback(sp, ac, av, |_| match SIDE.get() {
-        Some(Side::Stepd(stepd)) => stepd.task_init_privileged(),
-        _ => 0,
-    })
+    whole(
+        "task_init_privileged",
+        Answer::Succeeds,
+        (sp, ac, av),
+        |_| match SIDE.get() {
+            Some(Side::Stepd(stepd)) => stepd.task_init_privileged(),
+            _ => 0,
+        },
+    )
 }
 
 /// slurmstepd, in each task just before exec, as the user: the task takes
@@ -130,10 +156,15 @@ pub extern "C" fn slurm_spank_task_init(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    callback(sp, ac, av, |spank| match SIDE.get() {
-        Some(Side::Stepd(stepd)) => stepd.task_init(spank),
-        _ => 0,
-    })
+    whole(
+        "task_init",
+        Answer::Fails,
+        (sp, ac, av),
+        |spank| match SIDE.get() {
+            Some(Side::Stepd(stepd)) => stepd.task_init(spank),
+            _ => 0,
+        },
+    )
 }
 
 /// slurmstepd, as root on the host, once every task of the node ended
@@ -142,9 +173,11 @@ pub extern "C" fn slurm_spank_task_init(
 /// has none.
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    callback(sp, ac, av, |_| match SIDE.get() {
-        Some(Side::Stepd(stepd)) => stepd.exit(),
-        _ => 0,
+    whole("exit", Answer::Succeeds, (sp, ac, av), |_| {
+        match SIDE.get() {
+            Some(Side::Stepd(stepd)) => stepd.exit(),
+            _ => 0,
+        }
     })
 }
 
@@ -158,8 +191,13 @@ pub extern "C" fn slurm_spank_task_exit(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    callback(sp, ac, av, |spank| match SIDE.get() {
-        Some(Side::Stepd(stepd)) => stepd.task_exit(spank),
-        _ => 0,
-    })
+    whole(
+        "task_exit",
+        Answer::Succeeds,
+        (sp, ac, av),
+        |spank| match SIDE.get() {
+            Some(Side::Stepd(stepd)) => stepd.task_exit(spank),
+            _ => 0,
+        },
+    )
 }

@@ -53,7 +53,7 @@ pub fn install() {
                 .location()
                 .map(|l| format!(" at {}:{}", l.file(), l.line()));
             log::error!(
-                "internal error{}: {what}; the step fails, the node is unaffected",
+                "internal error{}: {what}; caught: the node stays in service",
                 at.unwrap_or_default()
             );
         }));

@@ -10,7 +10,7 @@
 //! By job: the testbed's life and lock (testbed.rs), commands and steps run
 //! in it (exec.rs), what the tasks printed (probe.rs, outputs.rs), files and
 //! packages installed into it (installs.rs), the container stand-in enabled
-//! (standin.rs). Everything is re-exported here:
+//! (standin.rs), another user's job (users.rs). Everything is re-exported here:
 //! the test binaries name `common::X` whatever file holds it.
 
 pub mod exec;
@@ -19,8 +19,10 @@ pub mod outputs;
 pub mod probe;
 pub mod standin;
 pub mod testbed;
+pub mod users;
 
 pub use exec::*;
 pub use installs::*;
 pub use probe::*;
 pub use testbed::*;
+pub use users::*;

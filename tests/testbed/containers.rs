@@ -1217,58 +1217,6 @@ fn an_images_slurm_variables_do_not_move_a_task() {
     common::assert_no_node_drained();
 }
 
-/// A second user's job for the kill test: `sbatch` as bob (made at the
-/// testbed's start by entrypoint.sh), its id.
-fn bobs_job(node: &str) -> u32 {
-    let out = on(
-        "ctl",
-        &[
-            "runuser",
-            "-u",
-            "bob",
-            "--",
-            "sh",
-            "-c",
-            &format!(
-                "cd /tmp && sbatch --parsable -N1 -w {node} -o /dev/null --wrap 'srun sleep 600'"
-            ),
-        ],
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let job: u32 = text.trim().parse().unwrap_or_else(|_| {
-        panic!(
-            "sbatch as bob: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    // Until its step runs.
-    for _ in 0..300 {
-        let steps = on(
-            "ctl",
-            &["squeue", "-h", "-s", "-j", &job.to_string(), "-o", "%i"],
-        );
-        if String::from_utf8_lossy(&steps.stdout)
-            .lines()
-            .any(|l| l.trim() == format!("{job}.0"))
-        {
-            return job;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    panic!("bob's step {job}.0 never ran");
-}
-
-/// Whether step `job`.0 is still running.
-fn step_running(job: u32) -> bool {
-    let steps = on(
-        "ctl",
-        &["squeue", "-h", "-s", "-j", &job.to_string(), "-o", "%i"],
-    );
-    String::from_utf8_lossy(&steps.stdout)
-        .lines()
-        .any(|l| l.trim() == format!("{job}.0"))
-}
-
 /// An image copied from the test image with `vars` added to its
 /// environment, on the shared /home: its --container-image option.
 fn image_with(name: &str, vars: &[String]) -> String {
@@ -1298,7 +1246,7 @@ fn image_with(name: &str, vars: &[String]) -> String {
 #[test]
 fn an_image_cannot_aim_the_kill_at_another_users_step() {
     let _s = standin();
-    let victim = bobs_job("node3");
+    let victim = common::bobs_job("node3");
     let image = image_with(
         "img-victim",
         &[
@@ -1331,7 +1279,7 @@ fn an_image_cannot_aim_the_kill_at_another_users_step() {
     assert!(!text.contains("ran"), "{text}");
     std::thread::sleep(std::time::Duration::from_secs(5));
     assert!(
-        step_running(victim),
+        common::step_running(victim),
         "bob's step {victim}.0 was ended:\n{text}"
     );
 
@@ -1351,7 +1299,10 @@ fn an_image_cannot_aim_the_kill_at_another_users_step() {
         );
     }
     std::thread::sleep(std::time::Duration::from_secs(2));
-    assert!(step_running(victim), "bob's step {victim}.0 was ended");
+    assert!(
+        common::step_running(victim),
+        "bob's step {victim}.0 was ended"
+    );
     let _ = on("ctl", &["scancel", &victim.to_string()]);
     common::assert_no_node_drained();
 }

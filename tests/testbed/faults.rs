@@ -75,3 +75,86 @@ fn without_user_init_a_step_that_asked_fails_closed() {
     assert!(plain.messages().is_empty(), "{}", plain.stderr);
     assert_healthy("a step that did not ask", "node2");
 }
+
+/// Lines of node3's slurmd log (slurmstepd's own hooks log there) that
+/// name fault `fault`.
+fn fault_lines(fault: &str) -> usize {
+    let log = common::on("node3", &["cat", "/var/log/slurm/slurmd.log"]);
+    let want = match fault.strip_prefix("whole_") {
+        Some(hook) => format!("fault injected in the whole {hook} hook"),
+        None => format!("fault injected in {fault}"),
+    };
+    String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|l| {
+            l.contains("internal error at src/spank/")
+                && l.ends_with(&format!("{want}; caught: the node stays in service"))
+        })
+        .count()
+}
+
+/// A panic forced in slurmstepd's own hooks (the test build): in each part
+/// of `task_exit` (the record, the requeue, the kill), in `user_init`'s last
+/// lines, and outside every part's guard in each whole hook. slurmstepd goes
+/// on: the step ends with its own code (3), one line in slurmd's log says
+/// what panicked, no node drains, and the next step runs. (A panic there
+/// once unwound out of the `extern "C"` hook and aborted slurmstepd.) A
+/// panic before `user_init` made the node's share fails the step closed,
+/// as when slurmstepd runs no `user_init`.
+#[test]
+fn a_panic_in_slurmstepds_own_hooks_leaves_the_step_its_code() {
+    let bed = exclusive();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
+    let record = format!("--tf-record=/home/alice/tfc-faults-{}", std::process::id());
+    for fault in [
+        "user_init_end",
+        "task_exit_record",
+        "task_exit_requeue",
+        "task_exit",
+        "whole_user_init",
+        "whole_task_init_privileged",
+        "whole_task_exit",
+        "whole_exit",
+    ] {
+        let before = fault_lines(fault);
+        let var = format!("TF_CLUSTER_FAULT={fault}");
+        let out = common::exec_for(
+            120,
+            &[
+                "env",
+                &var,
+                "srun",
+                "-N1",
+                "-n1",
+                "-w",
+                "node3",
+                "--tf-cluster",
+                &record,
+                "--tf-requeue-on=43",
+                "sh",
+                "-c",
+                "exit 3",
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        let (code, line) = match fault {
+            "whole_user_init" => (1, Some("slurmstepd did not run user_init for this step")),
+            _ => (3, None),
+        };
+        assert_eq!(out.status.code(), Some(code), "{fault}: {text}");
+        assert!(line.is_none_or(|l| text.contains(l)), "{fault}: {text}");
+        // slurmstepd writes its log as the step ends: a moment after srun.
+        let mut lines = 0;
+        for _ in 0..50 {
+            lines = fault_lines(fault) - before;
+            if lines > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(lines, 1, "{fault}: one line in slurmd's log\n{text}");
+        assert_no_node_drained();
+        srun(&["-N1", "-n1", "-w", "node3", "--tf-cluster"]).assert_ran(1);
+    }
+    let _ = common::exec(&["sh", "-c", "rm -rf /home/alice/tfc-faults-*"]);
+}

@@ -218,13 +218,19 @@ fn a_healthy_step_is_one_place_or_moving_and_another_users_job_is_refused() {
         moving || !v.contains("rank "),
         "no rank singled out: {text}"
     );
-    // bob asks about alice's running job.
+    // bob asks about alice's running job, named to pass for his in
+    // `scontrol show job` (its name comes before its owner there).
+    let bob_uid = common::on("ctl", &["id", "-u", "bob"]);
+    let bob_uid = String::from_utf8_lossy(&bob_uid.stdout).trim().to_string();
+    let name = format!("x UserId=bob({bob_uid})");
     let out = exec(&[
         "sbatch",
         "--parsable",
         "-N1",
         "-t",
         "2",
+        "-J",
+        &name,
         "--wrap",
         "srun sleep 60",
     ]);

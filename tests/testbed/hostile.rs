@@ -5,7 +5,9 @@
 
 use crate::common;
 
-use common::{Run, exclusive, exec, srun, srun_env, testbed};
+use std::time::Duration;
+
+use common::{Run, exclusive, exec, exec_for, srun, srun_env, testbed};
 
 use super::refused_input::{assert_healthy, assert_next_step_runs, refusal_fault};
 
@@ -187,4 +189,115 @@ fn without_the_map_hostile_hints_fail_closed() {
         "bad SLURM_TF_CLUSTER runs \"garbage\": \"garbage\" is not a number",
     );
     assert_healthy("no map", "node2");
+}
+
+/// What the hostile user's srun forges, aimed at bob's job `victim`:
+/// every variable that names a job or a heterogeneous job's parts.
+fn forged(victim: u32) -> [String; 2] {
+    [
+        "LD_PRELOAD=/opt/tf-cluster/forged_srun.so".into(),
+        format!(
+            "TFC_FORGE=SLURM_JOB_ID={victim},SLURM_JOBID={victim},SLURM_HET_SIZE=2,SLURM_JOB_ID_HET_GROUP_0={victim},SLURM_JOB_ID_HET_GROUP_1={victim},SLURM_HET_JOB_ID={victim},SLURM_ARRAY_JOB_ID={victim}"
+        ),
+    ]
+}
+
+/// bob's job: still running its step, never requeued.
+fn assert_untouched(victim: u32, ctx: &str) {
+    let show = common::on(
+        "ctl",
+        &["scontrol", "-o", "show", "job", &victim.to_string()],
+    );
+    let record = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        record.contains("JobState=RUNNING") && record.contains("Restarts=0"),
+        "bob's job {victim} was touched:\n{record}\n{ctx}"
+    );
+    assert!(
+        common::step_running(victim),
+        "bob's step {victim}.0 was ended:\n{ctx}"
+    );
+}
+
+/// alice's srun, preloaded with a library that sets SLURM_JOB_ID (and the
+/// heterogeneous job's variables) to bob's job just as the plugin hands its
+/// word over, so that slurmstepd receives them; its step exits with its
+/// `--tf-requeue-on` code. slurmstepd requeues as root the job slurmctld
+/// records for alice's step: bob's job is not requeued. (The plugin once
+/// took a heterogeneous leader from that SLURM_JOB_ID and requeued bob's.)
+#[test]
+fn a_forged_srun_cannot_aim_the_requeue_at_another_users_job() {
+    let _t = testbed();
+    let victim = common::bobs_job("node2");
+    let [preload, forge] = forged(victim);
+    let requeue = exec_for(
+        120,
+        &[
+            "env",
+            &preload,
+            &forge,
+            "srun",
+            "-N1",
+            "-w",
+            "node2",
+            "--tf-requeue-on=43",
+            "sh",
+            "-c",
+            "exit 43",
+        ],
+    );
+    let text = String::from_utf8_lossy(&requeue.stderr).into_owned();
+    assert_eq!(requeue.status.code(), Some(43), "{text}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_untouched(victim, &text);
+    let _ = common::on("ctl", &["scancel", &victim.to_string()]);
+}
+
+/// The same forged srun runs a step that the preflight refuses on its node
+/// (a port a task would listen on is held): slurmstepd ends the refused
+/// step as root, and only alice's: bob's step still runs. (The plugin once
+/// ended bob's step too, as the forged "leader".)
+#[test]
+fn a_forged_srun_cannot_aim_the_kill_at_another_users_job() {
+    let _t = testbed();
+    let victim = common::bobs_job("node2");
+    let [preload, forge] = forged(victim);
+    const PORT: u16 = 27_779;
+    let hold = format!(
+        "setsid python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", {PORT})); s.listen(); time.sleep(60)' </dev/null >/dev/null 2>&1 & echo $! > /tmp/tfc-forged-hold.pid; for i in $(seq 50); do ss -Hltn 'sport = :{PORT}' | grep -q . && exit 0; sleep 0.1; done; exit 1"
+    );
+    assert!(common::on("node2", &["bash", "-c", &hold]).status.success());
+    let base = format!("--tf-port-base={PORT}");
+    let refused = exec_for(
+        120,
+        &[
+            "env",
+            &preload,
+            &forge,
+            "srun",
+            "-N1",
+            "-w",
+            "node2",
+            "--resv-ports=0",
+            "--tf-cluster",
+            &base,
+            "sh",
+            "-c",
+            "sleep 20; echo finished",
+        ],
+    );
+    let _ = common::on(
+        "node2",
+        &["bash", "-c", "kill $(cat /tmp/tfc-forged-hold.pid)"],
+    );
+    let text = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_ne!(refused.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("port {PORT}")),
+        "not the preflight's refusal:\n{text}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_untouched(victim, &text);
+    let _ = common::on("ctl", &["scancel", &victim.to_string()]);
+    common::assert_no_node_drained();
 }

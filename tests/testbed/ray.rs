@@ -4,7 +4,9 @@
 //! its step's own ports, against the control of Ray's documented sbatch
 //! template (fixed port 6379), where the second head fails; another user
 //! who knows a running step's ports cannot run code in its cluster, read
-//! its dashboard's API or enter its directory, and the directory goes when
+//! its dashboard's API or its dashboard agent's job API, or enter its
+//! directory, nor take its token by listening on its head's GCS port
+//! first; and the directory goes when
 //! the step is killed.
 
 use crate::common;
@@ -415,8 +417,9 @@ def attempt(code, arg, tries=1):
         err = [l for l in p.stderr.splitlines() if l.strip()]
         said = "refused in %.0f s: rc %d: %s" % (time.time() - start, p.returncode, err[-1][:300] if err else "")
     return said
-def api(path):
-    req = urllib.request.Request(t["dashboard"] + path)
+def api(path, base="dashboard", body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(t[base] + path, data=data, headers={"Content-Type": "application/json"})
     if os.environ.get("RAY_AUTH_TOKEN"):
         req.add_header("Authorization", "Bearer " + os.environ["RAY_AUTH_TOKEN"])
     try:
@@ -440,6 +443,9 @@ with ThreadPoolExecutor(max_workers=3 if tries == 1 else 1) as pool:
     futures = {name: pool.submit(attempt, *a) for name, a in attempts.items()}
     out = {name: f.result() for name, f in futures.items()}
 out["api"] = api("/api/jobs/")
+# The dashboard agent's own job API, on the head's agent port (the 6th of
+# the step's): Ray 2.52-2.53 ran this job without a token.
+out["agent"] = api("/api/job_agent/jobs/", "agent", {"entrypoint": "id -u"})
 for name, cmd in [("list", ["ls", t["private"]]), ("write", ["touch", t["private"] + "/ray/x"])]:
     out[name] = subprocess.run(cmd, capture_output=True).returncode
 print("ATTACK " + json.dumps(out), flush=True)
@@ -457,6 +463,7 @@ ports = dict(a.lstrip("-").split("=", 1) for a in (env["TF_CLUSTER_RAY_ARGS"] + 
 host = env["RAY_ADDRESS"].rsplit(":", 1)[0]
 targets = {"gcs": env["RAY_ADDRESS"], "client": "%s:%s" % (host, ports["ray-client-server-port"]),
            "dashboard": "http://%s:%s" % (host, ports["dashboard-port"]),
+           "agent": "http://%s:%s" % (host, ports["dashboard-agent-listen-port"]),
            "private": os.path.dirname(env["TF_CLUSTER_RAY_TEMP_DIR"])}
 open(targets["private"] + "/token", "w").write(env.get("RAY_AUTH_TOKEN", ""))
 json.dump(targets, open(mark + "/targets.tmp", "w"))
@@ -466,6 +473,23 @@ open(mark + "/owner.tmp", "w").write(p.stdout + p.stderr)
 os.rename(mark + "/owner.tmp", mark + "/owner.out")
 time.sleep(600)
 "#;
+
+/// A fresh directory `mark` on the shared /home that every user may write
+/// in, with the script `name` holding `text`.
+fn mark_with(mark: &str, name: &str, text: &str) {
+    on(
+        "ctl",
+        &["sh", "-c", &format!("rm -rf {mark}; mkdir -m 1777 {mark}")],
+    );
+    on(
+        "ctl",
+        &[
+            "sh",
+            "-c",
+            &format!("cat > {mark}/{name} <<'EOF'\n{text}\nEOF\nchmod 644 {mark}/{name}"),
+        ],
+    );
+}
 
 /// The `ATTACK {…}` line of `text`.
 fn attack_result(who: &str, text: &str) -> serde_json::Value {
@@ -479,7 +503,9 @@ fn attack_result(who: &str, text: &str) -> serde_json::Value {
 /// Another user, from the login node and from a job of their own on the
 /// step's node (with a token of their own step), knows every port of a
 /// running Ray step: a driver at its GCS, a Ray Client, a job submitted to
-/// its dashboard and its dashboard's API are all refused, and its private
+/// its dashboard, its dashboard's API and a job POSTed to its dashboard
+/// agent's job API (`/api/job_agent/jobs/`, the agent port) are all
+/// refused (401 or 403), and its private
 /// directory can be neither listed nor written; the owner's driver does
 /// each of these with the step's token. The step is then killed
 /// (`scancel --signal=KILL`, no time for the task to clean up): slurmstepd
@@ -490,18 +516,7 @@ fn another_user_cannot_use_a_running_ray_cluster() {
     assert_ray_installed();
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mark = format!("/home/tfc-raymark-{}", std::process::id());
-    on(
-        "ctl",
-        &["sh", "-c", &format!("rm -rf {mark}; mkdir -m 1777 {mark}")],
-    );
-    on(
-        "ctl",
-        &[
-            "sh",
-            "-c",
-            &format!("cat > {mark}/attack.py <<'EOF'\n{ATTACK}\nEOF\nchmod 644 {mark}/attack.py"),
-        ],
-    );
+    mark_with(&mark, "attack.py", ATTACK);
     let owner = format!(
         "cd /tmp && PATH=/opt/ray/bin:$PATH srun -J tfc-ray-owner -N1 -w node1 --resv-ports=64 \
          --ray-cluster --tf-host-template='{{}}-ib' \
@@ -567,17 +582,7 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         .map(|c| c.parse().unwrap())
         .collect();
     // Killed: no time for tf-cluster ray's own clean-up.
-    on(
-        "ctl",
-        &[
-            "scancel",
-            "--signal=KILL",
-            "-u",
-            "alice",
-            "-n",
-            "tfc-ray-owner",
-        ],
-    );
+    kill_alices("tfc-ray-owner");
     let killed = Instant::now();
     let _ = alice.join();
     on("ctl", &["rm", "-rf", &mark]);
@@ -623,6 +628,10 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         "the owner's job: {control}"
     );
     assert_eq!(control["api"], 200, "{control}");
+    assert_eq!(
+        control["agent"], 200,
+        "the owner's job at the agent: {control}"
+    );
     assert_eq!(control["list"], 0, "{control}");
     for (who, r) in &bobs {
         for what in ["gcs", "client", "submit"] {
@@ -636,6 +645,11 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         assert!(
             matches!(api, Some(401 | 403)),
             "{who} read the dashboard's API: {r}"
+        );
+        let agent = r["agent"].as_u64();
+        assert!(
+            matches!(agent, Some(401 | 403)),
+            "{who} submitted a job to the dashboard agent: {r}"
         );
     }
     // On the step's node (the login node has no such directory).
@@ -667,4 +681,245 @@ fn another_user_cannot_use_a_running_ray_cluster() {
         killed.elapsed()
     );
     assert_nothing_left("a killed step");
+}
+
+/// Another user's listener on a Ray step's GCS port, from a job of theirs on
+/// the head's node: it watches the node's processes for the step's `ray
+/// start --head` (its command line names `--port`, as `scontrol show steps`
+/// does), tries to listen there every millisecond from then on, to be there
+/// before Ray's GCS, reads whatever reaches it (Ray's GetClusterId carries
+/// the token), and lets the port go once the step ended. Prints `CAPTURE
+/// {json}`.
+const CAPTURE: &str = r#"
+import json, os, socket, sys, time
+mark, owner = sys.argv[1], int(sys.argv[2])
+open(mark + "/bob-ready", "w").close()
+port, end = None, time.time() + 120
+while port is None and time.time() < end:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat("/proc/" + pid).st_uid != owner:
+                continue
+            args = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--head" in args:
+            port = next((int(a[7:]) for a in args if a.startswith(b"--port=")), None)
+            if port:
+                break
+    time.sleep(0.005)
+out = {"port": port, "bound": False, "tries": 0, "connections": 0, "bytes": 0}
+# Tried every millisecond until it listens: the step's own Ray, or
+# tf-cluster ray holding the port, may be there first.
+while not out["bound"] and not os.path.exists(mark + "/ended") and time.time() < end:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("0.0.0.0", port))
+        s.listen(16)
+        out["bound"] = True
+    except OSError as e:
+        out["tries"] += 1
+        out["error"] = str(e)
+        s.close()
+        time.sleep(0.001)
+s.settimeout(0.2)
+while out["bound"] and not os.path.exists(mark + "/ended") and time.time() < end:
+    try:
+        conn, _ = s.accept()
+    except socket.timeout:
+        continue
+    out["connections"] += 1
+    conn.settimeout(3)
+    try:
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                break
+            out["bytes"] += len(data)
+    except OSError:
+        pass
+    conn.close()
+s.close()
+print("CAPTURE " + json.dumps(out), flush=True)
+"#;
+
+/// Runs of the capture test: 2 in CI, `TFC_RAY_RUNS=10` for the measure.
+fn capture_runs() -> u32 {
+    std::env::var("TFC_RAY_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
+/// Another user (bob), in a job of his own on the head's node, listens on a
+/// Ray step's GCS port as soon as he can, each run: Ray's `ray start
+/// --head` would ask that port for the cluster id with the token at once
+/// (Ray's GetClusterId), and tf-cluster ray would then start the head again
+/// with the same token. tf-cluster ray holds the port until Ray starts its
+/// GCS (bob's tries fail meanwhile), and its guard finds bob's listener, not
+/// the step's GCS, before anything calls the port: bob's listener receives
+/// no byte, the step fails in one line naming the port and bob, the head is
+/// not started again and the driver never runs.
+#[test]
+fn another_users_listener_on_the_heads_gcs_port_gets_no_token() {
+    let _t = testbed();
+    assert_ray_installed();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let alice_uid = String::from_utf8_lossy(&exec(&["id", "-u"]).stdout)
+        .trim()
+        .to_string();
+    let runs = capture_runs();
+    let start = Instant::now();
+    for run in 0..runs {
+        let mark = format!("/home/tfc-raycapture-{}-{run}", std::process::id());
+        mark_with(&mark, "capture.py", CAPTURE);
+        let bob_cmd = format!(
+            "cd /tmp && srun -J tfc-ray-capture -N1 -w node1 --resv-ports=0 /opt/ray/bin/python {mark}/capture.py {mark} {alice_uid}"
+        );
+        let bob = std::thread::spawn(move || {
+            on_for(
+                "ctl",
+                200,
+                &["runuser", "-u", "bob", "--", "bash", "-c", &bob_cmd],
+            )
+        });
+        let ready = format!("{mark}/bob-ready");
+        let end = Instant::now() + std::time::Duration::from_secs(60);
+        while !on("ctl", &["test", "-f", &ready]).status.success() {
+            assert!(
+                Instant::now() < end && !bob.is_finished(),
+                "run {run}: bob's job did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let owner = "cd /tmp && PATH=/opt/ray/bin:$PATH timeout 150 srun -N1 -w node1 --resv-ports=64 \
+             --ray-cluster --tf-host-template='{}-ib' \
+             tf-cluster ray --num-cpus=1 --object-store-memory=100000000 --include-dashboard=false \
+             --include-log-monitor=false -- python -c 'print(\"DRIVER RAN\")'";
+        let took = Instant::now();
+        let alice = exec_for(200, &["bash", "-c", owner]);
+        let took = took.elapsed();
+        on("ctl", &["touch", &format!("{mark}/ended")]);
+        let bob = bob.join().unwrap();
+        on("ctl", &["rm", "-rf", &mark]);
+        let text = |out: &std::process::Output| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        };
+        let (alice_text, bob_text) = (text(&alice), text(&bob));
+        let heard = attack_line("CAPTURE ", &bob_text);
+        eprintln!("run {run}: the step ended in {took:?}; bob: {heard}");
+        assert_eq!(
+            heard["bound"], true,
+            "run {run}: bob never listened: {heard}\n{alice_text}"
+        );
+        assert_eq!(
+            heard["bytes"], 0,
+            "run {run}: bob's listener heard: {heard}\n{alice_text}"
+        );
+        let tries = heard["tries"].as_u64().unwrap_or(0);
+        assert!(
+            tries > 0,
+            "run {run}: the port was not held before Ray's GCS: {heard}"
+        );
+        let port = heard["port"].as_u64().unwrap();
+        assert_ne!(alice.status.code(), Some(0), "{alice_text}");
+        assert!(!alice_text.contains("DRIVER RAN"), "{alice_text}");
+        assert!(!alice_text.contains("starting it again"), "{alice_text}");
+        let line = format!("tf-cluster ray: the head's GCS port {port} is taken by bob (uid ");
+        assert!(alice_text.contains(&line), "run {run}: {alice_text}");
+        assert_nothing_left(&format!("capture run {run}"));
+    }
+    eprintln!(
+        "{runs} runs of bob's listener on the head's GCS port: no byte heard, {:?}",
+        start.elapsed()
+    );
+}
+
+/// The line of `text` after `prefix`, as JSON.
+fn attack_line(prefix: &str, text: &str) -> serde_json::Value {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no {prefix}line:\n{text}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// A `--ray-cluster` step whose task made a tree 200 levels deep in the
+/// step's private directory (a file at each level), killed with
+/// `scancel --signal=KILL`: slurmstepd's exit hook removes the directory
+/// whole. (No Ray needed: the task makes the directory as `tf-cluster ray`
+/// would, then sleeps.)
+#[test]
+fn a_killed_steps_tree_of_any_depth_is_removed() {
+    let _t = testbed();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mark = format!("/tmp/tfc-raydeep-{}", std::process::id());
+    on("node1", &["rm", "-f", &mark]);
+    let task = format!(
+        r#"d=${{TF_CLUSTER_RAY_ARGS##*--temp-dir=}}; d=${{d%% *}}; d=${{d%/ray}}; mkdir -m 700 "$d" && cd "$d" || exit 1; for i in $(seq 200); do mkdir d && cd d && touch f || exit 1; done; echo "$d" > {mark}; sleep 300"#
+    );
+    let step = std::thread::spawn(move || {
+        exec_for(
+            200,
+            &[
+                "srun",
+                "-J",
+                "tfc-ray-deep",
+                "-N1",
+                "-w",
+                "node1",
+                "--resv-ports=64",
+                "--ray-cluster",
+                "bash",
+                "-c",
+                &task,
+            ],
+        )
+    });
+    let end = Instant::now() + std::time::Duration::from_secs(60);
+    let dir = loop {
+        let out = on("node1", &["cat", &mark]);
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if text.starts_with("/tmp/tfc-ray-") {
+            break text;
+        }
+        if Instant::now() > end || step.is_finished() {
+            on("ctl", &["scancel", "-u", "alice", "-n", "tfc-ray-deep"]);
+            let out = step.join().unwrap();
+            panic!(
+                "the step made no tree:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    let count = format!("find {dir} -name f | wc -l");
+    let files = on("node1", &["sh", "-c", &count]);
+    assert_eq!(String::from_utf8_lossy(&files.stdout).trim(), "200");
+    kill_alices("tfc-ray-deep");
+    let _ = step.join();
+    // slurmstepd's exit hook runs once the node's tasks have ended.
+    let end = Instant::now() + std::time::Duration::from_secs(30);
+    while on("node1", &["test", "-e", &dir]).status.success() {
+        assert!(
+            Instant::now() < end,
+            "{dir} is still there after the step ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    on("node1", &["rm", "-f", &mark]);
+}
+
+/// `scancel --signal=KILL` of alice's steps named `name`: no time for
+/// their own clean-up.
+fn kill_alices(name: &str) {
+    on(
+        "ctl",
+        &["scancel", "--signal=KILL", "-u", "alice", "-n", name],
+    );
 }

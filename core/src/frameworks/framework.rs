@@ -3,9 +3,11 @@
 
 use crate::distribution::Placement;
 use crate::error::Result;
+use crate::hostlist::HostList;
 use crate::layout::Layout;
 use crate::network::addresses::InterfaceVar;
 use crate::node_plan::{Gpus, PortRule};
+use crate::number;
 use crate::role_world::World;
 use crate::secret::Secret;
 use crate::settings::Settings;
@@ -128,6 +130,25 @@ pub struct Launch<'a> {
     pub command: Option<&'a [String]>,
     /// A heterogeneous step's tasks per component, when known.
     pub components: Option<&'a [u32]>,
+}
+
+impl Launch<'_> {
+    /// The shortest name in the node list (1 where unknown): the least a
+    /// node's address takes.
+    pub fn shortest_host(&self) -> usize {
+        self.nodelist
+            .and_then(|list| HostList::parse(list, usize::MAX).ok())
+            .and_then(|hosts| hosts.iter().map(str::len).min())
+            .unwrap_or(1)
+    }
+
+    /// The fewest digits a port of the step has: ports are the port base +
+    /// k, the range's, or ports Slurm reserved, taken to be unprivileged
+    /// (≥ 1000), so at least 4 digits.
+    pub fn port_digits(settings: &Settings) -> usize {
+        let lowest = settings.port_base.unwrap_or(settings.port_range.first);
+        number::digits(u64::from(lowest)).min(4)
+    }
 }
 
 /// One task as a framework renders it.

@@ -19,11 +19,12 @@ pub use framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Var
 
 use super::error::{Error, Result, bail, shown};
 use super::gpus::Rules;
+use super::injection::APPTAINER_PREFIXES;
 use super::layout::Layout;
-use super::limits::check_size;
+use super::limits::{check_env_total, check_size};
 pub use super::node_plan::{Gpus, PortRule};
 use super::node_plan::{Needs, PortNeeds};
-use super::role_world::ports_per_task;
+use super::role_world::{books_min_exec_size, ports_per_task};
 use super::settings::{Alone, Settings};
 use crate::network::addresses::{NodeNetwork, VARS};
 
@@ -240,12 +241,38 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
         (f.check_before_launch)(settings, launch)?;
     }
     let roles = check_roles(settings, launch.tasks, launch.components)?;
+    check_books(settings, launch, &roles)?;
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
         let need = port_needs(settings, most, roles.len()).total();
         crate::ports::reserved_ports(list, need)?;
     }
     Ok(())
+}
+
+/// The roles' address books together within exec's limit, at their least:
+/// each address the shortest node name (the host template's around it),
+/// its port the fewest digits (none where tasks have no port of their own).
+/// Each task checks its own variables again, exactly.
+fn check_books(settings: &Settings, launch: &Launch, roles: &[(String, u32)]) -> Result<()> {
+    if roles.is_empty() {
+        return Ok(());
+    }
+    let template = settings.host_template.as_ref().map_or(0, |t| t.len() - 2);
+    let port = match ports_per_task(settings) {
+        0 => 1,
+        _ => Launch::port_digits(settings),
+    };
+    let address = launch.shortest_host() + template + 1 + port;
+    let prefixes: &[&str] = if settings.apptainer_env {
+        &APPTAINER_PREFIXES
+    } else {
+        &[]
+    };
+    check_env_total(
+        "the roles' address books would take at least",
+        books_min_exec_size(roles, address, prefixes),
+    )
 }
 
 /// The step's frameworks that take a rendezvous port per role, in the

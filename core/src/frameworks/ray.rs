@@ -67,9 +67,12 @@ pub const AUTH_MODE_VAR: &str = "RAY_AUTH_MODE";
 /// The token itself: first of Ray's sources, before `RAY_AUTH_TOKEN_PATH`
 /// and `~/.ray/auth_token`, so a token file of the user's changes nothing.
 pub const TOKEN_VAR: &str = "RAY_AUTH_TOKEN";
-/// The first Ray with token authentication; `tf-cluster ray` refuses an
-/// older one.
-pub const FIRST_WITH_TOKENS: (u32, u32) = (2, 52);
+/// The first Ray whose every server checks the token: 2.52 brought token
+/// authentication, but its dashboard agent's HTTP server (the job API on
+/// `--dashboard-agent-listen-port`) checks it only from 2.54, so 2.52 and
+/// 2.53 run any user's job as the owner. `tf-cluster ray` refuses an older
+/// one.
+pub const FIRST_SAFE: (u32, u32) = (2, 54);
 
 pub static FRAMEWORK: Framework = Framework {
     name: "Ray",

@@ -7,14 +7,13 @@ use std::borrow::Cow;
 use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
 use crate::distribution::Placement;
 use crate::error::{Result, bail};
-use crate::hostlist::HostList;
 use crate::layout::Layout;
 use crate::limits::ENV_LIMIT;
 use crate::network::addresses::NCCL;
 use crate::node_plan::PortRule;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;
-use crate::{number, tf_config};
+use crate::tf_config;
 
 /// More tasks than this cannot fit TF_CONFIG in one environment variable
 /// (each address takes at least 6 bytes), so larger steps are refused before
@@ -69,19 +68,10 @@ fn role_of(settings: &Settings, layout: &Layout, rank: u32) -> Option<String> {
 /// The spec must cover the tasks, and TF_CONFIG must be able to fit.
 fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
     let roles = settings.roles.for_step(launch.tasks)?;
-    let shortest_host = launch
-        .nodelist
-        .and_then(|list| HostList::parse(list, usize::MAX).ok())
-        .and_then(|hosts| hosts.iter().map(str::len).min())
-        .unwrap_or(1);
-    // Ports are port base + k, the range's or ports Slurm reserved; reserved
-    // ports are taken to be unprivileged (≥ 1000), so at least 4 digits.
-    let lowest = settings.port_base.unwrap_or(settings.port_range.first);
-    let port_digits = number::digits(u64::from(lowest)).min(4);
     let size = tf_config::min_size(
         roles.iter().map(|r| (r.name.as_str(), r.count)),
-        shortest_host,
-        port_digits,
+        launch.shortest_host(),
+        Launch::port_digits(settings),
         settings.rpc_layer.as_deref(),
     );
     tf_config::check_min_size(size, launch.tasks)

@@ -5,9 +5,10 @@
 //! cluster-wide `RequeueExit=` only admins set.
 //!
 //! In `task_exit`: slurmstepd itself, as root, on the host, after the task
-//! was reaped. The job is Slurm's SPANK item (in a heterogeneous job the
-//! leader's, read on the host by `user_init`), never a variable a task or
-//! an image could set; the exit code is slurmstepd's own wait status.
+//! was reaped. The job is slurmctld's record of the step's job, the step's
+//! user's (in a heterogeneous job its leader, super::job_record), never a
+//! variable srun, a task or an image could set; the exit code is
+//! slurmstepd's own wait status.
 //!
 //! At most `requeue-max` restarts (`--tf-requeue-max`, default 3): the
 //! count is slurmctld's own record of the job (`slurm_load_job`'s
@@ -34,7 +35,8 @@ use std::time::{Duration, Instant};
 use super::super::bindings as sys;
 use super::super::handle::Spank;
 use super::api;
-use crate::core::{Error, Result, Settings};
+use super::job_record::{JobRecord, Targets, load};
+use crate::core::{Result, Settings};
 
 /// Whether this node already decided (slurmstepd serves one step of one
 /// incarnation).
@@ -46,75 +48,9 @@ static SENT: AtomicBool = AtomicBool::new(false);
 const GRACE: Duration = Duration::from_secs(5);
 const GRACE_POLL: Duration = Duration::from_secs(1);
 
-/// slurm.h's job states (enum job_states and the state flags, macros
-/// bindgen cannot read), the same from 22.05 to 26.05.
-const JOB_STATE_BASE: u32 = 0xff;
-const JOB_RUNNING: u32 = 1;
-const JOB_REQUEUE: u32 = 1 << 10;
-const JOB_REQUEUE_HOLD: u32 = 1 << 11;
-const JOB_SPECIAL_EXIT: u32 = 1 << 12;
-const JOB_COMPLETING: u32 = 1 << 15;
-const JOB_REQUEUE_FED: u32 = 1 << 20;
-
-/// What slurmctld's record says of the job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Job {
-    /// Running, neither being requeued nor completing: the incarnation
-    /// whose task just exited.
-    running: bool,
-    /// Slurm's count of the job's restarts.
-    restarts: u32,
-}
-
-/// Frees the response whatever happens while it is read.
-struct Owned(*mut sys::job_info_msg_t);
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        // SAFETY: a response slurm_load_job filled, freed once.
-        unsafe { sys::slurm_free_job_info_msg(self.0) }
-    }
-}
-
-/// Job `job` as slurmctld records it (one RPC, bounded by MessageTimeout).
-fn load(job: u32) -> Result<Job> {
-    let mut resp: *mut sys::job_info_msg_t = std::ptr::null_mut();
-    #[cfg(not(slurm_load_job_by_id))]
-    // SAFETY: `resp` is written with NULL or a response we own.
-    let rc = unsafe { sys::slurm_load_job(&mut resp, job, 0) };
-    // 26.05 on: the job named by a step id (the whole job: no step).
-    #[cfg(slurm_load_job_by_id)]
-    // SAFETY: a valid step id; `resp` is written with NULL or a response we
-    // own.
-    let rc = unsafe { sys::slurm_load_job(&mut resp, api::step_id(job, sys::NO_VAL), 0) };
-    let what = || format!("slurmctld gave no record of job {job}");
-    api::check(rc, what)?;
-    let resp = Owned(api::non_null(resp, what)?.as_ptr());
-    // SAFETY: non-NULL, filled by Slurm: record_count records.
-    let r = unsafe { &*resp.0 };
-    if r.job_array.is_null() {
-        return Err(Error::new(format!("slurmctld has no job {job}")));
-    }
-    // SAFETY: job_array holds record_count records.
-    let jobs = unsafe { std::slice::from_raw_parts(r.job_array, r.record_count as usize) };
-    let Some(j) = jobs.iter().find(|j| j.job_id == job) else {
-        return Err(Error::new(format!("slurmctld has no job {job}")));
-    };
-    Ok(Job {
-        running: is_running(j.job_state),
-        restarts: u32::from(j.restart_cnt),
-    })
-}
-
-/// Running, with no requeue or completion under way.
-fn is_running(state: u32) -> bool {
-    let busy = JOB_REQUEUE | JOB_REQUEUE_HOLD | JOB_SPECIAL_EXIT | JOB_COMPLETING | JOB_REQUEUE_FED;
-    state & JOB_STATE_BASE == JOB_RUNNING && state & busy == 0
-}
-
 /// After each task of the node exits: requeues the job when it exited with
 /// the step's CODE, below the cap, unless another node already did.
-pub fn task_exit(spank: &Spank, settings: &Settings, leader: Option<u32>) {
+pub fn task_exit(spank: &Spank, settings: &Settings) {
     let Some(code) = settings.requeue_on else {
         return;
     };
@@ -127,10 +63,17 @@ pub fn task_exit(spank: &Spank, settings: &Settings, leader: Option<u32>) {
     if SENT.swap(true, Ordering::SeqCst) {
         return;
     }
-    let Ok(job) = spank.job_id() else {
-        return;
+    // The job as slurmctld records it for the step's user (in a
+    // heterogeneous job its leader), never a variable.
+    let job = match Targets::of_step(spank) {
+        Ok(targets) => targets.whole(),
+        Err(e) => {
+            log::error!(
+                "a task exited with {code} (--tf-requeue-on={code}) but the job was not requeued: {e}"
+            );
+            return;
+        }
     };
-    let job = leader.unwrap_or(job);
     let first = spank.node_id().map_or(true, |n| n == 0);
     let seen = match wait_for_node0(job, first) {
         Ok(Some(seen)) => seen,
@@ -177,7 +120,7 @@ pub fn task_exit(spank: &Spank, settings: &Settings, leader: Option<u32>) {
 /// The job as it is when this node may ask: at once on the step's node 0
 /// (`first`), else after node 0 had [`GRACE`] to requeue it. None: the job
 /// is no longer the running incarnation (requeued, or ending).
-fn wait_for_node0(job: u32, first: bool) -> Result<Option<Job>> {
+fn wait_for_node0(job: u32, first: bool) -> Result<Option<JobRecord>> {
     let until = Instant::now() + if first { Duration::ZERO } else { GRACE };
     loop {
         let seen = load(job)?;
@@ -188,22 +131,5 @@ fn wait_for_node0(job: u32, first: bool) -> Result<Option<Job>> {
             return Ok(Some(seen));
         }
         std::thread::sleep(GRACE_POLL);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// slurm.h's values of the states read here.
-    #[test]
-    fn a_job_is_running_only_with_no_requeue_or_completion_under_way() {
-        assert!(is_running(JOB_RUNNING));
-        assert!(!is_running(0)); // pending: requeued already
-        assert!(!is_running(JOB_RUNNING | JOB_COMPLETING));
-        assert!(!is_running(JOB_RUNNING | JOB_REQUEUE));
-        assert!(!is_running(JOB_COMPLETING | JOB_REQUEUE));
-        assert!(!is_running(5)); // failed
-        assert_eq!(sys::job_states_JOB_RUNNING, JOB_RUNNING);
     }
 }

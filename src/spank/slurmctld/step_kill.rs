@@ -14,11 +14,12 @@
 //! never enters a container, sends the kill as root from the SPANK
 //! `task_exit` hook of the task's exit ([`end_from_host`]; slurmctld allows
 //! root and SlurmUser as it allows the owner). So a step of thousands of
-//! refusing tasks costs slurmctld two RPCs per node, not two per task; a task
-//! behind a container plugin (pyxis), where munged's socket is not mounted,
-//! needs no signature; and what the kill names is read by slurmstepd (its
-//! own ids, the leader's job from `user_init`), never by a task an image's
-//! environment reached. Only where the page could not be mapped does a task
+//! refusing tasks costs slurmctld three RPCs per node (the job's record, two
+//! kills), not three per task; a task behind a container plugin (pyxis),
+//! where munged's socket is not mounted, needs no signature; and what the
+//! kill names is slurmstepd's own ids and slurmctld's record of the step's
+//! job (its heterogeneous leader, the step's user's: super::job_record),
+//! never a variable srun sent or an image's environment reached. Only where the page could not be mapped does a task
 //! on the host send the kill itself ([`end_refused_step`]).
 //!
 //! Measured on the testbed (proctrack/linuxproc): a kill sent at once, as
@@ -43,6 +44,7 @@ use std::time::{Duration, Instant};
 use super::super::bindings as sys;
 use super::super::handle::Spank;
 use super::api;
+use super::job_record::Targets;
 use crate::core::Result;
 
 /// Longest a refusing task waits on the RPC: the task is a child forked from
@@ -54,36 +56,21 @@ const WATCHDOG: Duration = Duration::from_secs(10);
 /// How long the refusing task lets the step's other tasks start first.
 const SETTLE: Duration = Duration::from_secs(1);
 
-/// The step a refusing task ends: its job and step (Slurm's items) and, in a
-/// heterogeneous job, the leader's job (read on the host by `user_init`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Target {
-    job: u32,
-    step: u32,
-    leader: Option<u32>,
-}
-
-/// After task_init refused the task: the step to end on every node (None:
-/// its ids are unknown). Never asked for a step srun refused (every task of
-/// it fails alike).
-pub fn refused_target(spank: &Spank, leader: Option<u32>) -> Option<Target> {
-    let ids = spank.job_id().and_then(|j| Ok((j, spank.step_id()?)));
-    let (job, step) = match ids {
-        Ok(ids) => ids,
+/// In the refusing task, on the host (only where the page could not be
+/// mapped): ends the step on every node. The jobs named are slurmctld's
+/// record of the step's job, the step's user's ([`Targets`]). The error
+/// line was printed before: the kill also ends this very task.
+pub fn end_refused_step(spank: &Spank) {
+    let (step, targets) = match spank
+        .step_id()
+        .and_then(|step| Ok((step, watched(|| Targets::of_step(spank))?)))
+    {
+        Ok(found) => found,
         Err(e) => {
             log::warn!("cannot end the refused step on its other nodes: {e}");
-            return None;
+            return;
         }
     };
-    // In a heterogeneous job S_JOB_ID is this component's job and the
-    // leader's is given: both are ended.
-    let leader = leader.filter(|&id| id != job && id != 0);
-    Some(Target { job, step, leader })
-}
-
-/// In the refusing task, on the host: ends the step on every node. The
-/// error line was printed before: the kill also ends this very task.
-pub fn end_refused_step(target: Target) {
     // The other nodes' tasks must have started their program: a task still
     // between fork and exec misses the signal (slurmstepd's child drops a
     // pending signal as it unblocks them, proctrack/linuxproc passes over
@@ -96,8 +83,8 @@ pub fn end_refused_step(target: Target) {
     // too, so it lives to send the second.
     for _ in 0..2 {
         std::thread::sleep(SETTLE);
-        for job in target.jobs() {
-            if let Err(e) = kill(job, target.step, libc::SIGKILL as u16) {
+        for job in targets.jobs() {
+            if let Err(e) = watched(|| rpc(job, step, libc::SIGKILL as u16)) {
                 // slurmd's log only: the user already has the refusal's line.
                 log::warn!("{e}");
             }
@@ -108,28 +95,35 @@ pub fn end_refused_step(target: Target) {
 /// In slurmstepd (`task_exit`, as root, on the host): ends the step a task
 /// of this node refused from inside a container, as [`end_refused_step`]
 /// does, without an alarm: each RPC is bounded by Slurm's own timeouts, and
-/// the second is skipped when the first failed or was slow. Logged to
-/// slurmd's log only.
-pub fn end_from_host(job: u32, step: u32, leader: Option<u32>) {
-    end_twice(job, step, leader, "slurmstepd");
+/// the second round is skipped when the first failed or was slow. What is
+/// named is slurmstepd's own ids and slurmctld's record of the job (one
+/// RPC more, only for a refused step). Logged to slurmd's log only.
+pub fn end_from_host(spank: &Spank) {
+    match spank
+        .step_id()
+        .and_then(|step| Ok((step, Targets::of_step(spank)?)))
+    {
+        Ok((step, targets)) => end_twice(targets, step, "slurmstepd"),
+        Err(e) => log::warn!("cannot end the refused step on its other nodes: {e}"),
+    }
 }
 
 /// In srun, on a thread of its own, after it refused a heterogeneous step
 /// inside an existing allocation: srun's word reaches one component only,
 /// so srun ends the step once it is launched, on every component (the
-/// leader's step, then this component's), as slurmstepd does after a
-/// task's refusal. srun ends with the step; failures are said at `-v`.
-pub fn end_from_srun(job: u32, step: u32, leader: Option<u32>) {
-    end_twice(job, step, leader, "srun");
+/// leader's step, then this component's, as slurmctld records them for the
+/// user), as slurmstepd does after a task's refusal. srun ends with the
+/// step; failures are said at `-v`.
+pub fn end_from_srun(targets: Targets, step: u32) {
+    end_twice(targets, step, "srun");
 }
 
-fn end_twice(job: u32, step: u32, leader: Option<u32>, from: &str) {
-    let target = Target { job, step, leader };
+fn end_twice(targets: Targets, step: u32, from: &str) {
     for round in 0..2 {
         std::thread::sleep(SETTLE);
         let started = Instant::now();
         let mut failed = false;
-        for job in target.jobs() {
+        for job in targets.jobs() {
             if let Err(e) = rpc(job, step, libc::SIGKILL as u16) {
                 failed = true;
                 // srun: the step may have ended already (its tasks fail
@@ -147,13 +141,6 @@ fn end_twice(job: u32, step: u32, leader: Option<u32>, from: &str) {
     }
 }
 
-impl Target {
-    /// The leader's job first, then this component's.
-    fn jobs(self) -> impl Iterator<Item = u32> {
-        self.leader.into_iter().chain([self.job])
-    }
-}
-
 /// The page a refusing task shares with slurmstepd: a task behind a
 /// container asks in it for the kill, slurmstepd's `task_exit` sends it once
 /// per node. Mapped `MAP_SHARED | MAP_ANONYMOUS` in `user_init` (slurmstepd's
@@ -165,8 +152,8 @@ pub struct HostKill(NonNull<Shared>);
 #[repr(C)]
 struct Shared {
     /// [`IDLE`], [`ASKED`] or [`SENT`]. Only a flag: what the kill names
-    /// (this step's ids, the leader's job) slurmstepd reads itself, on the
-    /// host, never from a task.
+    /// (this step's ids, slurmctld's record of its job) slurmstepd reads
+    /// itself, on the host, never from a task.
     state: AtomicU32,
 }
 
@@ -237,8 +224,8 @@ impl HostKill {
     }
 }
 
-/// `slurm_kill_job_step(job, step, signal)` under the watchdog.
-fn kill(job: u32, step: u32, signal: u16) -> Result<()> {
+/// `f` (requests to slurmctld) under the watchdog, in a refusing task.
+fn watched<T>(f: impl FnOnce() -> T) -> T {
     // SAFETY: plain libc calls on this process's own signal state; the task
     // fails right after, so nothing else relies on SIGALRM.
     unsafe {
@@ -249,7 +236,7 @@ fn kill(job: u32, step: u32, signal: u16) -> Result<()> {
         libc::sigprocmask(libc::SIG_UNBLOCK, &alarm, std::ptr::null_mut());
         libc::alarm(WATCHDOG.as_secs() as libc::c_uint);
     }
-    let done = rpc(job, step, signal);
+    let done = f();
     // SAFETY: cancels the alarm set above.
     unsafe { libc::alarm(0) };
     done

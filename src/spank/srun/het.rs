@@ -21,22 +21,14 @@ use crate::core::{self, Error, Result, Settings};
 
 /// Whether this srun launches a heterogeneous step of more than one
 /// component, which its word on the step reaches in one component only:
-/// Some(the leader's job, when it is another job than this component's).
-/// Its environment says so (Slurm set it for the step just before
-/// `local_user_init`: SLURM_JOB_ID is the leader's, SLURM_NTASKS the whole
-/// step's tasks, more than this component's), or srun found it so (see
-/// [`INVISIBLE_HET`]). A `--het-group=1` step is one component: srun's word
-/// reaches it whole.
-pub fn het_step(spank: &Spank) -> Option<Option<u32>> {
-    let invisible = INVISIBLE_HET.load(std::sync::atomic::Ordering::Relaxed);
-    if !(invisible || het::several_components(&mut ProcessEnv, spank.total_task_count().ok())) {
-        return None;
-    }
-    let job = spank.job_id().ok()?;
-    let leader = std::env::var("SLURM_JOB_ID")
-        .ok()
-        .and_then(|named| het::leader(job, &named));
-    Some(leader)
+/// its environment says so (Slurm set it for the step just before
+/// `local_user_init`: SLURM_NTASKS the whole step's tasks, more than this
+/// component's), or srun found it so (see [`INVISIBLE_HET`]). A
+/// `--het-group=1` step is one component: srun's word reaches it whole.
+/// Which jobs srun then ends is slurmctld's record (step_kill), not this.
+pub fn het_step(spank: &Spank) -> bool {
+    INVISIBLE_HET.load(std::sync::atomic::Ordering::Relaxed)
+        || het::several_components(&mut ProcessEnv, spank.total_task_count().ok())
 }
 
 /// srun found its step to be a heterogeneous one its environment does not

@@ -13,6 +13,7 @@ use super::fault;
 use super::guard::{Answer, guard};
 use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
+use super::slurmctld::job_record::Targets;
 use super::slurmctld::step_kill;
 use crate::core::frameworks::{FRAMEWORKS, Frameworks, option_list};
 use crate::core::handoff::{self, Early, Handoff, Plain, Record, Verdict};
@@ -317,11 +318,20 @@ impl Srun {
         // srun's word reaches one component of a heterogeneous step: the
         // others, with only srun's early word, cannot know that srun refused
         // the step, so srun ends it itself once it is launched.
-        if let Some(leader) = het_step(spank) {
+        if het_step(spank) {
             let (job, step) = handoff.job_step();
+            // The jobs as slurmctld records them for the user (one RPC).
+            // SAFETY: getuid cannot fail.
+            let targets = match Targets::of(job, unsafe { libc::getuid() }) {
+                Ok(targets) => targets,
+                Err(e) => {
+                    log::debug!("cannot end the refused heterogeneous step: {e}");
+                    return Ok(());
+                }
+            };
             let ended = std::thread::Builder::new()
                 .name("tf-cluster-end".into())
-                .spawn(move || step_kill::end_from_srun(job, step, leader));
+                .spawn(move || step_kill::end_from_srun(targets, step));
             if let Err(e) = ended {
                 log::warn!("cannot end the refused heterogeneous step: {e}");
             }

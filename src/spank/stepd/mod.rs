@@ -50,11 +50,12 @@
 //! task exits (mgr.c `_wait_for_any_task`; with
 //! `SlurmdParameters=contain_spank` in a CLONE_VM child joined to the job's
 //! container), sends the kill once per node, however many of its tasks
-//! refused, naming the step by slurmstepd's own ids (and a heterogeneous
-//! step's leader, read by `user_init` on the host). Behind a container
-//! plugin the task could not send it anyway (munged's socket is not in the
-//! container), and nothing a task reads after such a plugin ran (an image's
-//! SLURM_JOB_ID) may choose what is killed. `task_exit` takes no alarm (it
+//! refused, naming the step by slurmstepd's own ids and a heterogeneous
+//! step's leader as slurmctld records it (super::slurmctld::job_record).
+//! Behind a container plugin the task could not send it anyway (munged's
+//! socket is not in the container), and no variable (srun's environment,
+//! which the user controls, or an image's SLURM_JOB_ID) may choose what is
+//! killed or requeued. `task_exit` takes no alarm (it
 //! is slurmstepd's own process: Slurm's RPC timeouts bound it) and always
 //! returns 0. A step that did not ask has no page, and `task_exit` returns
 //! at once. A step without a framework option that `--tf-record` or
@@ -72,12 +73,11 @@ use super::guard::{Answer, caught, guard};
 use super::handle::Spank;
 use super::options;
 use super::private_dir::PrivateDir;
-use super::slurmctld::step_kill::{HostKill, end_from_host, end_refused_step, refused_target};
+use super::slurmctld::step_kill::{HostKill, end_from_host, end_refused_step};
 use crate::core::gpus::bind::Recorded;
-use crate::core::handoff::{self, Applied, Options, Plain, Word};
-use crate::core::het;
+use crate::core::handoff;
 use crate::core::record::DebugFiles;
-use crate::core::{self, Error, Gathered, Node, Result, Step};
+use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 
 mod apply;
 mod host;
@@ -103,10 +103,6 @@ pub struct Stepd {
     /// `user_init` for a step that asked for the plugin: a task refusing
     /// behind a container asks there for slurmstepd to end the step.
     host_kill: OnceLock<HostKill>,
-    /// In a heterogeneous step, the leader's job id, read by `user_init` on
-    /// the host (never in a task, where a container's environment may have
-    /// replaced SLURM_JOB_ID): a refused step is ended in it too.
-    leader: OnceLock<Option<u32>>,
     /// The step's record on this node, begun by `user_init`.
     record: OnceLock<Option<Box<super::record::Record>>>,
     /// The step's private directory on this node (a `--ray-cluster`
@@ -130,7 +126,7 @@ enum Prepared {
     /// A step without a framework option that its `--tf-record` or
     /// `--tf-requeue-on` made the plugin's: no task gets a variable; these
     /// settings (srun's word) say what `task_exit` records and requeues.
-    Plain(Box<crate::core::Settings>),
+    Plain(Box<Settings>),
 }
 
 /// Most bytes of variables made ahead for a node's tasks: beyond it (a
@@ -145,7 +141,6 @@ impl Stepd {
             node: Mutex::new(None),
             placed_in: OnceLock::new(),
             host_kill: OnceLock::new(),
-            leader: OnceLock::new(),
             record: OnceLock::new(),
             private_dir: OnceLock::new(),
         }
@@ -167,19 +162,16 @@ impl Stepd {
         };
         // Before any task is forked, so that every task shares it; only for
         // a step that asked for the plugin (a framework-less one refuses no
-        // task).
-        if !matches!(prepared, Prepared::Nothing) {
-            if !matches!(prepared, Prepared::Plain(_))
+        // task). Without it a refusing task on the host ends the step itself.
+        let _ = caught("user_init_end", || {
+            fault::inject("user_init_end", Some(spank));
+            if !matches!(prepared, Prepared::Nothing | Prepared::Plain(_))
                 && let Some(page) = HostKill::map()
             {
                 let _ = self.host_kill.set(page);
             }
-            let leader = spank
-                .job_id()
-                .ok()
-                .and_then(|job| het::leader(job, spank.getenv("SLURM_JOB_ID").ok()??.as_str()));
-            let _ = self.leader.set(leader);
-        }
+            Ok(())
+        });
         *self.node.lock().unwrap_or_else(PoisonError::into_inner) = Some(prepared);
         0
     }
@@ -191,36 +183,16 @@ impl Stepd {
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(Prepared::Nothing);
         }
-        if self.registration_failed {
-            return Ok(match fail_closed(spank) {
-                Ok(()) => Prepared::Nothing,
-                Err(e) => Prepared::Failed(e),
-            });
-        }
-        // A step without a framework option reads nothing more (not the
-        // restart count) but srun's word: whether srun refused it (a
-        // `--tf-<key>` that cannot act alone), or made it the plugin's
-        // (`--tf-record`, `--tf-requeue-on`); any other runs as without the
-        // plugin.
-        if !options::asks(spank)? {
-            return Ok(match srun_word(spank) {
-                Ok(word) if word.refused() => Prepared::Refused,
-                Ok(word) => match word.plain() {
-                    Some((plain, restart)) => self.plain(spank, plain, restart),
-                    None => Prepared::Nothing,
-                },
-                Err(_) => Prepared::Nothing,
-            });
-        }
-        // srun's word applied in the core, as the CLI twin applies it.
-        let on_host = &mut OnHost(spank);
-        let handed = match Step::gather_handed(on_host, |off_overridden| {
-            options::step_settings(spank, off_overridden)
-        })? {
-            Gathered::Step(handed) => *handed,
-            Gathered::Skip => return Ok(Prepared::Nothing),
-            Gathered::Refused => return Ok(Prepared::Refused),
+        let said = match self.kind(spank)? {
+            StepKind::Nothing => return Ok(Prepared::Nothing),
+            StepKind::Refused => return Ok(Prepared::Refused),
+            StepKind::Plain { settings, restart } => {
+                return Ok(self.plain(spank, settings, restart));
+            }
+            StepKind::Framework(said) => *said,
         };
+        // srun's word applied in the core, as the CLI twin applies it.
+        let handed = Step::gather_said(&mut OnHost(spank), said)?;
         let recorded_bind = handed.recorded_bind.clone();
         let host_env = host_env(spank)?;
         let Some(node) = Node::prepare_handed(handed)? else {
@@ -229,14 +201,33 @@ impl Stepd {
         self.ready(spank, node, recorded_bind, host_env)
     }
 
+    /// What this node makes of its step: the one decision, in the core,
+    /// from srun's word (its variable and Slurm's ids) and the step's
+    /// options, for `user_init` and a task that saw none alike.
+    fn kind(&self, spank: &Spank) -> Result<StepKind> {
+        let framework = !self.registration_failed && options::asks(spank)?;
+        if framework {
+            Step::num_tasks(&mut OnHost(spank))?;
+        }
+        let asked = match self.registration_failed {
+            true => Asked::Unknown,
+            false => Asked::Known {
+                framework,
+                settings: Box::new(|off_overridden| options::step_settings(spank, off_overridden)),
+            },
+        };
+        let word = spank.getenv(handoff::VAR)?;
+        let ids = (spank.job_id()?, spank.step_id()?);
+        StepKind::of(word.as_deref(), Some(ids), asked)
+    }
+
     /// A step without a framework option, as srun decided it: its record
     /// begun (the node's line; each rank's comes with its end), nothing for
     /// its tasks.
-    fn plain(&self, spank: &Spank, plain: &Plain, restart: u32) -> Prepared {
-        let settings = plain.settings();
+    fn plain(&self, spank: &Spank, settings: Box<Settings>, restart: u32) -> Prepared {
         let record = super::record::begin_plain(spank, &settings, restart).map(Box::new);
         let _ = self.record.set(record);
-        Prepared::Plain(Box::new(settings))
+        Prepared::Plain(settings)
     }
 
     /// The node's share made ready for its tasks: the step's record and
@@ -341,51 +332,59 @@ impl Stepd {
     /// not send it anyway: no munged socket there). Without the page (it
     /// could not be mapped) a task on the host sends it itself.
     fn end_step(&self, spank: &Spank) {
-        let leader = self.leader.get().copied().flatten();
-        let Some(target) = refused_target(spank, leader) else {
-            return;
-        };
         if let Some(host_kill) = self.host_kill.get() {
             host_kill.ask();
             return;
         }
         if !self.moved() {
-            end_refused_step(target);
+            end_refused_step(spank);
         }
     }
 
     /// In slurmstepd itself (Slurm's `_wait_for_any_task`, as root, on the
-    /// host), after each task of the node exits: when a task asked, the
-    /// first such call on the node ends the step on every node. A step that
-    /// did not ask for the plugin has no page and returns at once. Never
-    /// fails: a failure here is no task's.
+    /// host), after each task of the node exits: the task's end in the
+    /// step's record, the requeue on the step's code, and, when a task
+    /// asked, the first such call on the node ends the step on every node.
+    /// Each part in its own guard: a panic in one is said once, the others
+    /// still run, and slurmstepd goes on. A step that did not ask for the
+    /// plugin has no record, settings or page: each part returns at once.
+    /// Never fails: a failure here is no task's.
     pub fn task_exit(&self, spank: &Spank) -> i32 {
-        if let Some(Some(record)) = self.record.get() {
-            super::record::task_exit(spank, record);
-        }
-        // A task the plugin refused exits with 1, whatever the step's code:
-        // never a requeue (the refusal would come back with every incarnation).
-        let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
-        let leader = self.leader.get().copied().flatten();
-        match &*self.node.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(Prepared::Ready(r)) if !refused_here => {
-                super::slurmctld::requeue::task_exit(spank, r.node.settings(), leader);
+        guard("task_exit_record", Some(spank), Answer::Succeeds, || {
+            if let Some(Some(record)) = self.record.get() {
+                super::record::task_exit(spank, record);
             }
-            Some(Prepared::Plain(settings)) => {
-                super::slurmctld::requeue::task_exit(spank, settings, leader);
-            }
-            _ => {}
-        }
-        let Some(host_kill) = self.host_kill.get() else {
-            return 0;
-        };
+            Ok(())
+        });
+        guard("task_exit_requeue", Some(spank), Answer::Succeeds, || {
+            self.requeue(spank);
+            Ok(())
+        });
         guard("task_exit", Some(spank), Answer::Succeeds, || {
-            if host_kill.take() {
-                let leader = self.leader.get().copied().flatten();
-                end_from_host(spank.job_id()?, spank.step_id()?, leader);
+            if let Some(host_kill) = self.host_kill.get()
+                && host_kill.take()
+            {
+                end_from_host(spank);
             }
             Ok(())
         })
+    }
+
+    /// The requeue on the step's code, as srun's word or the node's share
+    /// set it. A task the plugin refused exits with 1, whatever the step's
+    /// code: never a requeue (the refusal would come back with every
+    /// incarnation).
+    fn requeue(&self, spank: &Spank) {
+        let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
+        match &*self.node.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(Prepared::Ready(r)) if !refused_here => {
+                super::slurmctld::requeue::task_exit(spank, r.node.settings());
+            }
+            Some(Prepared::Plain(settings)) => {
+                super::slurmctld::requeue::task_exit(spank, settings);
+            }
+            _ => {}
+        }
     }
 
     /// slurmstepd, once per node after every task of the step ended, as
@@ -404,35 +403,21 @@ impl Stepd {
     }
 
     /// Without `user_init`'s share (it did not run): a step that asked for
-    /// the plugin fails, any other is left alone. Whether it asked is read
-    /// as `user_init` reads it (its options, srun's hand-off, the step id).
+    /// the plugin fails, any other is left alone. Whether it asked is the
+    /// same decision `user_init` makes ([`Stepd::kind`]).
     fn without_user_init(&self, spank: &Spank, srun_refused: &mut bool) -> Result<()> {
         if spank.step_id()? > SLURM_MAX_NORMAL_STEP_ID {
             return Ok(());
         }
-        if self.registration_failed {
-            return fail_closed(spank);
+        match self.kind(spank)? {
+            StepKind::Nothing => Ok(()),
+            StepKind::Refused => {
+                *srun_refused = true;
+                Err(Error::reported("srun refused this step"))
+            }
+            // Its record and requeue were srun's word: not run without.
+            StepKind::Plain { .. } | StepKind::Framework(_) => Err(Error::new(NO_USER_INIT)),
         }
-        if !options::asks(spank)? {
-            return match srun_word(spank) {
-                Ok(word) if word.refused() => {
-                    *srun_refused = true;
-                    Err(Error::reported("srun refused this step"))
-                }
-                // Its record and requeue were srun's word: not run without.
-                Ok(word) if word.plain().is_some() => Err(Error::new(NO_USER_INIT)),
-                _ => Ok(()),
-            };
-        }
-        let asked = Options::Read(Box::new(|off_overridden| {
-            options::step_settings(spank, off_overridden)
-        }));
-        match srun_word(spank)?.applied(asked)? {
-            Applied::NotAsked => return Ok(()),
-            Applied::Refused => *srun_refused = true,
-            Applied::LeftAlone | Applied::Step(_) => {}
-        }
-        Err(Error::new(NO_USER_INIT))
     }
 }
 
@@ -464,31 +449,6 @@ fn private_dir(spank: &Spank, node: &Node) -> Option<PrivateDir> {
     PrivateDir::new(&dir, ids)
 }
 
-/// srun's words to this very step, read and checked once per node (its job
-/// and step from Slurm's items). srun sets its early word before Slurm
-/// copies its environment for any component of the step, then its hand-off,
-/// which reaches a plain step's tasks and one component of a heterogeneous
-/// step (the first launched, whichever component that is, with its own job
-/// id): every component holds one or the other, and a value the user
-/// exported or an outer step left reaches none. So a hand-off naming this
-/// task's own job and step is srun's, in whatever component.
-fn srun_word(spank: &Spank) -> Result<Word> {
-    let text = spank.getenv(handoff::VAR)?;
-    Word::decode(text.as_deref(), Some((spank.job_id()?, spank.step_id()?)))
-}
-
-/// Without the options, whether a step asked for the plugin is unknown: the
-/// steps srun handed a word did, and fail rather than run without their
-/// variables.
-fn fail_closed(spank: &Spank) -> Result<()> {
-    match srun_word(spank).and_then(|word| word.applied(Options::Unknown)) {
-        Ok(_) => Ok(()),
-        Err(_) => Err(Error::new(
-            "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,7 +456,11 @@ mod tests {
     /// Whole, on one line: Error keeps at most 300 characters.
     #[test]
     fn the_no_user_init_refusal_is_one_short_line() {
-        for text in [NO_USER_INIT, het::NO_HET_VARIABLES, het::OUTSIDE_HET] {
+        for text in [
+            NO_USER_INIT,
+            crate::core::het::NO_HET_VARIABLES,
+            crate::core::het::OUTSIDE_HET,
+        ] {
             assert_eq!(Error::new(text).message(), text);
             assert!(!text.contains('\n'));
         }

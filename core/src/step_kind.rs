@@ -1,0 +1,178 @@
+//! What a node makes of a step, decided once from srun's word and the
+//! step's options: nothing, srun's refusal, a step without a framework
+//! option that its record or requeue makes the plugin's, or a framework
+//! step to lay out. slurmstepd's `user_init`, a task that saw no
+//! `user_init` and a node that could not register the options all ask this
+//! one function, and only it decodes srun's word for them.
+
+use super::error::{Error, Result};
+use super::handoff::{Applied, Options, Said, Word};
+use super::settings::Settings;
+
+/// What the node makes of its step ([`StepKind::of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepKind {
+    /// Nothing is set and nothing more is read: the step asks for no
+    /// framework and srun said nothing of it, srun left out every framework
+    /// it asked for, or srun left the step alone.
+    Nothing,
+    /// srun refused the step and said why: every task fails, none says it
+    /// again.
+    Refused,
+    /// A step without a framework option that `--tf-record` or
+    /// `--tf-requeue-on` made the plugin's: these settings say what to
+    /// record and requeue; no task gets a variable.
+    Plain {
+        settings: Box<Settings>,
+        /// The job's restart count, as srun learnt it.
+        restart: u32,
+    },
+    /// A framework step to lay out, with what srun said of it.
+    Framework(Box<Said>),
+}
+
+/// What the node knows of the step's options.
+pub enum Asked<'a> {
+    /// The node could not register the options: a step srun handed a word
+    /// asked for the plugin, and fails rather than run without it.
+    Unknown,
+    /// Whether a framework option is set, and how to read the settings
+    /// (told whether srun's word says an inherited `--tf-off` was beaten).
+    Known {
+        framework: bool,
+        settings: Box<dyn FnOnce(bool) -> Result<Option<Settings>> + 'a>,
+    },
+}
+
+/// The refusal of a step srun handed a word on a node that could not
+/// register the options.
+pub const NOT_REGISTERED: &str = "slurmstepd could not register the plugin's options (see slurmd's log), so this step's --tf-cluster cannot be read: failing rather than running without TF_CONFIG";
+
+impl StepKind {
+    /// The step whose srun's word is `word` (its variable's value, None when
+    /// unset), run as `job_step` (Slurm's items), whose options are `asked`.
+    pub fn of(word: Option<&str>, job_step: Option<(u32, u32)>, asked: Asked) -> Result<StepKind> {
+        let (framework, settings) = match asked {
+            Asked::Unknown => {
+                return match Word::decode(word, job_step) {
+                    Ok(Word::Nothing) => Ok(StepKind::Nothing),
+                    _ => Err(Error::new(NOT_REGISTERED)),
+                };
+            }
+            Asked::Known {
+                framework,
+                settings,
+            } => (framework, settings),
+        };
+        // Without a framework option only srun's refusal (a `--tf-<key>`
+        // that cannot act alone) and its plain verdict count; a word that
+        // cannot be read leaves the step as without the plugin.
+        if !framework {
+            return Ok(match Word::decode(word, job_step) {
+                Ok(word) if word.refused() => StepKind::Refused,
+                Ok(word) => match word.plain() {
+                    Some((plain, restart)) => StepKind::Plain {
+                        settings: Box::new(plain.settings()),
+                        restart,
+                    },
+                    None => StepKind::Nothing,
+                },
+                Err(_) => StepKind::Nothing,
+            });
+        }
+        Ok(
+            match Word::decode(word, job_step)?.applied(Options::Read(settings))? {
+                Applied::NotAsked | Applied::LeftAlone => StepKind::Nothing,
+                Applied::Refused => StepKind::Refused,
+                Applied::Step(said) => StepKind::Framework(said),
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handoff::{Handoff, Plain, Verdict};
+
+    const IDS: Option<(u32, u32)> = Some((7, 0));
+
+    fn known(framework: bool, settings: Option<Settings>) -> Asked<'static> {
+        Asked::Known {
+            framework,
+            settings: Box::new(move |_| Ok(settings)),
+        }
+    }
+
+    fn word(change: impl FnOnce(&mut Handoff)) -> String {
+        let mut handoff = Handoff::new(7, 0, Verdict::Rebuild);
+        change(&mut handoff);
+        handoff.encode()
+    }
+
+    #[test]
+    fn without_a_framework_only_sruns_refusal_and_plain_verdict_count() {
+        let refused = word(Handoff::refuse);
+        let plain = Plain {
+            record: None,
+            record_log: false,
+            requeue_on: Some(43),
+            requeue_max: 3,
+        };
+        let plain_word = word(|h| h.plain(plain.clone()));
+        assert_eq!(
+            StepKind::of(Some(&refused), IDS, known(false, None)).unwrap(),
+            StepKind::Refused
+        );
+        match StepKind::of(Some(&plain_word), IDS, known(false, None)).unwrap() {
+            StepKind::Plain { settings, restart } => {
+                assert_eq!((settings.requeue_on, restart), (Some(43), 0));
+            }
+            other => panic!("{other:?}"),
+        }
+        for text in [None, Some("garbage"), Some("1;8.0;verdict=refused")] {
+            assert_eq!(
+                StepKind::of(text, IDS, known(false, None)).unwrap(),
+                StepKind::Nothing,
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_framework_step_is_laid_out_unless_srun_refused_it() {
+        let settings = Settings::default();
+        let refused = word(Handoff::refuse);
+        assert_eq!(
+            StepKind::of(Some(&refused), IDS, known(true, Some(settings.clone()))).unwrap(),
+            StepKind::Refused
+        );
+        let kind = StepKind::of(None, IDS, known(true, Some(settings))).unwrap();
+        assert!(matches!(kind, StepKind::Framework(_)), "{kind:?}");
+        assert_eq!(
+            StepKind::of(None, IDS, known(true, None)).unwrap(),
+            StepKind::Nothing
+        );
+        let bad = StepKind::of(
+            Some("1;7.0;junk"),
+            IDS,
+            known(true, Some(Settings::default())),
+        );
+        assert!(bad.is_err(), "{bad:?}");
+    }
+
+    /// Options that could not be registered: a step srun said anything of
+    /// fails, any other is left alone.
+    #[test]
+    fn unknown_options_fail_only_a_step_srun_handed_a_word() {
+        assert_eq!(
+            StepKind::of(None, IDS, Asked::Unknown).unwrap(),
+            StepKind::Nothing
+        );
+        let refused = word(Handoff::refuse);
+        for text in [refused.as_str(), "1;srun", "1;7.0;junk"] {
+            let err = StepKind::of(Some(text), IDS, Asked::Unknown).unwrap_err();
+            assert_eq!(err.message(), NOT_REGISTERED, "{text}");
+        }
+    }
+}
