@@ -622,3 +622,72 @@ fn the_checker_sees_circles_and_ignores_text() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The framework modules core/src/frameworks/mod.rs declares (`pub mod
+/// ray;`).
+fn framework_modules() -> Vec<String> {
+    let text = std::fs::read_to_string(root().join("core/src/frameworks/mod.rs")).unwrap();
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod ")?.strip_suffix(';'))
+        .map(String::from)
+        .collect()
+}
+
+/// The framework modules of `modules` that `text` names in a path
+/// (`frameworks::ray::FRAMEWORK`) or a `use` (`use …::{self, ray}`), its
+/// comments and strings aside.
+fn named_frameworks(text: &str, modules: &[String]) -> Vec<String> {
+    let toks = tokens(&strip(text));
+    let mut named = BTreeSet::new();
+    let mut in_use = false;
+    for (i, t) in toks.iter().enumerate() {
+        match t {
+            Token::Ident(s) if s == "use" => in_use = true,
+            Token::Punct(';') => in_use = false,
+            Token::Ident(s) if modules.contains(s) => {
+                let after_sep = i > 0 && toks[i - 1] == Token::PathSep;
+                if after_sep || in_use {
+                    named.insert(s.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    named.into_iter().collect()
+}
+
+/// A framework is its file and its line in the table: the node
+/// (core/src/node.rs) and the plugin (src/) reach the frameworks through
+/// the table and name no framework's module.
+#[test]
+fn the_node_and_the_plugin_name_no_framework() {
+    let modules = framework_modules();
+    assert!(modules.contains(&"ray".to_string()), "{modules:?}");
+    let mut files = vec![root().join("core/src/node.rs")];
+    files.extend(Tree::new(&root().join("src"), &[]).files.into_values());
+    let mut problems = Vec::new();
+    for file in &files {
+        let named = named_frameworks(&std::fs::read_to_string(file).unwrap(), &modules);
+        if !named.is_empty() {
+            let name = file.strip_prefix(root()).unwrap().display();
+            problems.push(format!("{name} names {}", named.join(", ")));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The scan finds a framework's module in a path and in a `use`, and not
+/// in comments, strings or the table's name.
+#[test]
+fn the_framework_scan_sees_paths_and_uses() {
+    let modules = vec!["ray".to_string(), "jax".to_string()];
+    let named = |text: &str| named_frameworks(text, &modules);
+    assert_eq!(named("use crate::core::frameworks::ray;"), ["ray"]);
+    assert_eq!(named("use super::frameworks::{self, jax};"), ["jax"]);
+    assert_eq!(named("let x = frameworks::ray::FIXED;"), ["ray"]);
+    let none: [&str; 0] = [];
+    assert_eq!(
+        named("// frameworks::ray\nlet s = \"frameworks::jax\"; let ray = FRAMEWORKS;"),
+        none
+    );
+}

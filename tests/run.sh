@@ -62,6 +62,9 @@ source tests/where.sh
 host_tests=()
 for name in $(where_binaries host); do host_tests+=(--test "$name"); done
 step "host: core and CLI tests" cargo test --profile tests -p tf-cluster-core -p tf-cluster-cli --all-targets
+# The stand-in fifth framework (the feature `stand-in`): its own tests only,
+# since it adds itself to every list of the framework options.
+step "host: a fifth framework" cargo test --profile tests -p tf-cluster-core --features stand-in --lib stand_in
 # The plugin's .so in the tests' profile too: tests/symbols.rs reads the one
 # built beside it.
 step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --lib && cargo test --profile tests -p tf-cluster --lib "$@"' _ "${host_tests[@]}"

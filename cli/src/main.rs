@@ -31,7 +31,10 @@ use options::Options;
 #[command(
     name = "tf-cluster",
     version = env!("TF_CLUSTER_BUILD_ID"),
-    about = "What the tf-cluster plugin gives a Slurm task for --tf-cluster, --torch-cluster, --jax-cluster and --ray-cluster: the framework's variables, its GPUs (every vendor's) and its network interface",
+    about = format!(
+        "What the tf-cluster plugin gives a Slurm task for {}: the framework's variables, its GPUs (every vendor's) and its network interface",
+        tf_cluster_core::frameworks::option_list(tf_cluster_core::FRAMEWORKS.iter().copied(), "and")
+    ),
     after_help = "\
 Examples:
   tf-cluster preview -N2 -n4 --tf-cluster=ps:1,worker:3   # on a login node

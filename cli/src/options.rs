@@ -3,7 +3,7 @@
 
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
-use tf_cluster_core::frameworks::{self, ALL_OFF, ALL_OFF_HELP, OFF};
+use tf_cluster_core::frameworks::{self, ALL_OFF, OFF, all_off_help};
 use tf_cluster_core::settings::SETTINGS;
 use tf_cluster_core::{Error, FRAMEWORKS, Framework, Frameworks, Result, Settings};
 
@@ -71,7 +71,7 @@ impl Args for Options {
             let arg = Arg::new(s.key)
                 .long(format!("tf-{}", s.key))
                 .value_name(s.arg)
-                .help(s.help);
+                .help(s.help_text());
             cmd.arg(if NO_ALIAS.contains(&s.key) {
                 arg
             } else {
@@ -82,7 +82,7 @@ impl Args for Options {
             Arg::new(ALL_OFF)
                 .long(ALL_OFF)
                 .action(ArgAction::SetTrue)
-                .help(ALL_OFF_HELP),
+                .help(all_off_help()),
         )
     }
 

@@ -172,7 +172,7 @@ fn every_setting_in_the_manual_begins_with_its_help() {
             continue;
         };
         // As a sentence: a capital letter where the help has none.
-        let sentence = format!("{}.", s.help);
+        let sentence = format!("{}.", s.help_text());
         let begins = text.get(..sentence.len()).is_some_and(|b| {
             b[..1].eq_ignore_ascii_case(&sentence[..1]) && b[1..] == sentence[1..]
         });

@@ -629,7 +629,7 @@ fn frameworks(bits: &str) -> Option<Frameworks> {
     parse_u32(bits)
         .and_then(|b| u8::try_from(b).ok())
         .map(Frameworks)
-        .filter(|f| f.0 & !Frameworks::ALL.0 == 0)
+        .filter(|f| f.0 & !Frameworks::all().0 == 0)
 }
 
 /// The fields of a hand-off after its id, as [`next_field`] takes them.

@@ -34,8 +34,6 @@ pub struct Node {
     shared: Vec<String>,
     /// The step's roles (`--tf-roles`) and each task's own ports.
     worlds: RoleWorlds,
-    /// The node's port for NCCL's RAS, where the step's record took one.
-    ras_port: Option<u16>,
 }
 
 impl Node {
@@ -55,17 +53,15 @@ impl Node {
         let needs = frameworks::needs(&settings, &layout, roles.len());
         let plan = NodePlan::new(&settings, &step, &layout, this_node, &needs)?;
         let per_role = frameworks::per_role(&settings).len() as u32;
-        // The last two blocks: the roles', then the record's RAS port.
-        let block = plan.ports.of(needs.ports.len() - 2);
-        let ras_port = plan.ports.of(needs.ports.len() - 1).first().copied();
-        let worlds = RoleWorlds::new(&settings, &layout, &roles, per_role, block)?;
-        let mut shared = Vec::with_capacity(needs.ports.len());
+        let blocks = (plan.ports.role_rendezvous(), plan.ports.tasks_own());
+        let worlds = RoleWorlds::new(&settings, &layout, &roles, per_role, blocks)?;
+        let mut shared = Vec::with_capacity(needs.ports.frameworks.len());
         for (i, f) in settings.frameworks.iter().enumerate() {
             let node = Shared {
                 settings: &settings,
                 step: &step,
                 layout: &layout,
-                ports: plan.ports.of(i),
+                ports: plan.ports.framework(i),
             };
             shared.push(f.shared.map(|s| s(&node)).transpose()?.unwrap_or_default());
         }
@@ -79,7 +75,6 @@ impl Node {
             plan,
             shared,
             worlds,
-            ras_port,
         })
     }
 
@@ -145,7 +140,8 @@ impl Node {
         for (i, f) in self.settings.frameworks.iter().enumerate() {
             (f.render)(&self.view(i, f, rank, placement, world, &gpus), &mut vars)?;
         }
-        if world.role.is_some() && !vars.iter().any(|(n, _)| *n == "RANK") {
+        let rendered = self.settings.frameworks.iter().any(|f| f.renders_world);
+        if world.role.is_some() && !rendered {
             let port = self.worlds.role_port(world.role, 0).map(|p| p[0]);
             vars.extend(self.worlds.world_vars(&self.layout, world, port));
         }
@@ -179,13 +175,13 @@ impl Node {
             .frameworks
             .iter()
             .position(|f| std::ptr::eq(f, first))?;
-        self.plan.ports.of(i).first().copied()
+        self.plan.ports.framework(i).first().copied()
     }
 
     /// The node's port for NCCL's RAS (crate::frameworks::ras_ports): every
     /// rank of the node that runs NCCL listens on it.
     pub fn ras_port(&self) -> Option<u16> {
-        self.ras_port
+        self.plan.ports.ras()
     }
 
     /// The ports this node's tasks will listen on: a framework taking one
@@ -217,7 +213,7 @@ impl Node {
         }
         // NCCL's RAS, on every node with a task.
         if self.layout.count(here) > 0 {
-            ports.extend(self.ras_port);
+            ports.extend(self.ras_port());
         }
         ports
     }
@@ -238,50 +234,36 @@ impl Node {
     }
 
     /// The role and index of `rank` (`worker 3`): its step role's
-    /// (`--tf-roles`), else TensorFlow's when the step asked for TensorFlow.
+    /// (`--tf-roles`), else the one a framework of the step gives it
+    /// ([`Framework::role_of`]: TensorFlow's job names).
     pub fn role_of(&self, rank: u32) -> Option<String> {
         if self.worlds.any() {
             let placement = self.layout.placement(rank).ok()?;
             let world = self.worlds.world(&self.layout, rank, placement).ok()?;
             return Some(format!("{} {}", self.worlds.name(world.role?), world.rank));
         }
-        if !self
-            .settings
+        self.settings
             .frameworks
-            .contains(&frameworks::tensorflow::FRAMEWORK)
-        {
-            return None;
-        }
-        let roles = self.settings.roles.for_step(self.layout.num_tasks()).ok()?;
-        super::roles::role_of(&roles, rank).map(|(role, index)| format!("{role} {index}"))
+            .iter()
+            .find_map(|f| f.role_of?(&self.settings, &self.layout, rank))
+    }
+
+    /// The step's private directory on this node, where a framework of the
+    /// step keeps one ([`Framework::private_dir`]) and srun gave the step
+    /// its secret.
+    pub fn private_dir(&self) -> Option<String> {
+        let secret = self.step.secret.as_ref()?;
+        self.settings
+            .frameworks
+            .iter()
+            .find_map(|f| f.private_dir.map(|dir| dir(secret)))
     }
 
     /// The ports local task `local` listens on (`first`: it is rank 0):
-    /// see [`Node::listening_ports`]. Ray's node (one task per node) listens
-    /// on every node: the head on all of the step's Ray ports, every other
-    /// node on all but the head's own (frameworks::ray::HEAD_ONLY).
+    /// see [`Node::listening_ports`], each framework's by its port rule
+    /// ([`crate::node_plan::PortRule`]).
     pub fn ports_of(&self, local: u32, first: bool) -> Vec<u16> {
-        let mut out = Vec::new();
-        for (i, f) in self.settings.frameworks.iter().enumerate() {
-            let ports = self.plan.ports.of(i);
-            match (f.ports)(2) {
-                2 => out.extend(ports.get(local as usize)),
-                _ if first => out.extend(ports),
-                _ if std::ptr::eq(f, &frameworks::ray::FRAMEWORK) && local == 0 => {
-                    let fixed = frameworks::ray::FIXED;
-                    out.extend(
-                        fixed
-                            .iter()
-                            .zip(ports)
-                            .filter(|(flag, _)| !frameworks::ray::HEAD_ONLY.contains(flag))
-                            .map(|(_, port)| *port),
-                    );
-                    out.extend(ports.iter().skip(fixed.len()));
-                }
-                _ => {}
-            }
-        }
-        out
+        self.plan.ports.listened(local, first)
     }
 
     /// This node's address as the step's ranks reach it (its name on the
@@ -378,7 +360,7 @@ impl Node {
             rank,
             placement,
             world,
-            ports: role_port.unwrap_or_else(|| self.plan.ports.of(i)),
+            ports: role_port.unwrap_or_else(|| self.plan.ports.framework(i)),
             gpus,
             shared: &self.shared[i],
         }
@@ -470,7 +452,7 @@ pub fn resolve(settings: &Settings, step: &Step) -> Result<Injection> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frameworks::{self, Frameworks};
+    use crate::frameworks::{Frameworks, by_option};
     use crate::source::Given;
 
     /// A task's variables, as slurmstepd would show them, on a node
@@ -495,7 +477,7 @@ mod tests {
             ])
         };
         let mut settings = Settings {
-            frameworks: Frameworks::only(&frameworks::pytorch::FRAMEWORK),
+            frameworks: Frameworks::only(by_option("torch-cluster").unwrap()),
             ..Settings::default()
         };
         let step = Step::gather(&settings, &mut task())

@@ -2,8 +2,11 @@
 //! of the step ([`Step`]), its [`Layout`] and the settings: the frameworks'
 //! ports and the GPUs of each local task (the node's fast-network interface is
 //! the step's, [`crate::network::decision::for_node`]).
-//! It knows no framework: what they need comes in as data ([`Needs`]), and
+//! It knows no framework: what they need comes in as data ([`Needs`]: each
+//! framework's [`PortRule`] among the named blocks of [`PortNeeds`]), and
 //! each framework's variables are rendered from it (crate::frameworks).
+
+use std::ops::Range;
 
 use super::error::Result;
 use super::gpus::{GpuBind, GpuPlan, NodeGpus, Rules, Visible};
@@ -12,42 +15,161 @@ use super::ports;
 use super::settings::{DEFAULT_PORT_BASE, Settings};
 use super::step::Step;
 
-/// What the step's frameworks need of the node, in table order.
+/// What the step's frameworks need of the node: its ports and GPU rules.
 pub struct Needs {
-    /// The ports each framework takes on every node.
-    pub ports: Vec<u32>,
+    pub ports: PortNeeds,
     /// How their tasks see the GPUs.
     pub rules: Rules,
 }
 
-/// The step's ports on every node, each framework's consecutive block in
-/// table order: TensorFlow's k-th task takes its k-th, then PyTorch's
-/// MASTER_PORT, then JAX's coordinator.
+/// How a framework takes its block of the node's ports, and which of them
+/// its tasks listen on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortRule {
+    /// One per local task: local task k takes the k-th and listens on it
+    /// (TensorFlow's servers).
+    PerTask,
+    /// One for the step's rendezvous, which rank 0 alone listens on
+    /// (PyTorch's MASTER_PORT, JAX's coordinator).
+    Master,
+    /// A node's own set, the same list on every node: a port for each of
+    /// `named`, then `more` (Ray's ports, then its workers'). Rank 0's node
+    /// listens on all of them, every other node on all but `head_only`.
+    Fixed {
+        named: &'static [&'static str],
+        head_only: &'static [&'static str],
+        more: u32,
+    },
+}
+
+impl PortRule {
+    /// The ports it takes on each node, given the most tasks on one node.
+    pub fn count(self, most_local: u32) -> u32 {
+        match self {
+            PortRule::PerTask => most_local,
+            PortRule::Master => 1,
+            PortRule::Fixed { named, more, .. } => named.len() as u32 + more,
+        }
+    }
+
+    /// The ports of its `block` that local task `local` listens on
+    /// (`first`: the task is rank 0).
+    pub fn listened(self, block: &[u16], local: u32, first: bool) -> Vec<u16> {
+        match self {
+            PortRule::PerTask => block.get(local as usize).copied().into_iter().collect(),
+            _ if first => block.to_vec(),
+            PortRule::Fixed {
+                named, head_only, ..
+            } if local == 0 => {
+                let shared = named
+                    .iter()
+                    .zip(block)
+                    .filter(|(name, _)| !head_only.contains(name))
+                    .map(|(_, port)| *port);
+                shared
+                    .chain(block.iter().skip(named.len()).copied())
+                    .collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The blocks of the step's ports on every node, by what each is for, in
+/// the order they are handed out: each framework's (in table order), the
+/// roles' rendezvous ports, the tasks' own ports, NCCL's RAS port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortNeeds {
+    /// Each of the step's frameworks' rule, in table order.
+    pub frameworks: Vec<PortRule>,
+    /// The most tasks the step has on one node.
+    pub most_local: u32,
+    /// Each role's rendezvous ports, role by role (crate::role_world).
+    pub role_rendezvous: u32,
+    /// Each local task's own ports (`--tf-ports-per-task`), task by task.
+    pub tasks_own: u32,
+    /// The record's port for NCCL's RAS: 0 or 1.
+    pub ras: u32,
+}
+
+impl PortNeeds {
+    /// The sizes of the blocks, in the order they are handed out.
+    fn sizes(&self) -> impl Iterator<Item = u32> + '_ {
+        let frameworks = self.frameworks.iter().map(|r| r.count(self.most_local));
+        frameworks.chain([self.role_rendezvous, self.tasks_own, self.ras])
+    }
+
+    /// The ports the step takes on each node.
+    pub fn total(&self) -> u32 {
+        self.sizes().sum()
+    }
+}
+
+/// The step's ports on every node, cut into the blocks of [`PortNeeds`].
 pub struct PortPlan {
     ports: Vec<u16>,
-    /// Each framework's block, in the order of [`Needs::ports`].
-    blocks: Vec<std::ops::Range<usize>>,
+    /// Each framework's rule and block.
+    frameworks: Vec<(PortRule, Range<usize>)>,
+    role_rendezvous: Range<usize>,
+    tasks_own: Range<usize>,
+    ras: Range<usize>,
 }
 
 impl PortPlan {
-    pub fn new(settings: &Settings, step: &Step, wants: &[u32]) -> Result<PortPlan> {
-        let mut blocks = Vec::with_capacity(wants.len());
+    pub fn new(settings: &Settings, step: &Step, needs: &PortNeeds) -> Result<PortPlan> {
         let mut end = 0;
-        for &n in wants {
-            blocks.push(end..end + n as usize);
+        let mut blocks = needs.sizes().map(|n| {
             end += n as usize;
-        }
+            end - n as usize..end
+        });
+        let frameworks = needs
+            .frameworks
+            .iter()
+            .map(|&rule| (rule, blocks.next().unwrap_or_default()))
+            .collect();
+        let mut next = || blocks.next().unwrap_or_default();
+        let (role_rendezvous, tasks_own, ras) = (next(), next(), next());
         let ports = ports::ports(
             unreserved(settings, step),
             step.resv_ports.as_deref(),
-            end as u32,
+            needs.total(),
         )?;
-        Ok(PortPlan { ports, blocks })
+        Ok(PortPlan {
+            ports,
+            frameworks,
+            role_rendezvous,
+            tasks_own,
+            ras,
+        })
     }
 
     /// The ports of the `i`-th of the step's frameworks.
-    pub fn of(&self, i: usize) -> &[u16] {
-        &self.ports[self.blocks[i].clone()]
+    pub fn framework(&self, i: usize) -> &[u16] {
+        &self.ports[self.frameworks[i].1.clone()]
+    }
+
+    /// Each role's rendezvous ports, role by role.
+    pub fn role_rendezvous(&self) -> &[u16] {
+        &self.ports[self.role_rendezvous.clone()]
+    }
+
+    /// Each local task's own ports, task by task.
+    pub fn tasks_own(&self) -> &[u16] {
+        &self.ports[self.tasks_own.clone()]
+    }
+
+    /// The node's port for NCCL's RAS, where the step takes one.
+    pub fn ras(&self) -> Option<u16> {
+        self.ports[self.ras.clone()].first().copied()
+    }
+
+    /// The frameworks' ports local task `local` listens on (`first`: it is
+    /// rank 0), by each framework's rule.
+    pub fn listened(&self, local: u32, first: bool) -> Vec<u16> {
+        self.frameworks
+            .iter()
+            .flat_map(|(rule, block)| rule.listened(&self.ports[block.clone()], local, first))
+            .collect()
     }
 }
 

@@ -159,3 +159,58 @@ fn a_recorded_step_takes_a_port_of_its_own_for_nccls_ras() {
         .to_string();
     assert!(e.contains("it needs 2 on a node"), "{e}");
 }
+
+/// `srun -N2 --ntasks-per-node=2 --torch-cluster --jax-cluster
+/// --tf-roles=a:2,b:2 --tf-ports-per-task=2 --tf-record=/rec
+/// --tf-port-base=9000`: the plan's blocks in their order, 11 ports on a
+/// node. PyTorch's MASTER_PORT 9000 (the step-wide world's), JAX's 9001;
+/// the roles' rendezvous, PyTorch's then JAX's of each role: a 9002 and
+/// 9003, b 9004 and 9005; each local task's own two, 9006-9007 and
+/// 9008-9009; NCCL's RAS 9010. srun refuses a reservation of 10.
+#[test]
+fn the_port_plan_hands_out_its_blocks_in_order() {
+    let mut settings = Settings {
+        frameworks: Frameworks::only(&pytorch::FRAMEWORK).with(&jax::FRAMEWORK),
+        record: Some("/rec".into()),
+        ..Settings::default()
+    };
+    for (key, value) in [
+        ("roles", "a:2,b:2"),
+        ("ports-per-task", "2"),
+        ("port-base", "9000"),
+    ] {
+        settings.set(key, value).unwrap();
+    }
+    let vars = [
+        ("SLURM_STEP_NUM_TASKS", "4"),
+        ("SLURM_STEP_NODELIST", "n[1-2]"),
+        ("SLURM_STEP_TASKS_PER_NODE", "2(x2)"),
+        ("SLURMD_NODENAME", "n2"),
+    ];
+    let vars = vars.iter().map(|&(k, v)| (k, v.to_string())).collect();
+    let step = Step::gather(&settings, &mut given(vars))
+        .unwrap()
+        .step()
+        .unwrap();
+    let node = crate::node::Node::prepare(settings.clone(), step).unwrap();
+    let rank3 = node.task(3, Some(1), None).unwrap();
+    assert_eq!(rank3.get("MASTER_PORT"), Some("9004"));
+    assert_eq!(rank3.get("JAX_COORDINATOR_ADDRESS"), Some("n2:9005"));
+    assert_eq!(rank3.get("TF_CLUSTER_PORTS"), Some("9008,9009"));
+    assert_eq!(rank3.get("TF_CLUSTER_STEP_MASTER_PORT"), Some("9000"));
+    let rank2 = node.task(2, Some(0), None).unwrap();
+    assert_eq!(rank2.get("TF_CLUSTER_PORTS"), Some("9006,9007"));
+    assert_eq!(node.ras_port(), Some(9010));
+    let roles = crate::frameworks::check_roles(&settings, 4, None).unwrap();
+    let needs = crate::frameworks::port_needs(&settings, 2, roles.len());
+    assert_eq!(needs.total(), 11);
+    let launch = crate::frameworks::Launch {
+        tasks: 4,
+        nodes: Some(2),
+        resv_ports: Some("12000-12009"),
+        most_local: Some(2),
+        ..Default::default()
+    };
+    let e = crate::frameworks::check_before_launch(&settings, &launch).unwrap_err();
+    assert!(e.to_string().contains("it needs 11 on a node"), "{e}");
+}

@@ -1,6 +1,6 @@
-//! Ports: the step's ports on each node, by index (TensorFlow's local task k
-//! takes the k-th, PyTorch's and JAX's rendezvous the next ones), the same
-//! on every node of the step. In order of precedence:
+//! Ports: where the step's ports on each node come from, the same on every
+//! node of the step (how they are cut into blocks, each for what:
+//! crate::node_plan::PortNeeds). In order of precedence:
 //!
 //! - the ports Slurm reserved for the step (SLURM_STEP_RESV_PORTS, only
 //!   where slurm.conf has `MpiParams=ports=…`), as Slurm gave them;
@@ -133,24 +133,18 @@ pub enum Unreserved {
     },
 }
 
-/// The ports of indices 0..`max_local_tasks` (the tasks of the fullest
-/// node, plus one for each framework's rendezvous).
-pub fn ports(
-    unreserved: Unreserved,
-    reserved: Option<&str>,
-    max_local_tasks: u32,
-) -> Result<Vec<u16>> {
+/// The step's `count` ports on a node (the count of its port
+/// plan: crate::node_plan::PortNeeds::total).
+pub fn ports(unreserved: Unreserved, reserved: Option<&str>, count: u32) -> Result<Vec<u16>> {
     match (reserved, unreserved) {
-        (Some(list), _) => reserved_ports(list, max_local_tasks),
-        (None, Unreserved::Block { range, job, step }) => range.block(job, step, max_local_tasks),
+        (Some(list), _) => reserved_ports(list, count),
+        (None, Unreserved::Block { range, job, step }) => range.block(job, step, count),
         (None, Unreserved::Base(base)) => {
-            let last = u64::from(base) + u64::from(max_local_tasks.max(1)) - 1;
+            let last = u64::from(base) + u64::from(count.max(1)) - 1;
             if last > 65535 {
-                bail!(
-                    "port base {base} + {max_local_tasks} tasks on a node needs port {last}, above 65535"
-                );
+                bail!("port base {base} + {count} tasks on a node needs port {last}, above 65535");
             }
-            Ok((0..max_local_tasks as u16).map(|k| base + k).collect())
+            Ok((0..count as u16).map(|k| base + k).collect())
         }
     }
 }

@@ -4,11 +4,12 @@
 //! ports, and the address book of every role's tasks. It knows no
 //! framework: how many rendezvous ports a role takes comes in as data.
 //!
-//! The roles' ports are one block of the node's plan, the same on every
-//! node: first each role's rendezvous ports (`per_role` of them, role by
-//! role), then K ports for each local task (local task l takes K·l … K·l +
-//! K − 1 of them). No two tasks of a node share a port, and none is a
-//! role's rendezvous port nor the step-wide one (the frameworks' own).
+//! The roles' ports are two blocks of the node's plan
+//! (crate::node_plan::PortNeeds), the same on every node: each role's
+//! rendezvous ports (`per_role` of them, role by role), and K ports for each
+//! local task (local task l takes K·l … K·l + K − 1 of them). No two tasks
+//! of a node share a port, and none is a role's rendezvous port nor the
+//! step-wide one (the frameworks' own).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -84,13 +85,6 @@ pub fn books_min_exec_size(roles: &[(String, u32)], address: usize, prefixes: &[
     total
 }
 
-/// The ports a step's roles and tasks take on every node, for `roles`
-/// roles of `per_role` rendezvous ports each and `most_local` tasks on the
-/// fullest node.
-pub fn block_size(settings: &Settings, roles: usize, per_role: u32, most_local: u32) -> u32 {
-    roles as u32 * per_role + ports_per_task(settings) * most_local
-}
-
 /// The ports of each task's own: the step's, else the default of a step
 /// with roles, else none.
 pub fn ports_per_task(settings: &Settings) -> u32 {
@@ -106,21 +100,24 @@ pub struct RoleWorlds {
     spans: Vec<Span>,
     per_role: u32,
     per_task: u32,
-    /// The roles' block of the node's ports.
-    block: Vec<u16>,
+    /// Each role's rendezvous ports, role by role.
+    rendezvous: Vec<u16>,
+    /// Each local task's own ports, task by task.
+    own: Vec<u16>,
     /// Each role's address book: (variable, value).
     book: Vec<(String, String)>,
 }
 
 impl RoleWorlds {
     /// `roles`: each role's name and count, in rank order (their counts
-    /// add up to the step's tasks); `block`: the roles' ports.
+    /// add up to the step's tasks); `rendezvous` and `own`: their blocks of
+    /// the node's ports.
     pub fn new(
         settings: &Settings,
         layout: &Layout,
         roles: &[(String, u32)],
         per_role: u32,
-        block: &[u16],
+        (rendezvous, own): (&[u16], &[u16]),
     ) -> Result<RoleWorlds> {
         let mut spans = Vec::with_capacity(roles.len());
         let mut first = 0;
@@ -138,7 +135,8 @@ impl RoleWorlds {
             spans,
             per_role,
             per_task: ports_per_task(settings),
-            block: block.to_vec(),
+            rendezvous: rendezvous.to_vec(),
+            own: own.to_vec(),
             book: Vec::new(),
         };
         worlds.fill(layout)?;
@@ -217,13 +215,13 @@ impl RoleWorlds {
     /// The `j`-th rendezvous port of role `role` (None: no roles).
     pub fn role_port(&self, role: Option<usize>, j: u32) -> Option<&[u16]> {
         let i = (role? as u32 * self.per_role + j) as usize;
-        self.block.get(i..i + 1)
+        self.rendezvous.get(i..i + 1)
     }
 
     /// The ports of local task `local`'s own.
     pub fn task_ports(&self, local: u32) -> &[u16] {
-        let start = (self.spans.len() as u32 * self.per_role + local * self.per_task) as usize;
-        self.block
+        let start = (local * self.per_task) as usize;
+        self.own
             .get(start..start + self.per_task as usize)
             .unwrap_or_default()
     }

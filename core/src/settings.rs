@@ -111,8 +111,6 @@ pub struct Frameworks(pub(crate) u8);
 impl Frameworks {
     /// TensorFlow alone, the table's first (frameworks/table_tests.rs checks it).
     pub const TENSORFLOW: Frameworks = Frameworks(1);
-    /// Every framework of the table (frameworks/table_tests.rs checks it).
-    pub const ALL: Frameworks = Frameworks(0b1111);
 
     pub fn is_empty(self) -> bool {
         self.0 == 0
@@ -131,10 +129,16 @@ impl Frameworks {
 /// range and default are data the pages that describe it are tested against
 /// (the manual, the admin guide, the user guide), and its help states both
 /// (settings_tests.rs).
+/// In a setting's help, the options of the frameworks that take roles.
+pub const ROLE_FRAMEWORKS: &str = "{role-frameworks}";
+
 pub struct Setting {
     pub key: &'static str,
     /// The argument's name in `--help`.
     pub arg: &'static str,
+    /// Its help, where [`ROLE_FRAMEWORKS`] stands for the options of the
+    /// frameworks that take roles (`Setting::help_text`, beside the
+    /// framework table, writes them out).
     pub help: &'static str,
     /// The whole numbers it takes, both ends included, where its value is
     /// one: the parser takes exactly these.
@@ -433,7 +437,7 @@ pub const SETTINGS: [Setting; 16] = [
     Setting {
         key: "roles",
         arg: "NAME:COUNT,...",
-        help: "split the step's tasks, in rank order, into named roles (NAME: lower-case letters, digits and '_', a letter first), each with its own RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, beside a step-wide world and every role's addresses; with --torch-cluster or --jax-cluster; in a heterogeneous step NAME,NAME,... names its components (default: none)",
+        help: "split the step's tasks, in rank order, into named roles (NAME: lower-case letters, digits and '_', a letter first), each with its own RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, beside a step-wide world and every role's addresses; with {role-frameworks}; in a heterogeneous step NAME,NAME,... names its components (default: none)",
         range: None,
         default: Unset::Absent("none"),
         only_with: None,

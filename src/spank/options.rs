@@ -13,7 +13,7 @@ use super::bindings as sys;
 use super::guard::{Answer, guard};
 use super::handle::{self, RawOption, Spank};
 pub use crate::core::frameworks::{ALL_OFF, OFF};
-use crate::core::frameworks::{ALL_OFF_HELP, FRAMEWORKS, Framework, Frameworks};
+use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks, all_off_help};
 use crate::core::settings::{SETTINGS, Setting};
 use crate::core::{Error, Result, Settings};
 
@@ -67,15 +67,9 @@ pub fn all() -> &'static [SpankOption] {
         });
         let settings = SETTINGS.iter().map(|s| {
             let name = format!("tf-{}", s.key);
-            (name, s.arg, s.help.to_string(), 1, Meaning::Setting(s))
+            (name, s.arg, s.help_text(), 1, Meaning::Setting(s))
         });
-        let all_off = (
-            ALL_OFF.to_string(),
-            "",
-            ALL_OFF_HELP.to_string(),
-            0,
-            Meaning::AllOff,
-        );
+        let all_off = (ALL_OFF.to_string(), "", all_off_help(), 0, Meaning::AllOff);
         frameworks
             .chain(settings)
             .chain(std::iter::once(all_off))
@@ -332,18 +326,23 @@ fn set_options(spank: &Spank, settings: &mut Settings) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::frameworks::{jax, pytorch, tensorflow};
+    use crate::core::frameworks::by_option;
+
+    /// The table's frameworks the tests below name.
+    fn framework(option: &str) -> &'static Framework {
+        by_option(option).unwrap()
+    }
 
     /// The names sbatch/salloc give the options they hand down (measured on
     /// Slurm 22.05: `--tf-cluster` comes back as the first).
     #[test]
     fn inherited_variables_are_slurms_names() {
         assert_eq!(
-            inherited_var(&tensorflow::FRAMEWORK),
+            inherited_var(framework("tf-cluster")),
             "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_tf_cluster"
         );
         assert_eq!(
-            inherited_var(&pytorch::FRAMEWORK),
+            inherited_var(framework("torch-cluster")),
             "SLURM_SPANK__SLURM_SPANK_OPTION_tf_cluster_torch_cluster"
         );
     }
@@ -367,18 +366,21 @@ mod tests {
 
     #[test]
     fn framework_values_are_a_spec_or_off() {
-        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "").is_ok());
-        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, OFF).is_ok());
-        assert!(crate::core::frameworks::check_value(&jax::FRAMEWORK, OFF).is_ok());
-        assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, OFF).is_ok());
-        assert!(crate::core::frameworks::check_value(&tensorflow::FRAMEWORK, "ps:1").is_ok());
-        assert!(crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "elastic:2").is_ok());
-        let e = crate::core::frameworks::check_value(&pytorch::FRAMEWORK, "yes").unwrap_err();
+        assert!(crate::core::frameworks::check_value(framework("torch-cluster"), "").is_ok());
+        assert!(crate::core::frameworks::check_value(framework("torch-cluster"), OFF).is_ok());
+        assert!(crate::core::frameworks::check_value(framework("jax-cluster"), OFF).is_ok());
+        assert!(crate::core::frameworks::check_value(framework("tf-cluster"), OFF).is_ok());
+        assert!(crate::core::frameworks::check_value(framework("tf-cluster"), "ps:1").is_ok());
+        assert!(
+            crate::core::frameworks::check_value(framework("torch-cluster"), "elastic:2").is_ok()
+        );
+        let e =
+            crate::core::frameworks::check_value(framework("torch-cluster"), "yes").unwrap_err();
         assert!(
             e.to_string()
                 .starts_with("--torch-cluster=\"yes\": use static, elastic")
         );
-        let e = crate::core::frameworks::check_value(&jax::FRAMEWORK, "yes").unwrap_err();
+        let e = crate::core::frameworks::check_value(framework("jax-cluster"), "yes").unwrap_err();
         assert_eq!(
             e.to_string(),
             "--jax-cluster takes no value but off (not \"yes\")"

@@ -6,9 +6,10 @@ use crate::error::Result;
 use crate::hostlist::HostList;
 use crate::layout::Layout;
 use crate::network::addresses::InterfaceVar;
-use crate::node_plan::Gpus;
+use crate::node_plan::{Gpus, PortRule};
 use crate::number;
 use crate::role_world::World;
+use crate::secret::Secret;
 use crate::settings::Settings;
 use crate::step::Step;
 
@@ -28,9 +29,9 @@ pub struct Framework {
     /// Most tasks it serves, and why no more.
     pub max_tasks: u32,
     pub max_tasks_why: &'static str,
-    /// Ports it takes on each node, after those of the frameworks before it,
-    /// given the most tasks the step has on one node.
-    pub ports: fn(u32) -> u32,
+    /// The ports it takes on each node, after those of the frameworks before
+    /// it, and which of them its tasks listen on.
+    pub ports: PortRule,
     /// srun's check before anything is launched.
     pub check_before_launch: fn(&Settings, &Launch) -> Result<()>,
     /// The same rules checked against the layout, wherever a node is
@@ -53,14 +54,32 @@ pub struct Framework {
     pub interface_vars: &'static [&'static InterfaceVar],
     /// What it makes of `--tf-roles` (crate::step_roles).
     pub roles: RoleRule,
+    /// It renders a task's world itself (RANK, WORLD_SIZE, MASTER_ADDR, …):
+    /// with roles, the plugin adds no world variables of its own.
+    pub renders_world: bool,
+    /// The role and index it gives a rank without `--tf-roles` (`worker 3`:
+    /// TensorFlow's job names), for the record.
+    pub role_of: Option<RoleOf>,
+    /// Its ranks may talk over NCCL: a step that writes a record takes a
+    /// port on each node for NCCL's RAS (crate::record::DEBUG_DEFAULTS).
+    pub nccl: bool,
+    /// A directory of the step's own on each node, named from the step's
+    /// secret, that slurmstepd removes when the step ends (Ray's temp
+    /// directory's parent).
+    pub private_dir: Option<fn(&Secret) -> String>,
 }
+
+/// A rank's role and index in a framework's own roles, from the settings
+/// and the layout.
+pub type RoleOf = fn(&Settings, &Layout, u32) -> Option<String>;
 
 /// What a framework makes of `--tf-roles`.
 pub enum RoleRule {
     /// Each role gets a rendezvous of its own (a port per role), for the
     /// settings `check` accepts (why not, else).
     PerRole(fn(&Settings) -> Result<()>),
-    /// Refused, saying why.
+    /// Refused, saying why (the refusal goes on to name the frameworks
+    /// that take roles).
     Refused(&'static str),
     /// The roles are the other frameworks': it takes no rendezvous per role.
     Indifferent,

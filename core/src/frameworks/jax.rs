@@ -9,6 +9,7 @@ use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::Result;
 use crate::limits::MAX_TASKS;
 use crate::network::addresses::NCCL;
+use crate::node_plan::PortRule;
 use crate::settings::Settings;
 
 pub static FRAMEWORK: Framework = Framework {
@@ -20,7 +21,7 @@ pub static FRAMEWORK: Framework = Framework {
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
     // The coordinator's port.
-    ports: |_| 1,
+    ports: PortRule::Master,
     check_before_launch,
     check_layout: None,
     gpus: GpuRule::OwnIds,
@@ -33,6 +34,10 @@ pub static FRAMEWORK: Framework = Framework {
     // interface and read no variable (jax/_src/xla_bridge.py): nothing to set.
     interface_vars: &[&NCCL],
     roles: RoleRule::PerRole(|_| Ok(())),
+    renders_world: false,
+    role_of: None,
+    nccl: true,
+    private_dir: None,
 };
 
 fn check_before_launch(_: &Settings, _: &Launch) -> Result<()> {

@@ -2,13 +2,17 @@
 //! Each declares in one place its option, its limits, the ports it takes,
 //! what srun checks before launch, how its tasks see the GPUs, the part of
 //! its variables a node's tasks share, and the variables it renders for one
-//! rank from the [`Layout`] and the node's plan (crate::plan). Adding a
-//! framework is one module and one entry here.
+//! rank from the [`Layout`] and the node's plan (crate::node_plan), and
+//! the facts the rest of the core asks of it. Adding a framework is one
+//! module and one entry here: everything else, messages listing the
+//! options included, reads the table.
 
 mod framework;
 pub mod jax;
 pub mod pytorch;
 pub mod ray;
+#[cfg(feature = "stand-in")]
+pub mod stand_in;
 pub mod tensorflow;
 
 pub use framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
@@ -18,19 +22,22 @@ use super::gpus::Rules;
 use super::injection::APPTAINER_PREFIXES;
 use super::layout::Layout;
 use super::limits::{check_env_total, check_size};
-pub use super::node_plan::Gpus;
-use super::node_plan::Needs;
-use super::role_world::{block_size, books_min_exec_size, ports_per_task};
+pub use super::node_plan::{Gpus, PortRule};
+use super::node_plan::{Needs, PortNeeds};
+use super::role_world::{books_min_exec_size, ports_per_task};
 use super::settings::{Alone, Settings};
 use crate::network::addresses::{NodeNetwork, VARS};
 
 /// Every framework, in the order their ports are handed out and their
 /// variables set.
-pub static FRAMEWORKS: [&Framework; 4] = [
+pub static FRAMEWORKS: &[&Framework] = &[
     &tensorflow::FRAMEWORK,
     &pytorch::FRAMEWORK,
     &jax::FRAMEWORK,
     &ray::FRAMEWORK,
+    // A test build's fifth framework: core/src/frameworks/stand_in.rs.
+    #[cfg(feature = "stand-in")]
+    &stand_in::FRAMEWORK,
 ];
 
 /// The value of a framework's option that turns it off for one step, though
@@ -42,7 +49,39 @@ pub const OFF: &str = "off";
 pub const ALL_OFF: &str = "tf-off";
 
 /// [`ALL_OFF`]'s help.
-pub const ALL_OFF_HELP: &str = "no framework's variables for this step, whatever the job asked (one framework: --tf-cluster=off, --torch-cluster=off, --jax-cluster=off, --ray-cluster=off)";
+pub fn all_off_help() -> String {
+    let each: Vec<String> = FRAMEWORKS
+        .iter()
+        .map(|f| format!("--{}={OFF}", f.option))
+        .collect();
+    format!(
+        "no framework's variables for this step, whatever the job asked (one framework: {})",
+        each.join(", ")
+    )
+}
+
+/// The options of `frameworks` as a message lists them: `--a, --b or --c`
+/// (`last`: the word before the last one).
+pub fn option_list<'a>(frameworks: impl IntoIterator<Item = &'a Framework>, last: &str) -> String {
+    let names: Vec<String> = frameworks
+        .into_iter()
+        .map(|f| format!("--{}", f.option))
+        .collect();
+    match names.split_last() {
+        Some((only, [])) => only.clone(),
+        Some((end, rest)) => format!("{} {last} {end}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// The frameworks that give each role a rendezvous of its own
+/// ([`RoleRule::PerRole`]): those `--tf-roles` works with.
+fn take_roles() -> impl Iterator<Item = &'static Framework> {
+    FRAMEWORKS
+        .iter()
+        .copied()
+        .filter(|f| matches!(f.roles, RoleRule::PerRole(_)))
+}
 
 /// Checks a framework option's value as srun, sbatch and salloc take it:
 /// [`OFF`], the empty value (the bare option), or the framework's argument.
@@ -119,11 +158,6 @@ fn check_alone(given: &[&str]) -> Result<()> {
     if refused.is_empty() {
         return Ok(());
     }
-    let names: Vec<String> = FRAMEWORKS
-        .iter()
-        .map(|f| format!("--{}", f.option))
-        .collect();
-    let (last, rest) = names.split_last().expect("four frameworks");
     let options = refused
         .iter()
         .map(|o| format!("--{o}"))
@@ -135,8 +169,8 @@ fn check_alone(given: &[&str]) -> Result<()> {
         ("act", "they")
     };
     bail!(
-        "{options} {verb} only on a step with a framework option ({} or {last}); without one this step would run as if {it} were absent",
-        rest.join(", ")
+        "{options} {verb} only on a step with a framework option ({}); without one this step would run as if {it} were absent",
+        option_list(FRAMEWORKS.iter().copied(), "or")
     )
 }
 
@@ -144,6 +178,11 @@ pub use crate::settings::Frameworks;
 
 /// The set's members are [`FRAMEWORKS`]' entries.
 impl Frameworks {
+    /// Every framework of the table.
+    pub fn all() -> Frameworks {
+        Frameworks((1 << FRAMEWORKS.len()) - 1)
+    }
+
     pub fn only(f: &'static Framework) -> Frameworks {
         Frameworks::default().with(f)
     }
@@ -164,6 +203,11 @@ impl Frameworks {
             .filter(move |(i, _)| self.0 & 1 << i != 0)
             .map(|(_, f)| *f)
     }
+}
+
+/// The table's framework of option `--<option>`.
+pub fn by_option(option: &str) -> Option<&'static Framework> {
+    FRAMEWORKS.iter().copied().find(|f| f.option == option)
 }
 
 /// `f`'s place in [`FRAMEWORKS`].
@@ -200,8 +244,7 @@ pub fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {
     check_books(settings, launch, &roles)?;
     // Every task would refuse a reservation too small for the fullest node.
     if let (Some(list), Some(most)) = (launch.resv_ports, launch.most_local) {
-        let roles_block = block_size(settings, roles.len(), per_role(settings).len() as u32, most);
-        let need = ports_needed(settings.frameworks, most) + roles_block + ras_ports(settings);
+        let need = port_needs(settings, most, roles.len()).total();
         crate::ports::reserved_ports(list, need)?;
     }
     Ok(())
@@ -235,10 +278,8 @@ fn check_books(settings: &Settings, launch: &Launch, roles: &[(String, u32)]) ->
 /// The step's frameworks that take a rendezvous port per role, in the
 /// order of their ports in a role's block.
 pub fn per_role(settings: &Settings) -> Vec<&'static Framework> {
-    settings
-        .frameworks
-        .iter()
-        .filter(|f| matches!(f.roles, RoleRule::PerRole(_)))
+    take_roles()
+        .filter(|f| settings.frameworks.contains(f))
         .collect()
 }
 
@@ -253,36 +294,40 @@ pub fn check_roles(
     let Some(roles) = &settings.step_roles else {
         return Ok(Vec::new());
     };
+    let with = || option_list(take_roles(), "or");
     for f in settings.frameworks.iter() {
         match f.roles {
-            RoleRule::Refused(why) => bail!("{why}"),
+            RoleRule::Refused(why) => bail!("{why}; use --tf-roles with {}", with()),
             RoleRule::PerRole(check) => check(settings)?,
             RoleRule::Indifferent => {}
         }
     }
     if per_role(settings).is_empty() {
-        bail!(
-            "--tf-roles={} needs --torch-cluster or --jax-cluster",
-            roles.text()
-        );
+        bail!("--tf-roles={} needs {}", roles.text(), with());
     }
     roles.for_step(tasks, components).map_err(Error::new)
 }
 
 /// The ports a step takes on every node for its record's defaults
 /// (crate::record::DEBUG_DEFAULTS): one for NCCL's RAS where the step writes
-/// a record and runs a framework whose ranks may use NCCL (PyTorch, JAX,
-/// TensorFlow; not Ray's own processes).
+/// a record and runs a framework whose ranks may use NCCL
+/// ([`Framework::nccl`]).
 pub fn ras_ports(settings: &Settings) -> u32 {
-    let nccl = [&pytorch::FRAMEWORK, &jax::FRAMEWORK, &tensorflow::FRAMEWORK];
-    let any = nccl.iter().any(|f| settings.frameworks.contains(f));
+    let any = settings.frameworks.iter().any(|f| f.nccl);
     u32::from(settings.record.is_some() && any)
 }
 
-/// The ports the step's frameworks take on a node, given the most tasks on
-/// one node.
-pub fn ports_needed(frameworks: Frameworks, most_local: u32) -> u32 {
-    frameworks.iter().map(|f| (f.ports)(most_local)).sum()
+/// The step's ports on every node, block by block, given the most tasks on
+/// one node and its `roles` roles: srun's check of the reservation, every
+/// node's plan and the CLI's preview read this one plan.
+pub fn port_needs(settings: &Settings, most_local: u32, roles: usize) -> PortNeeds {
+    PortNeeds {
+        frameworks: settings.frameworks.iter().map(|f| f.ports).collect(),
+        most_local,
+        role_rendezvous: roles as u32 * per_role(settings).len() as u32,
+        tasks_own: ports_per_task(settings) * most_local,
+        ras: ras_ports(settings),
+    }
 }
 
 pub fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
@@ -292,21 +337,11 @@ pub fn check_limit(f: &Framework, tasks: u32) -> Result<()> {
     Ok(())
 }
 
-/// What the step's frameworks need of a node: their ports and GPU rules.
-/// The roles' block ([`crate::role_world`]) comes after every framework's,
-/// where the step has roles or ports per task, then the record's port for
-/// NCCL's RAS ([`ras_ports`]), where it takes one.
+/// What the step's frameworks need of a node: their ports
+/// ([`port_needs`]) and GPU rules.
 pub fn needs(settings: &Settings, layout: &Layout, roles: usize) -> Needs {
-    let mut ports: Vec<u32> = settings
-        .frameworks
-        .iter()
-        .map(|f| (f.ports)(layout.max_local()))
-        .collect();
-    let per_role = per_role(settings).len() as u32;
-    ports.push(block_size(settings, roles, per_role, layout.max_local()));
-    ports.push(ras_ports(settings));
     Needs {
-        ports,
+        ports: port_needs(settings, layout.max_local(), roles),
         rules: gpu_rules(settings.frameworks),
     }
 }
@@ -345,6 +380,17 @@ pub fn network_vars(frameworks: Frameworks, node: &NodeNetwork) -> Vec<(&'static
         .filter(|v| !node.kept.iter().any(|k| k == v.name))
         .map(|v| (v.name, v.value(&node.interface)))
         .collect()
+}
+
+/// A setting's help names frameworks from the table.
+impl crate::settings::Setting {
+    /// Its help as srun and the CLI show it: [`crate::settings::ROLE_FRAMEWORKS`]
+    /// written out (`--torch-cluster or --jax-cluster`).
+    pub fn help_text(&self) -> String {
+        let roles = || option_list(take_roles(), "or");
+        self.help
+            .replace(crate::settings::ROLE_FRAMEWORKS, &roles())
+    }
 }
 
 /// The site's defaults include each framework's argument that takes one, so

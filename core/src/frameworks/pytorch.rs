@@ -16,6 +16,7 @@ use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Task, Vars};
 use crate::error::{Result, bail};
 use crate::limits::MAX_TASKS;
 use crate::network::addresses::{GLOO, NCCL, TENSORPIPE};
+use crate::node_plan::PortRule;
 use crate::settings::Settings;
 // Declared before the settings, which hold the step's choice.
 pub use crate::rendezvous::{DEFAULT_MAX_RESTARTS, Rendezvous};
@@ -67,7 +68,7 @@ pub static FRAMEWORK: Framework = Framework {
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
     // MASTER_PORT.
-    ports: |_| 1,
+    ports: PortRule::Master,
     check_before_launch,
     check_layout: Some(|settings, layout| {
         check_elastic(settings, layout.num_tasks(), layout.num_nodes())
@@ -82,6 +83,11 @@ pub static FRAMEWORK: Framework = Framework {
     interface_vars: &[&NCCL, &GLOO, &TENSORPIPE],
     summary,
     roles: RoleRule::PerRole(static_rendezvous),
+    // RANK, WORLD_SIZE, MASTER_ADDR, … of the task's world.
+    renders_world: true,
+    role_of: None,
+    nccl: true,
+    private_dir: None,
 };
 
 fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {

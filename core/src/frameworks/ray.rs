@@ -18,6 +18,7 @@ use crate::error::{Result, bail};
 use crate::layout::Layout;
 use crate::limits::MAX_TASKS;
 use crate::network::addresses::NCCL;
+use crate::node_plan::PortRule;
 use crate::secret::Secret;
 use crate::settings::Settings;
 
@@ -81,7 +82,12 @@ pub static FRAMEWORK: Framework = Framework {
     skip_when_inherited: false,
     max_tasks: MAX_TASKS,
     max_tasks_why: "tf-cluster lays out at most 262144",
-    ports: |_| PORTS,
+    // Every node listens on its own; the head also on HEAD_ONLY.
+    ports: PortRule::Fixed {
+        named: &FIXED,
+        head_only: &HEAD_ONLY,
+        more: WORKER_PORTS,
+    },
     check_before_launch,
     check_layout: Some(|_, layout| one_task_per_node(layout.max_local())),
     // A Ray node's tasks and actors pick GPUs from all of the node's
@@ -96,6 +102,11 @@ pub static FRAMEWORK: Framework = Framework {
     // socket transport on the step's network.
     interface_vars: &[&NCCL],
     roles: RoleRule::Indifferent,
+    renders_world: false,
+    role_of: None,
+    // Ray's own processes run no NCCL.
+    nccl: false,
+    private_dir: Some(private_dir),
 };
 
 fn check_before_launch(_: &Settings, launch: &Launch) -> Result<()> {

@@ -156,7 +156,7 @@ fn the_default_framework_is_tensorflow() {
     let all = super::FRAMEWORKS
         .iter()
         .fold(Frameworks::default(), |set, f| set.with(f));
-    assert_eq!(Frameworks::ALL, all);
+    assert_eq!(Frameworks::all(), all);
 }
 
 /// Nothing per task that a container runtime reads to decide what to mount

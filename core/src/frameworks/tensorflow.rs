@@ -7,8 +7,10 @@ use std::borrow::Cow;
 use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
 use crate::distribution::Placement;
 use crate::error::{Result, bail};
+use crate::layout::Layout;
 use crate::limits::ENV_LIMIT;
 use crate::network::addresses::NCCL;
+use crate::node_plan::PortRule;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;
 use crate::tf_config;
@@ -34,7 +36,7 @@ pub static FRAMEWORK: Framework = Framework {
     max_tasks: MAX_TASKS,
     max_tasks_why: "TF_CONFIG for more than 21845 cannot fit in one environment variable",
     // Local task k takes the k-th port of its node.
-    ports: |most| most,
+    ports: PortRule::PerTask,
     check_before_launch,
     check_layout: None,
     gpus: GpuRule::Slice,
@@ -48,9 +50,20 @@ pub static FRAMEWORK: Framework = Framework {
     interface_vars: &[&NCCL],
     // TensorFlow's roles are its job names.
     roles: RoleRule::Refused(
-        "--tf-roles gives each role a world of its own, which TensorFlow has not: its roles are its job names (--tf-cluster=ps:1,worker:3); use --tf-roles with --torch-cluster or --jax-cluster",
+        "--tf-roles gives each role a world of its own, which TensorFlow has not: its roles are its job names (--tf-cluster=ps:1,worker:3)",
     ),
+    renders_world: false,
+    role_of: Some(role_of),
+    // MultiWorkerMirroredStrategy's collectives on GPUs.
+    nccl: true,
+    private_dir: None,
 };
+
+/// A rank's job name and index (`worker 3`).
+fn role_of(settings: &Settings, layout: &Layout, rank: u32) -> Option<String> {
+    let roles = settings.roles.for_step(layout.num_tasks()).ok()?;
+    roles::role_of(&roles, rank).map(|(role, index)| format!("{role} {index}"))
+}
 
 /// The spec must cover the tasks, and TF_CONFIG must be able to fit.
 fn check_before_launch(settings: &Settings, launch: &Launch) -> Result<()> {

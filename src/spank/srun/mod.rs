@@ -15,7 +15,7 @@ use super::handle::Spank;
 use super::options::{self, inherited_var, inherited_var_of};
 use super::slurmctld::job_record::Targets;
 use super::slurmctld::step_kill;
-use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks};
+use crate::core::frameworks::{FRAMEWORKS, Framework, Frameworks, option_list};
 use crate::core::handoff::{self, Early, Handoff, Plain, Record, Verdict};
 use crate::core::os::ProcessEnv;
 use crate::core::secret::{self, Secret};
@@ -231,7 +231,8 @@ impl Srun {
                     .collect::<Vec<_>>()
                     .join(" and ");
                 Err(Error::new(format!(
-                    "{options} on a heterogeneous step act only with a framework option (--tf-cluster, --torch-cluster, --jax-cluster or --ray-cluster): without one srun's word reaches one of its components only"
+                    "{options} on a heterogeneous step act only with a framework option ({}): without one srun's word reaches one of its components only",
+                    option_list(FRAMEWORKS.iter().copied(), "or")
                 )))
             }
             Ok(None) => options::plain_settings(spank),

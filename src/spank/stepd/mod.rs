@@ -74,7 +74,6 @@ use super::handle::Spank;
 use super::options;
 use super::private_dir::PrivateDir;
 use super::slurmctld::step_kill::{HostKill, end_from_host, end_refused_step};
-use crate::core::frameworks::ray;
 use crate::core::gpus::bind::Recorded;
 use crate::core::handoff;
 use crate::core::record::DebugFiles;
@@ -441,16 +440,13 @@ const NO_USER_INIT: &str = "slurmstepd did not run user_init for this step, so t
 /// The step's private directory on this node, with the job's user's ids
 /// (`user_init` runs with them): a `--ray-cluster` step's.
 fn private_dir(spank: &Spank, node: &Node) -> Option<PrivateDir> {
-    if !node.settings().frameworks.contains(&ray::FRAMEWORK) {
-        return None;
-    }
-    let secret = node.step().secret.as_ref()?;
+    let dir = node.private_dir()?;
     let ids = Ids {
         uid: spank.job_uid().ok()?,
         gid: spank.job_gid().ok()?,
         groups: super::record::groups(),
     };
-    PrivateDir::new(&ray::private_dir(secret), ids)
+    PrivateDir::new(&dir, ids)
 }
 
 #[cfg(test)]
