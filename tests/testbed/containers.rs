@@ -1306,3 +1306,127 @@ fn an_image_cannot_aim_the_kill_at_another_users_step() {
     let _ = on("ctl", &["scancel", &victim.to_string()]);
     common::assert_no_node_drained();
 }
+
+/// The plugin's refusal of a task whose network namespace is not the
+/// node's (src/spank/stepd/host.rs, `PRIVATE_NETWORK`).
+const PRIVATE_NETWORK: &str = "this step's tasks get a network namespace of their own (a container plugin's --container-unshare=net), without the node's interfaces: the addresses and ports set for them name a network they cannot reach; run without unsharing the network";
+
+/// `srun -l ARGS sh -c 'echo ran'` as alice (after `env VARS`, if any):
+/// refused in every task with the private-network line, no task ran, no
+/// node drained.
+fn assert_private_network_refused(vars: &[&str], args: &[&str]) {
+    let mut cmd = vec!["env"];
+    cmd.extend(vars);
+    cmd.extend(["srun", "-l"]);
+    cmd.extend(args);
+    cmd.extend(["sh", "-c", "echo ran"]);
+    let out = exec_for(300, &cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let ctx = format!("{vars:?} {args:?}:\n{stdout}{stderr}");
+    assert_ne!(out.status.code(), Some(0), "{ctx}");
+    assert!(!stdout.contains("ran"), "a task ran: {ctx}");
+    let mut msgs = common::messages(&stderr);
+    assert!(!msgs.is_empty(), "no message: {ctx}");
+    msgs.dedup();
+    assert_eq!(msgs, [PRIVATE_NETWORK], "{ctx}");
+    common::assert_no_node_drained();
+}
+
+/// The interfaces a task of `srun -N1 -n1 -w node1 ARGS` sees
+/// (/proc/net/dev is the task's own network namespace's).
+fn interfaces_seen(vars: &[&str], args: &[&str]) -> Vec<String> {
+    let mut cmd = vec!["env"];
+    cmd.extend(vars);
+    cmd.extend(["srun", "-N1", "-n1", "-w", "node1"]);
+    cmd.extend(args);
+    cmd.extend(["sh", "-c", "cat /proc/net/dev"]);
+    let out = exec_for(120, &cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .filter_map(|l| Some(l.split_once(':')?.0.trim().to_string()))
+        .collect()
+}
+
+/// pyxis 0.24's `--container-unshare=net` gives each task a network
+/// namespace holding none of the node's interfaces (the stand-in does the
+/// same, CLONE_NEWNET in its user namespace). With the container plugin
+/// listed before tf-cluster (the documented order), a framework step is
+/// refused in every task before exec, in one line naming the cause and the
+/// fix: asked by the option's name (any plugin's `container-unshare`, as
+/// Slurm keeps every plugin's options by name), or, without it, seen in the
+/// task itself (STANDIN_UNSHARE_NET=1: the stand-in unshares the network
+/// under no option the plugin knows; the task's namespace differs from the
+/// one slurmstepd's `user_init` saw on the host). A step that asks for no
+/// framework is untouched and really runs on a loopback interface alone;
+/// a framework step without the unshare runs.
+#[test]
+fn a_private_network_namespace_is_refused() {
+    let _s = standin();
+    let host = interfaces_seen(&[], &[]);
+    assert!(host.len() > 1, "the node's interfaces: {host:?}");
+    let unshare = [IMAGE, "--container-unshare=net"];
+    assert_eq!(interfaces_seen(&[], &unshare), ["lo"], "the stand-in's");
+    assert_eq!(
+        interfaces_seen(&["STANDIN_UNSHARE_NET=1"], &[IMAGE]),
+        ["lo"],
+        "the stand-in's, unasked by option"
+    );
+    let step = ["-N2", "--ntasks-per-node=2", "-w", "node[1-2]"];
+    for fw in ["--tf-cluster", "--torch-cluster"] {
+        let mut args = unshare.to_vec();
+        args.extend(step);
+        args.push(fw);
+        assert_private_network_refused(&[], &args);
+        let mut args = vec![IMAGE];
+        args.extend(step);
+        args.push(fw);
+        assert_private_network_refused(&["STANDIN_UNSHARE_NET=1"], &args);
+    }
+    srun(&strs(&in_image(&[
+        "-N1",
+        "-n1",
+        "-w",
+        "node2",
+        "--tf-cluster",
+    ])))
+    .assert_ran(1, "busybox");
+}
+
+/// The other order: tf-cluster listed before the container plugin, whose
+/// `task_init` then unshares the network after the plugin's ran, so no task
+/// can see it in time. The step's own option (`container-unshare`, forwarded
+/// by srun to slurmstepd and kept by name) says it: refused alike before
+/// exec, and a step that asks for no framework runs.
+#[test]
+fn a_private_network_namespace_is_refused_in_the_other_order() {
+    let bed = exclusive();
+    bed.plugstack(&format!(
+        "include /etc/slurm/plugstack.conf.d/tf-cluster.conf\nrequired {STANDIN_SO}\n"
+    ));
+    let unshare = [IMAGE, "--container-unshare=net"];
+    assert_eq!(interfaces_seen(&[], &unshare), ["lo"], "the stand-in's");
+    let mut args = unshare.to_vec();
+    args.extend([
+        "-N2",
+        "--ntasks-per-node=2",
+        "-w",
+        "node[1-2]",
+        "--jax-cluster",
+    ]);
+    assert_private_network_refused(&[], &args);
+    srun(&strs(&in_image(&[
+        "-N1",
+        "-n1",
+        "-w",
+        "node2",
+        "--tf-cluster",
+    ])))
+    .assert_ran(1, "busybox");
+}
