@@ -84,7 +84,7 @@ mod apply;
 mod host;
 
 use apply::{Ready, apply, c_strings};
-use host::{OnHost, entered_namespaces, mount_namespace};
+use host::{OnHost, entered_namespaces, mount_namespace, net_namespace};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -192,10 +192,12 @@ impl Stepd {
             }
             StepKind::Framework(said) => *said,
         };
+        let host_env = host_env(spank)?;
+        // A container plugin's network of its own, asked for (see host.rs).
+        host::refuse_unshared_network(spank, &host_env)?;
         // srun's word applied in the core, as the CLI twin applies it.
         let handed = Step::gather_said(&mut OnHost(spank), said)?;
         let recorded_bind = handed.recorded_bind.clone();
-        let host_env = host_env(spank)?;
         let Some(node) = Node::prepare_handed(handed)? else {
             return Ok(Prepared::Nothing);
         };
@@ -272,6 +274,7 @@ impl Stepd {
             here,
             host_env,
             debug_files,
+            net_ns: net_namespace(),
         })))
     }
 
