@@ -42,6 +42,14 @@
 //! record of the step (its word), as the image may set that variable too.
 //! Tasks not bound per task take the node's plan and read nothing.
 //!
+//! A task must reach the node's network: every address, interface and port
+//! set here names it. A framework step that asks a container plugin for a
+//! network namespace of its own (its `container-unshare` option naming
+//! `net`, found by name whatever the plugstack order; host.rs) fails in
+//! `user_init`'s share, and `user_init` notes the node's network namespace
+//! so that a task a plugin before this one moved into another is refused in
+//! `task_init` too.
+//!
 //! A refusing task ends its step on every node (super::slurmctld::step_kill), so
 //! that a node deciding otherwise does not run on. The task only raises a
 //! flag in a small page `user_init` maps (`MAP_SHARED`, before the fork:
