@@ -23,9 +23,16 @@
  *     but procfs itself makes /proc/driver, fs/proc/root.c, and a bind over
  *     it is allowed in the new user and mount namespaces).
  *
+ *  3. Asked to (--container-unshare=net, the name and form pyxis 0.24
+ *     documents, or STANDIN_UNSHARE_NET=1 in the step's environment, as a
+ *     plugin that names it otherwise would), it enters a new network
+ *     namespace too, inside the new user namespace (CLONE_NEWNET): the task
+ *     then holds a loopback interface only, none of the node's.
+ *
  * Options (srun, sbatch, salloc): --container-image=DIR (a root directory,
- * the tests' images are made by docker/node/images/make.sh) and
- * --container-mounts. A step without --container-image is left alone.
+ * the tests' images are made by docker/node/images/make.sh),
+ * --container-mounts and --container-unshare=net (a comma list; any other
+ * namespace fails the task). A step without --container-image is left alone.
  * Built by docker/matrix.sh against each Slurm's headers; never shipped.
  */
 #define _GNU_SOURCE
@@ -49,6 +56,7 @@ SPANK_PLUGIN(container_standin, 1);
 
 static char *image;
 static char *mounts;
+static char *unshare_list;
 
 static int set_string(char **where, const char *arg)
 {
@@ -71,6 +79,13 @@ static int opt_mounts(int val, const char *arg, int remote)
 	return set_string(&mounts, arg);
 }
 
+static int opt_unshare(int val, const char *arg, int remote)
+{
+	(void) val;
+	(void) remote;
+	return set_string(&unshare_list, arg);
+}
+
 struct spank_option spank_options[] = {
 	{ "container-image", "DIR",
 	  "[test stand-in of a container plugin] run each task in the root directory DIR",
@@ -78,6 +93,9 @@ struct spank_option spank_options[] = {
 	{ "container-mounts", "SRC:DST[,SRC:DST...]",
 	  "[test stand-in of a container plugin] bind SRC over DST in the container",
 	  1, 0, opt_mounts },
+	{ "container-unshare", "net",
+	  "[test stand-in of a container plugin] give each task a network namespace of its own",
+	  1, 0, opt_unshare },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -147,8 +165,34 @@ static int bind_path(const char *src, const char *dst, int read_only)
 	return 0;
 }
 
-/* Enters new user and mount namespaces and the image's root. */
-static int enter_container(void)
+/* Whether the task gets a network namespace of its own: -1 on a bad list. */
+static int unshare_net(spank_t sp)
+{
+	char flag[8];
+	char *list, *save = NULL, *item;
+	int net = 0;
+
+	if (spank_getenv(sp, "STANDIN_UNSHARE_NET", flag, sizeof(flag)) == ESPANK_SUCCESS &&
+	    strcmp(flag, "1") == 0)
+		net = 1;
+	if (!unshare_list)
+		return net;
+	if (!(list = strdup(unshare_list)))
+		return -1;
+	for (item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		if (strcmp(item, "net") != 0) {
+			slurm_error("container-standin: unknown namespace '%s' (want net)", item);
+			free(list);
+			return -1;
+		}
+		net = 1;
+	}
+	free(list);
+	return net;
+}
+
+/* Enters new user and mount namespaces (and network, `net`) and the image's root. */
+static int enter_container(int net)
 {
 	char map[64], cwd[PATH_MAX], target[PATH_MAX];
 	uid_t uid = getuid();
@@ -156,7 +200,7 @@ static int enter_container(void)
 
 	if (!getcwd(cwd, sizeof(cwd)))
 		strcpy(cwd, "/");
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0) {
+	if (unshare(CLONE_NEWUSER | CLONE_NEWNS | (net ? CLONE_NEWNET : 0)) < 0) {
 		slurm_error("container-standin: unshare: %m");
 		return -1;
 	}
@@ -223,13 +267,17 @@ static int enter_container(void)
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
+	int net;
+
 	(void) ac;
 	(void) av;
 	if (!image)
 		return 0;
+	if ((net = unshare_net(sp)) < 0)
+		return -1;
 	if (import_environment(sp) < 0) {
 		slurm_error("container-standin: cannot import %s/etc/environment", image);
 		return -1;
 	}
-	return enter_container();
+	return enter_container(net);
 }

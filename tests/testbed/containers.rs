@@ -586,6 +586,40 @@ fn jax_in_a_container_gets_the_hosts_values() {
 /// container plugin (core::gpus::plan::bound_behind_container).
 const BOUND_IN_CONTAINER: &str = "Slurm's GPU binding (--gpus-per-task=1) sets each task's GPU list only in the task, and a container plugin listed earlier (pyxis) entered its namespaces first, so the list may be the image's: use --gpus-per-node=N (or --gres=gpu:N) without --gpu-bind, or --tf-auto-set-gpu=false";
 
+/// `env VARS srun -l ARGS sh -c 'echo ran'` as alice: the step failed, no
+/// task ran, and every `tf-cluster:` line is `want`. Returns its stderr
+/// and its whole output (for assertion messages).
+fn assert_refused(vars: &[&str], args: &[&str], want: &str) -> (String, String) {
+    let mut cmd = vec!["env"];
+    cmd.extend(vars);
+    cmd.extend(["srun", "-l"]);
+    cmd.extend(args);
+    cmd.extend(["sh", "-c", "echo ran"]);
+    let out = exec_for(300, &cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let ctx = format!("{vars:?} {args:?}:\n{stdout}{stderr}");
+    assert_ne!(out.status.code(), Some(0), "{ctx}");
+    assert!(!stdout.contains("ran"), "a task ran: {ctx}");
+    let mut msgs = common::messages(&stderr);
+    assert!(!msgs.is_empty(), "no message: {ctx}");
+    msgs.dedup();
+    assert_eq!(msgs, [want], "{ctx}");
+    (stderr, ctx)
+}
+
+/// The next step in the image runs on `node`: a `--tf-cluster` task.
+fn assert_next_step_runs(node: &str) {
+    srun(&strs(&in_image(&[
+        "-N1",
+        "-n1",
+        "-w",
+        node,
+        "--tf-cluster",
+    ])))
+    .assert_ran(1, "busybox");
+}
+
 /// A binding of GPUs to each task in a container: Slurm writes each task's
 /// list only in the task, just before the SPANK `task_init` hooks, and
 /// the container plugin's `task_init` (before the plugin's) has by then entered the
@@ -607,20 +641,10 @@ fn a_per_task_gpu_binding_in_a_container_is_refused() {
         "--gpus-per-task=1",
     ];
     for fw in [&["--tf-cluster=worker:4"][..], &["--jax-cluster"]] {
-        let mut cmd = vec!["srun", "-l", IMAGE];
-        cmd.extend(bound);
-        cmd.extend(fw);
-        cmd.extend(["sh", "-c", "echo ran"]);
-        let out = exec_for(300, &cmd);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let ctx = format!("{fw:?}:\n{stdout}{stderr}");
-        assert_ne!(out.status.code(), Some(0), "{ctx}");
-        assert!(!stdout.contains("ran"), "a task ran: {ctx}");
-        let mut msgs = common::messages(&stderr);
-        assert!(!msgs.is_empty(), "no message: {ctx}");
-        msgs.dedup();
-        assert_eq!(msgs, [BOUND_IN_CONTAINER], "{ctx}");
+        let mut args = vec![IMAGE];
+        args.extend(bound);
+        args.extend(fw);
+        let (stderr, ctx) = assert_refused(&[], &args, BOUND_IN_CONTAINER);
         // Each node's tasks decide alike: the line came from both nodes'
         // tasks (`-l`: ranks 0-1 on node1, 2-3 on node2), or from one node's
         // and the other's were ended by the kill that node's slurmstepd
@@ -638,14 +662,7 @@ fn a_per_task_gpu_binding_in_a_container_is_refused() {
             "refused on one node only ({ranks:?}) and the step was not killed: {ctx}"
         );
         common::assert_no_node_drained();
-        srun(&strs(&in_image(&[
-            "-N1",
-            "-n1",
-            "-w",
-            "node2",
-            "--tf-cluster",
-        ])))
-        .assert_ran(1, "busybox");
+        assert_next_step_runs("node2");
     }
     let mut off = bound.to_vec();
     off.extend(["--tf-cluster=worker:4", "--tf-auto-set-gpu=false"]);
@@ -770,14 +787,7 @@ fn a_split_refusal_in_a_container_ends_the_step_on_every_node() {
     );
     assert!(ms < 10_000, "the step took {ms} ms to end\n{ctx}");
     for node in ["node1", "node2"] {
-        srun(&strs(&in_image(&[
-            "-N1",
-            "-n1",
-            "-w",
-            node,
-            "--tf-cluster",
-        ])))
-        .assert_ran(1, "busybox");
+        assert_next_step_runs(node);
     }
 }
 
@@ -1305,4 +1315,99 @@ fn an_image_cannot_aim_the_kill_at_another_users_step() {
     );
     let _ = on("ctl", &["scancel", &victim.to_string()]);
     common::assert_no_node_drained();
+}
+
+/// The plugin's refusal of a task whose network namespace is not the
+/// node's (src/spank/stepd/host.rs, `PRIVATE_NETWORK`).
+const PRIVATE_NETWORK: &str = "this step's tasks get a network namespace of their own (a container plugin's --container-unshare=net), without the node's interfaces: the addresses and ports set for them name a network they cannot reach; run without unsharing the network";
+
+/// `srun -l ARGS sh -c 'echo ran'` as alice, refused in every task with
+/// the private-network line; no task ran, no node drained.
+fn assert_private_network_refused(vars: &[&str], args: &[&str]) {
+    assert_refused(vars, args, PRIVATE_NETWORK);
+    common::assert_no_node_drained();
+}
+
+/// The interfaces a task of `srun -N1 -n1 -w node1 ARGS` sees
+/// (/proc/net/dev is the task's own network namespace's).
+fn interfaces_seen(vars: &[&str], args: &[&str]) -> Vec<String> {
+    let mut cmd = vec!["env"];
+    cmd.extend(vars);
+    cmd.extend(["srun", "-N1", "-n1", "-w", "node1"]);
+    cmd.extend(args);
+    cmd.extend(["sh", "-c", "cat /proc/net/dev"]);
+    let out = exec_for(120, &cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines()
+        .filter_map(|l| Some(l.split_once(':')?.0.trim().to_string()))
+        .collect()
+}
+
+/// pyxis 0.24's `--container-unshare=net` gives each task a network
+/// namespace holding none of the node's interfaces (the stand-in does the
+/// same, CLONE_NEWNET in its user namespace). With the container plugin
+/// listed before tf-cluster (the documented order), a framework step is
+/// refused in every task before exec, in one line naming the cause and the
+/// fix: asked by the option's name (any plugin's `container-unshare`, as
+/// Slurm keeps every plugin's options by name), or, without it, seen in the
+/// task itself (STANDIN_UNSHARE_NET=1: the stand-in unshares the network
+/// under no option the plugin knows; the task's namespace differs from the
+/// one slurmstepd's `user_init` saw on the host). A step that asks for no
+/// framework is untouched and really runs on a loopback interface alone;
+/// a framework step without the unshare runs.
+#[test]
+fn a_private_network_namespace_is_refused() {
+    let _s = standin();
+    let host = interfaces_seen(&[], &[]);
+    assert!(host.len() > 1, "the node's interfaces: {host:?}");
+    let unshare = [IMAGE, "--container-unshare=net"];
+    assert_eq!(interfaces_seen(&[], &unshare), ["lo"], "the stand-in's");
+    assert_eq!(
+        interfaces_seen(&["STANDIN_UNSHARE_NET=1"], &[IMAGE]),
+        ["lo"],
+        "the stand-in's, unasked by option"
+    );
+    let step = ["-N2", "--ntasks-per-node=2", "-w", "node[1-2]"];
+    for fw in ["--tf-cluster", "--torch-cluster"] {
+        let mut args = unshare.to_vec();
+        args.extend(step);
+        args.push(fw);
+        assert_private_network_refused(&[], &args);
+        let mut args = vec![IMAGE];
+        args.extend(step);
+        args.push(fw);
+        assert_private_network_refused(&["STANDIN_UNSHARE_NET=1"], &args);
+    }
+    assert_next_step_runs("node2");
+}
+
+/// The other order: tf-cluster listed before the container plugin, whose
+/// `task_init` then unshares the network after the plugin's ran, so no task
+/// can see it in time. The step's own option (`container-unshare`, forwarded
+/// by srun to slurmstepd and kept by name) says it: refused alike before
+/// exec, and a step that asks for no framework runs.
+#[test]
+fn a_private_network_namespace_is_refused_in_the_other_order() {
+    let bed = exclusive();
+    bed.plugstack(&format!(
+        "include /etc/slurm/plugstack.conf.d/tf-cluster.conf\nrequired {STANDIN_SO}\n"
+    ));
+    let unshare = [IMAGE, "--container-unshare=net"];
+    assert_eq!(interfaces_seen(&[], &unshare), ["lo"], "the stand-in's");
+    let mut args = unshare.to_vec();
+    args.extend([
+        "-N2",
+        "--ntasks-per-node=2",
+        "-w",
+        "node[1-2]",
+        "--jax-cluster",
+    ]);
+    assert_private_network_refused(&[], &args);
+    assert_next_step_runs("node2");
 }

@@ -5,9 +5,10 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::path::PathBuf;
 
 use super::super::handle::{Env, Spank};
-use super::host::TaskEnv;
+use super::host::{TaskEnv, net_namespace, refuse_private_network};
 use crate::core::gpus::bind::{Recorded, believed};
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
@@ -29,6 +30,9 @@ pub struct Ready {
     pub host_env: HashMap<String, String>,
     /// Where the tasks' debugging output goes, with a record.
     pub debug_files: Option<DebugFiles>,
+    /// The node's network namespace, read in `user_init` on the host (None:
+    /// unreadable).
+    pub net_ns: Option<PathBuf>,
 }
 
 /// A task's variables as C strings: (name, value).
@@ -42,12 +46,14 @@ pub type CVars = Vec<(CString, CString)>;
 /// reading the task's own list, `entered_namespaces` says whether a plugin
 /// before this one entered a container's namespaces (the list may then be
 /// the image's: refused); it is asked only then. With the plugin's GPU
-/// handling off the binding is not read at all.
+/// handling off the binding is not read at all. A task that a plugin before
+/// this one moved into a network namespace of its own is refused first.
 pub fn apply(
     spank: &Spank,
     ready: &Ready,
     entered_namespaces: impl FnOnce() -> bool,
 ) -> Result<()> {
+    refuse_private_network(ready.net_ns.as_deref(), net_namespace().as_deref())?;
     let env = spank.env()?;
     // Slurm's items and the node's share, never SLURM_PROCID: a container
     // plugin before this one may have imported an image's. S_TASK_GLOBAL_ID

@@ -1,12 +1,15 @@
 //! What slurmstepd reads on the host and in the task: the step's
 //! environment, the host's GPUs, files and interfaces (for the core's
-//! gather in `user_init`), the task's own environment, and the mount
-//! namespace that tells a task a container plugin moved.
+//! gather in `user_init`), the task's own environment, the mount
+//! namespace that tells a task a container plugin moved, and the network
+//! namespace that tells it a container plugin gave it a network of its own.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::super::bindings as sys;
 use super::super::bounded_io;
-use super::super::handle::{Env, Spank};
+use super::super::handle::{Env, RawOption, Spank};
 use crate::core::network::addresses::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces};
 use crate::core::{Error, Probe, Result, Source};
@@ -24,6 +27,74 @@ pub fn mount_namespace() -> Option<PathBuf> {
 /// is then not read (fail closed).
 pub fn entered_namespaces(placed: Option<&Path>, now: Option<&Path>) -> bool {
     !matches!((placed, now), (Some(a), Some(b)) if a == b)
+}
+
+/// The network namespace of the calling process (`net:[4026531840]`), as
+/// [`mount_namespace`]: the node's in `user_init`, the task's in `task_init`.
+pub fn net_namespace() -> Option<PathBuf> {
+    std::fs::read_link("/proc/self/ns/net").ok()
+}
+
+/// The refusal of a framework step whose tasks get a network namespace of
+/// their own: every address, interface and port the plugin sets names the
+/// node's network, which the task cannot reach.
+pub const PRIVATE_NETWORK: &str = "this step's tasks get a network namespace of their own (a container plugin's --container-unshare=net), without the node's interfaces: the addresses and ports set for them name a network they cannot reach; run without unsharing the network";
+
+/// In the task (`task_init`): refused when a plugin listed before this one
+/// moved it into a network namespace other than the node's (`node`, read
+/// in `user_init` on the host). Refused only when both are known and differ:
+/// an unreadable `/proc/self/ns/net` proves nothing either way.
+pub fn refuse_private_network(node: Option<&Path>, task: Option<&Path>) -> Result<()> {
+    match (node, task) {
+        (Some(node), Some(task)) if node != task => Err(Error::new(PRIVATE_NETWORK)),
+        _ => Ok(()),
+    }
+}
+
+/// A container plugin's option that gives each task namespaces of its own
+/// (pyxis 0.24: `--container-unshare=net,ipc,uts`).
+const UNSHARE_OPTION: &std::ffi::CStr = c"container-unshare";
+
+/// The same asked through the environment (pyxis 0.24 reads it when the
+/// option is not given).
+const UNSHARE_VAR: &str = "PYXIS_CONTAINER_UNSHARE";
+
+/// [`UNSHARE_OPTION`] as `spank_option_getopt` looks it up: Slurm keeps
+/// every plugin's options in one list by name (names are unique in a
+/// plugstack; spank.c `_opt_by_name`), with the value srun forwarded, so
+/// this finds the container plugin's whatever their order in plugstack.conf.
+/// Never registered (no callback): without such a plugin Slurm finds no
+/// value.
+static UNSHARE: RawOption = RawOption(sys::spank_option {
+    name: UNSHARE_OPTION.as_ptr().cast_mut(),
+    arginfo: c"net".as_ptr().cast_mut(),
+    usage: c"".as_ptr().cast_mut(),
+    has_arg: 1,
+    val: 0,
+    cb: None,
+});
+
+/// Whether a comma list of namespaces (`net,ipc`) holds the network's.
+pub fn unshares_network(list: &str) -> bool {
+    list.split(',').any(|ns| ns.trim() == "net")
+}
+
+/// In `user_init`, on the host: refused when the step asks a container
+/// plugin for a network namespace of its own, by its option (whatever the
+/// plugins' order: one listed after this plugin enters it only after this
+/// plugin's `task_init`, where no task can see it yet) or, without the
+/// option, by its variable in the step's environment.
+pub fn refuse_unshared_network(spank: &Spank, host_env: &HashMap<String, String>) -> Result<()> {
+    let asked = match spank.getopt(&UNSHARE)? {
+        Some(list) => unshares_network(&list),
+        None => host_env
+            .get(UNSHARE_VAR)
+            .is_some_and(|v| unshares_network(v)),
+    };
+    match asked {
+        true => Err(Error::new(PRIVATE_NETWORK)),
+        false => Ok(()),
+    }
 }
 
 /// The node as slurmstepd shows it in `user_init`, on the host: the step's
@@ -109,6 +180,41 @@ mod tests {
         assert!(entered_namespaces(None, Some(host)));
         assert!(entered_namespaces(Some(host), None));
         assert!(entered_namespaces(None, None));
+    }
+
+    /// A task refused where its network namespace is known to differ from
+    /// the node's; the same, or either unknown, is not refused.
+    #[test]
+    fn a_private_network_namespace_is_told_apart() {
+        let node = Path::new("net:[4026531840]");
+        let own = Path::new("net:[4026532777]");
+        let refused = refuse_private_network(Some(node), Some(own)).unwrap_err();
+        assert_eq!(refused.message(), PRIVATE_NETWORK);
+        assert!(refuse_private_network(Some(node), Some(node)).is_ok());
+        assert!(refuse_private_network(None, Some(own)).is_ok());
+        assert!(refuse_private_network(Some(node), None).is_ok());
+        let here = net_namespace().expect("/proc/self/ns/net");
+        assert!(here.to_string_lossy().starts_with("net:["));
+        assert!(refuse_private_network(Some(&here), net_namespace().as_deref()).is_ok());
+    }
+
+    /// pyxis's list: `net` among others asks for the network's namespace.
+    #[test]
+    fn an_unshare_list_naming_the_network_is_told_apart() {
+        for list in ["net", "ipc,net", "net,ipc,uts", " net "] {
+            assert!(unshares_network(list), "{list}");
+        }
+        for list in ["", "ipc", "ipc,uts", "network", "netns", "(null)"] {
+            assert!(!unshares_network(list), "{list}");
+        }
+    }
+
+    /// Whole, on one line: Error keeps at most 300 characters.
+    #[test]
+    fn the_private_network_refusal_is_one_short_line() {
+        assert_eq!(Error::new(PRIVATE_NETWORK).message(), PRIVATE_NETWORK);
+        assert!(!PRIVATE_NETWORK.contains('\n'));
+        assert!(PRIVATE_NETWORK.len() <= 300);
     }
 
     /// This process's own namespace is readable and stable.

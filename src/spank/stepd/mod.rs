@@ -42,6 +42,14 @@
 //! record of the step (its word), as the image may set that variable too.
 //! Tasks not bound per task take the node's plan and read nothing.
 //!
+//! A task must reach the node's network: every address, interface and port
+//! set here names it. A framework step that asks a container plugin for a
+//! network namespace of its own (its `container-unshare` option naming
+//! `net`, found by name whatever the plugstack order; host.rs) fails in
+//! `user_init`'s share, and `user_init` notes the node's network namespace
+//! so that a task a plugin before this one moved into another is refused in
+//! `task_init` too.
+//!
 //! A refusing task ends its step on every node (super::slurmctld::step_kill), so
 //! that a node deciding otherwise does not run on. The task only raises a
 //! flag in a small page `user_init` maps (`MAP_SHARED`, before the fork:
@@ -83,7 +91,7 @@ mod apply;
 mod host;
 
 use apply::{Ready, apply, c_strings};
-use host::{OnHost, entered_namespaces, mount_namespace};
+use host::{OnHost, entered_namespaces, mount_namespace, net_namespace};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -191,10 +199,12 @@ impl Stepd {
             }
             StepKind::Framework(said) => *said,
         };
+        let host_env = host_env(spank)?;
+        // A container plugin's network of its own, asked for (see host.rs).
+        host::refuse_unshared_network(spank, &host_env)?;
         // srun's word applied in the core, as the CLI twin applies it.
         let handed = Step::gather_said(&mut OnHost(spank), said)?;
         let recorded_bind = handed.recorded_bind.clone();
-        let host_env = host_env(spank)?;
         let Some(node) = Node::prepare_handed(handed)? else {
             return Ok(Prepared::Nothing);
         };
@@ -271,6 +281,7 @@ impl Stepd {
             here,
             host_env,
             debug_files,
+            net_ns: net_namespace(),
         })))
     }
 
