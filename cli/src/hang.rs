@@ -3,7 +3,6 @@
 //! job's own user, and a verdict that names the odd ranks first
 //! (crate::hang_report).
 
-use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -235,6 +234,7 @@ mod tests {
     use super::*;
     use crate::hang_report::{flight_recorder_lines, user_frame, verdict};
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     #[test]
     fn job_and_step_are_parsed_and_anything_else_refused() {
