@@ -224,6 +224,16 @@ fn cfg_test(toks: &[(Token, usize)], i: usize) -> Option<usize> {
         .then_some(want.len())
 }
 
+/// The `#[cfg(test)]` item at `i`: where the item starts past its
+/// attributes, and the index just past it.
+fn test_item(toks: &[(Token, usize)], i: usize) -> Option<(usize, usize)> {
+    let mut j = i + cfg_test(toks, i)?;
+    while is(toks.get(j), "#") {
+        j = item_end_of_attribute(toks, j);
+    }
+    Some((j, item_end(toks, j)))
+}
+
 /// What one file holds: the functions longer than `max` lines outside test
 /// code, and the modules it declares `#[cfg(test)] mod x;` (their files are
 /// test code too).
@@ -239,13 +249,7 @@ fn scan_all(text: &str, max: usize) -> (Vec<Long>, Vec<String>, BTreeSet<String>
     let mut effects = BTreeSet::new();
     let mut i = 0;
     while i < toks.len() {
-        if let Some(len) = cfg_test(&toks, i) {
-            // Past the attribute, any further attributes, then the item.
-            let mut j = i + len;
-            while is(toks.get(j), "#") {
-                j = item_end_of_attribute(&toks, j);
-            }
-            let end = item_end(&toks, j);
+        if let Some((j, end)) = test_item(&toks, i) {
             if let Some(name) = declared_mod(&toks[j..end]) {
                 test_mods.push(name);
             }
@@ -496,12 +500,7 @@ fn production_lines(text: &str) -> usize {
     let mut test_lines = BTreeSet::new();
     let mut i = 0;
     while i < toks.len() {
-        if let Some(len) = cfg_test(&toks, i) {
-            let mut j = i + len;
-            while is(toks.get(j), "#") {
-                j = item_end_of_attribute(&toks, j);
-            }
-            let end = item_end(&toks, j);
+        if let Some((_, end)) = test_item(&toks, i) {
             test_lines.extend(toks[i].1..=toks[end - 1].1);
             i = end;
             continue;
