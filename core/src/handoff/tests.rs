@@ -279,3 +279,35 @@ fn bad_values_are_refused() {
     let e = Handoff::decode(&long, 7, 3).unwrap_err().to_string();
     assert!(e.contains("longer than"), "{e}");
 }
+
+/// The fields both words carry are read by one parser: the same value
+/// reads the same in either, and a bad one is refused with the same why.
+#[test]
+fn both_words_read_their_shared_fields_alike() {
+    let secret = "0f".repeat(crate::secret::LEN);
+    let fields = format!("off-overridden;restart=4;secret={secret}");
+    let early = Early::decode(&format!("1;srun;{fields}")).unwrap().unwrap();
+    let step = Handoff::decode(&format!("1;7.3;verdict=none;{fields}"), 7, 3)
+        .unwrap()
+        .unwrap();
+    assert_eq!(early.fields.off_overridden, step.fields.off_overridden);
+    assert_eq!(early.fields.restart_count, step.fields.restart_count);
+    assert_eq!(early.fields.secret, step.fields.secret);
+    for bad in [
+        "restart",
+        "restart=x",
+        "net",
+        "net=10.0.0.0/33",
+        "secret=ab",
+        "off-overridden=1",
+    ] {
+        let e = Early::decode(&format!("1;srun;{bad}"))
+            .unwrap_err()
+            .to_string();
+        let s = Handoff::decode(&format!("1;7.3;verdict=none;{bad}"), 7, 3)
+            .unwrap_err()
+            .to_string();
+        let why = |e: &str| e.rsplit(": ").next().unwrap().to_string();
+        assert_eq!(why(&e), why(&s), "{bad}: {e} / {s}");
+    }
+}
