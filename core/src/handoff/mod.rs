@@ -48,6 +48,10 @@
 //! step that asks for the plugin and empties one it finds for any other, as
 //! Slurm copies srun's environment before `local_user_init` (a variable set
 //! there wins, one removed does not).
+//!
+//! By job: the words, their fields and srun's setters ([`word`]), the text
+//! on the wire, one parser for both words ([`wire`]), what a task makes of
+//! the word ([`applied`]).
 
 mod applied;
 #[cfg(test)]

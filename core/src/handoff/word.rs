@@ -81,9 +81,9 @@ pub enum StepBind {
     Bound(String),
 }
 
-/// srun's word on one step. Its fields are read and written in this module
-/// only:
-/// srun fills it through its methods, the tasks through [`Word::applied`].
+/// srun's word on one step. Its fields are read and written in
+/// crate::handoff only: srun fills it through its methods, the tasks
+/// through [`Word::applied`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handoff {
     pub(super) job: u32,
