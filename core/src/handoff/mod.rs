@@ -24,8 +24,8 @@
 //!
 //! e.g. `1;4242.0;hosts=node[1-3];runs=0*3,2,1;net=ib0;no-resv-ports`.
 //! The map: `HOSTS` names the step's nodes (node index i = the i-th name),
-//! `RUNS` the node index of every rank ([`Runs`]). A verdict instead: `none`,
-//! srun could not get the layout (the tasks rebuild it); `skip`, the step
+//! `RUNS` the node index of every rank ([`Runs`](crate::runs::Runs)). A
+//! verdict instead: `none`, srun could not get the layout (the tasks rebuild it); `skip`, the step
 //! inherited a spec that does not fit it (nothing is set); `refused`, srun
 //! refused the step and said why (every task fails before exec); `plain`,
 //! a step without a framework option that `--tf-record` or
@@ -49,9 +49,9 @@
 //! Slurm copies srun's environment before `local_user_init` (a variable set
 //! there wins, one removed does not).
 //!
-//! By job: the words, their fields and srun's setters ([`word`]), the text
-//! on the wire, one parser for both words ([`wire`]), what a task makes of
-//! the word ([`applied`]).
+//! By job: the words, their fields and srun's setters (`word.rs`), the text
+//! on the wire, one parser for both words (`wire.rs`), what a task makes of
+//! the word (`applied.rs`).
 
 mod applied;
 #[cfg(test)]
