@@ -25,8 +25,9 @@
 //! e.g. `1;4242.0;hosts=node[1-3];runs=0*3,2,1;net=ib0;no-resv-ports`.
 //! The map: `HOSTS` names the step's nodes (node index i = the i-th name),
 //! `RUNS` the node index of every rank ([`Runs`](crate::runs::Runs)). A
-//! verdict instead: `none`, srun could not get the layout (the tasks rebuild it); `skip`, the step
-//! inherited a spec that does not fit it (nothing is set); `refused`, srun
+//! verdict instead: `none`, srun could not get the layout (the tasks
+//! rebuild it); `skip`, the step inherited a spec that does not fit it
+//! (nothing is set); `refused`, srun
 //! refused the step and said why (every task fails before exec); `plain`,
 //! a step without a framework option that `--tf-record` or
 //! `--tf-requeue-on` makes the plugin's (no variable is set; slurmstepd
