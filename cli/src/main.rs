@@ -9,6 +9,7 @@ mod elf;
 mod env_explain;
 mod hang;
 mod hang_probe;
+mod hang_report;
 mod launcher_env;
 mod options;
 mod postmortem;

@@ -7,6 +7,11 @@ mod hermetic;
 use std::process::Output;
 
 use serde_json::{Value, json};
+use tf_cluster_core::handoff::{Handoff, Record, Verdict};
+use tf_cluster_core::hostlist::HostList;
+use tf_cluster_core::secret::Secret;
+use tf_cluster_core::task_map::TaskMap;
+use tf_cluster_core::{FRAMEWORKS, Frameworks};
 
 const BASIC: [(&str, &str); 4] = [
     ("SLURM_PROCID", "1"),
@@ -363,9 +368,14 @@ fn each_command_has_its_own_line_in_help() {
     assert!(line("postmortem").contains("--tf-record=DIR"), "{help}");
 }
 
-/// A task of a two-task step, job 4242 step 0, with srun's hand-off `word`
-/// (its fields after the map) in SLURM_TF_CLUSTER.
-fn handed_task(procid: &'static str, word: &str) -> Vec<(&'static str, String)> {
+/// A task of a two-task step, job 4242 step 0, with srun's hand-off in
+/// SLURM_TF_CLUSTER: its map (one rank on each of node[1-2]) and what
+/// `change` sets besides, with the step's `secret`.
+fn handed_task(
+    procid: &'static str,
+    secret: Option<Secret>,
+    change: impl FnOnce(&mut Handoff),
+) -> Vec<(&'static str, String)> {
     let mut env: Vec<(&str, String)> = [
         ("SLURM_PROCID", procid),
         ("SLURM_STEP_NUM_TASKS", "2"),
@@ -377,10 +387,16 @@ fn handed_task(procid: &'static str, word: &str) -> Vec<(&'static str, String)> 
     .iter()
     .map(|(k, v)| (*k, v.to_string()))
     .collect();
-    env.push((
-        "SLURM_TF_CLUSTER",
-        format!("1;4242.0;hosts=node[1-2];runs=0,1{word}"),
-    ));
+    let hosts = "node[1-2]";
+    let map = TaskMap::new(4242, 0, HostList::parse(hosts, 2).unwrap(), vec![0, 1]).unwrap();
+    let verdict = Verdict::Map {
+        map,
+        hosts: hosts.into(),
+    };
+    let mut word = Handoff::undecided(4242, 0, false, 0, secret);
+    word.decided(verdict, None, Vec::new()).unwrap();
+    change(&mut word);
+    env.push(("SLURM_TF_CLUSTER", word.encode()));
     env
 }
 
@@ -393,7 +409,12 @@ fn env_of<'a>(vars: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)
 /// on, and the tasks ignore it; so does `env` run in the same task.
 #[test]
 fn env_ignores_ports_srun_says_slurm_did_not_reserve() {
-    let mut vars = handed_task("1", ";no-resv-ports");
+    let mut vars = handed_task("1", None, |h| {
+        h.record(Some(Record {
+            resv_ports: false,
+            tres_bind: None,
+        }))
+    });
     vars.push(("SLURM_STEP_RESV_PORTS", "20000-20001".into()));
     let out = json_of(&cli(
         &["env", "--tf-cluster", "--tf-port-base=8888"],
@@ -426,7 +447,7 @@ fn env_ignores_ports_srun_says_slurm_did_not_reserve() {
 /// given the job's options in the same task.
 #[test]
 fn env_leaves_out_the_frameworks_srun_left_out() {
-    let vars = handed_task("1", ";leave-out=1");
+    let vars = handed_task("1", None, |h| h.leave_out(Frameworks::only(FRAMEWORKS[0])));
     let args = ["env", "--tf-cluster=ps:1,worker:2", "--torch-cluster"];
     let out = json_of(&cli(&args, &env_of(&vars)));
     assert!(out.get("TF_CONFIG").is_none(), "{out}");
@@ -451,7 +472,7 @@ fn env_leaves_out_the_frameworks_srun_left_out() {
 #[test]
 fn env_shows_the_ray_steps_token_from_srun_and_zeros_in_a_preview() {
     let secret = format!("{}{}", "ab".repeat(32), "0123456789abcdef");
-    let vars = handed_task("1", &format!(";secret={secret}"));
+    let vars = handed_task("1", Secret::parse(&secret), |_| {});
     let out = json_of(&cli(&["env", "--ray-cluster"], &env_of(&vars)));
     assert_eq!(out["RAY_AUTH_MODE"], "token", "{out}");
     assert_eq!(out["RAY_AUTH_TOKEN"], "ab".repeat(32), "{out}");

@@ -8,6 +8,10 @@ mod hermetic;
 use std::process::Output;
 
 use serde_json::Value;
+use tf_cluster_core::handoff::{Handoff, Verdict};
+use tf_cluster_core::hostlist::HostList;
+use tf_cluster_core::runs::Runs;
+use tf_cluster_core::task_map::TaskMap;
 
 /// Rank `rank` of a block step, 8 ranks per node, with srun's map.
 fn step(tasks: u32, nodes: u32, rank: u32) -> Vec<(&'static str, String)> {
@@ -30,11 +34,27 @@ fn step(tasks: u32, nodes: u32, rank: u32) -> Vec<(&'static str, String)> {
                 .join(","),
         ),
         ("SLURM_STEP_RESV_PORTS", "20000-20009".into()),
-        (
-            "SLURM_TF_CLUSTER",
-            format!("1;77.3;hosts={list};runs=0-{}*{per}", nodes - 1),
-        ),
+        ("SLURM_TF_CLUSTER", word(&list, nodes, per)),
     ]
+}
+
+/// srun's word on step 77.3: its map of `per` ranks on each of `nodes`
+/// nodes `list`, in block order. A step past what the plugin lays out has
+/// no map its encoder makes (srun refuses the step): that word is spelt by
+/// hand, as a hostile environment would hand it.
+fn word(list: &str, nodes: u32, per: u32) -> String {
+    let runs = format!("0-{}*{per}", nodes - 1);
+    let n = nodes as usize;
+    let map = HostList::parse(list, n)
+        .and_then(|hosts| TaskMap::from_runs(77, 3, hosts, Runs::parse(&runs, n)?));
+    let Ok(map) = map else {
+        return format!("1;77.3;hosts={list};runs={runs}");
+    };
+    let verdict = Verdict::Map {
+        map,
+        hosts: list.to_string(),
+    };
+    Handoff::new(77, 3, verdict).encode()
 }
 
 fn cli(option: &str, env: &[(&str, String)]) -> Output {

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use tf_cluster_core::frameworks::{Frameworks, jax, pytorch};
+use tf_cluster_core::handoff::{Handoff, Verdict};
+use tf_cluster_core::hostlist::HostList;
+use tf_cluster_core::runs::Runs;
+use tf_cluster_core::task_map::TaskMap;
 use tf_cluster_core::{Framework, Injection, Settings, Step, resolve};
 
 #[path = "common/callgrind.rs"]
@@ -72,16 +76,27 @@ fn task_env(tasks: u32, rank: u32) -> Vec<(String, String)> {
         ("SLURM_STEP_NUM_TASKS", tasks.to_string()),
         ("SLURM_STEP_RESV_PORTS", "12000-12008".into()),
         ("SLURM_STEP_TASKS_PER_NODE", format!("{PER_NODE}(x{nodes})")),
-        (
-            "SLURM_TF_CLUSTER",
-            format!("1;4242.0;hosts={nodelist};runs=0-{}*{PER_NODE}", nodes - 1),
-        ),
+        ("SLURM_TF_CLUSTER", srun_word(&nodelist, nodes)),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.sort();
     env
+}
+
+/// srun's word on step 4242.0: its map of [`PER_NODE`] ranks on each of
+/// `nodes` nodes `nodelist`, in block order.
+fn srun_word(nodelist: &str, nodes: u32) -> String {
+    let n = nodes as usize;
+    let hosts = HostList::parse(nodelist, n).unwrap();
+    let runs = Runs::parse(&format!("0-{}*{PER_NODE}", nodes - 1), n).unwrap();
+    let map = TaskMap::from_runs(4242, 0, hosts, runs).unwrap();
+    let verdict = Verdict::Map {
+        map,
+        hosts: nodelist.to_string(),
+    };
+    Handoff::new(4242, 0, verdict).encode()
 }
 
 /// One framework's whole task path, as slurmstepd runs it.

@@ -2,7 +2,7 @@
 //! count, which srun reads from Slurm and hands to the tasks.
 
 use crate::settings::Settings;
-use crate::test_support::{given, launcher, resolve_vars, torch};
+use crate::test_support::{given, launcher, launcher_word, resolve_vars, torch};
 
 /// A requeued job (its second incarnation, restart count 1) starts its
 /// step ids at 0 again: every id the plugin writes carries the count, in
@@ -15,7 +15,7 @@ fn ids_carry_the_jobs_restart_count() {
         let mut vars = launcher(procid, node, &[]);
         for (name, value) in &mut vars {
             if *name == "SLURM_TF_CLUSTER" {
-                value.push_str(&format!(";restart={k}"));
+                *value = launcher_word(k);
             }
         }
         vars

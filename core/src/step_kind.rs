@@ -93,7 +93,7 @@ impl StepKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handoff::{Handoff, Plain, Verdict};
+    use crate::handoff::{Early, Handoff, Plain, Verdict};
 
     const IDS: Option<(u32, u32)> = Some((7, 0));
 
@@ -130,7 +130,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        for text in [None, Some("garbage"), Some("1;8.0;verdict=refused")] {
+        // srun's refusal of another step (an outer srun's word) is none of
+        // this step's.
+        let mut outer = Handoff::new(8, 0, Verdict::Rebuild);
+        outer.refuse();
+        let outer = outer.encode();
+        for text in [None, Some("garbage"), Some(outer.as_str())] {
             assert_eq!(
                 StepKind::of(text, IDS, known(false, None)).unwrap(),
                 StepKind::Nothing,
@@ -153,6 +158,7 @@ mod tests {
             StepKind::of(None, IDS, known(true, None)).unwrap(),
             StepKind::Nothing
         );
+        // A malformed word, spelt by hand: no encoder makes one.
         let bad = StepKind::of(
             Some("1;7.0;junk"),
             IDS,
@@ -170,7 +176,9 @@ mod tests {
             StepKind::Nothing
         );
         let refused = word(Handoff::refuse);
-        for text in [refused.as_str(), "1;srun", "1;7.0;junk"] {
+        let early = Early::default().encode();
+        // The malformed word is spelt by hand: no encoder makes one.
+        for text in [refused.as_str(), early.as_str(), "1;7.0;junk"] {
             let err = StepKind::of(Some(text), IDS, Asked::Unknown).unwrap_err();
             assert_eq!(err.message(), NOT_REGISTERED, "{text}");
         }

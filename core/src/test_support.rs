@@ -5,12 +5,15 @@ use std::collections::HashMap;
 
 use crate::error::Result;
 use crate::frameworks::{Frameworks, pytorch};
+use crate::handoff::{Handoff, Verdict};
+use crate::hostlist::HostList;
 use crate::injection::Injection;
 use crate::network::addresses::Interface;
 use crate::node::resolve;
 use crate::settings::Settings;
 use crate::source::Given;
 use crate::step::Step;
+use crate::task_map::TaskMap;
 
 /// A task's variables, as slurmstepd would show them, on a node without
 /// GPUs, with Slurm's names on eth0 and the fast network on ib0.
@@ -69,10 +72,27 @@ pub(crate) fn launcher(
         ("SLURM_STEP_RESV_PORTS", "13000-13001"),
         ("SLURM_JOB_ID", "4242"),
         ("SLURM_STEP_ID", "7"),
-        ("SLURM_TF_CLUSTER", "1;4242.7;hosts=node[1-3];runs=2,0,1"),
     ];
+    let word = launcher_word(0);
+    vars.push(("SLURM_TF_CLUSTER", &word));
     vars.extend_from_slice(extra);
     vars.into_iter().map(|(k, v)| (k, v.to_string())).collect()
+}
+
+/// srun's word to the tasks of [`launcher`]'s step 4242.7 in the job's
+/// `restart`th incarnation: its map, ranks 0, 1 and 2 on node3, node1 and
+/// node2 of node[1-3].
+pub(crate) fn launcher_word(restart: u32) -> String {
+    let hosts = "node[1-3]";
+    let list = HostList::parse(hosts, 3).unwrap();
+    let map = TaskMap::new(4242, 7, list, vec![2, 0, 1]).unwrap();
+    let verdict = Verdict::Map {
+        map,
+        hosts: hosts.into(),
+    };
+    let mut word = Handoff::undecided(4242, 7, false, restart, None);
+    word.decided(verdict, None, Vec::new()).unwrap();
+    word.encode()
 }
 
 pub(crate) fn resolve_vars(

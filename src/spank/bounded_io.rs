@@ -6,21 +6,21 @@
 //! once) and reads or writes only a regular file; a write never follows a
 //! last symlink. A read comes back through a shared mapping, never larger
 //! than the core's cap on a user's file.
+//!
+//! The child and its deadline: super::bounded_child; the record directory's
+//! rules for a write below it: super::record_dir.
 
 use std::ffi::CString;
-use std::io::ErrorKind;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::bounded_child::{
+    DONE, Failed, IDS, Ids, MKDIR, NOT_REGULAR, NOT_YOURS, OPEN, READ, ROOT, SharedMap, WRITE,
+    fail, fail_with, in_child, take_ids,
+};
+use super::record_dir::{
+    PER_USER, PLACE_FILE, PLACE_SHARED_DIR, PLACE_USER_DIR, Under, not_yours, place, run_dir_fd,
+};
 use crate::core::os::{MAX_USER_FILE, not_a_regular_file, user_file_refused, user_file_text};
-use crate::core::record::{Runs, admins_own, only_theirs, roots_way, runs_under};
-
-/// Whose ids the child takes before it touches the file (slurmstepd's
-/// `task_exit` runs as root); `None` where slurmstepd already is the user.
-pub struct Ids {
-    pub uid: libc::uid_t,
-    pub gid: libc::gid_t,
-    pub groups: Vec<libc::gid_t>,
-}
 
 /// One write: the directories to make first (parents first), the file, and
 /// whether it is created afresh (else appended to, and must exist). The
@@ -35,70 +35,6 @@ pub struct Write<'a> {
     pub create: bool,
     pub bytes: &'a [u8],
 }
-
-/// A run's directory below a record's directory `dir`, made and opened
-/// relative to the directory above, never following a link: the user's
-/// own directory in `dir` where `dir` is shared
-/// (crate::core::record::runs_under), then the run's.
-pub struct Under<'a> {
-    pub dir: &'a CString,
-    /// The user's directory's name in a shared `dir`.
-    pub user_dir: &'a CString,
-    pub run: &'a CString,
-    /// Given only where `dir` is the site's configured record directory:
-    /// every directory from `/` to `dir`. Where each is root's (opened
-    /// without following a link, none writable by others but a sticky
-    /// one's) and `dir` is the admin's own (root's, writable by no one
-    /// else), a missing user's directory in it is made as root, given to
-    /// the user, and the rest goes on as the user.
-    pub site_way: Option<&'a [CString]>,
-}
-
-/// Which of a write's places is not the user's own (the child's word's
-/// value with [`NOT_YOURS`]); [`PER_USER`] set where the runs are under
-/// the user's directory.
-pub const PLACE_USER_DIR: u32 = 1;
-pub const PLACE_RUN_DIR: u32 = 2;
-pub const PLACE_FILE: u32 = 3;
-pub const PLACE_SHARED_DIR: u32 = 4;
-pub const PER_USER: u32 = 0x10;
-
-/// Why a read or a write did not happen.
-#[derive(Debug)]
-pub enum Failed {
-    /// The child was still at it at its deadline (a hung file system).
-    Late(Duration),
-    /// The system said no, or could not fork.
-    Refused(String),
-}
-
-impl std::fmt::Display for Failed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failed::Late(limit) => write!(f, "took over {limit:?}"),
-            Failed::Refused(why) => f.write_str(why),
-        }
-    }
-}
-
-/// The child's stages, sent back through a pipe as `stage << 24 | value`:
-/// `DONE` with the bytes read, any other with errno (`NOT_REGULAR`: the
-/// file's type bits).
-pub(super) const DONE: u8 = 0;
-// A read's length fits the word's 24 bits.
-const _: () = assert!(MAX_USER_FILE < (1 << 24) - 1);
-/// The child's descriptor of the word's pipe.
-const WORD_FD: libc::c_int = 3;
-pub(super) const IDS: u8 = 1;
-const MKDIR: u8 = 2;
-const OPEN: u8 = 3;
-const NOT_REGULAR: u8 = 4;
-const WRITE: u8 = 5;
-const READ: u8 = 6;
-/// A place not the user's own: the value says which ([`PLACE_FILE`]…).
-const NOT_YOURS: u8 = 7;
-/// The user's directory in the admin's own could not be made as root.
-const ROOT: u8 = 8;
 
 /// Writes in a child, as `ids` when given; waits at most `limit`. Whether
 /// the run's directory is under the user's own directory of a shared
@@ -141,21 +77,6 @@ pub fn write(ids: Option<&Ids>, w: &Write, limit: Duration) -> Result<bool, Fail
     }))
 }
 
-/// The path of a write's place, for its message.
-fn place(u: &Under, per_user: bool, which: u32, file: &CString) -> String {
-    let mut path = u.dir.to_string_lossy().trim_end_matches('/').to_string();
-    if per_user {
-        path = format!("{path}/{}", u.user_dir.to_string_lossy());
-    }
-    if which >= PLACE_RUN_DIR {
-        path = format!("{path}/{}", u.run.to_string_lossy());
-    }
-    if which == PLACE_FILE {
-        path = format!("{path}/{}", file.to_string_lossy());
-    }
-    path
-}
-
 /// Reads a file the user named, with slurmstepd's ids (`user_init`: the
 /// user's), in a child: as the core's `read_user_file` does (a regular
 /// file of at most [`MAX_USER_FILE`] bytes, opened without blocking, the
@@ -174,60 +95,6 @@ pub fn read_user_file(path: &str, limit: Duration) -> crate::core::Result<String
             &std::io::Error::from_raw_os_error(value as i32).to_string(),
         )),
     }
-}
-
-/// Anonymous memory shared with the child, which reads the file into it
-/// (or writes what it left: super::private_dir).
-pub(super) struct SharedMap {
-    pub(super) ptr: *mut u8,
-    pub(super) len: usize,
-}
-
-impl SharedMap {
-    pub(super) fn new(len: usize) -> std::io::Result<SharedMap> {
-        // SAFETY: a fresh anonymous mapping, unmapped on drop.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(SharedMap {
-            ptr: ptr.cast(),
-            len,
-        })
-    }
-
-    /// The first `n` bytes (at most the mapping's length).
-    pub(super) fn bytes(&self, n: usize) -> &[u8] {
-        // SAFETY: within the mapping, which the child no longer writes (it
-        // has ended).
-        unsafe { std::slice::from_raw_parts(self.ptr, n.min(self.len)) }
-    }
-}
-
-impl Drop for SharedMap {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made by `new`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
-/// errno, in the 24 bits the child's word has for it.
-pub(super) fn errno() -> u32 {
-    // SAFETY: libc's own accessor of the thread's errno.
-    (unsafe { *libc::__errno_location() }) as u32 & 0x00ff_ffff
-}
-
-pub(super) fn fail(stage: u8) -> u32 {
-    (u32::from(stage) << 24) | errno()
 }
 
 /// Opens `file` with `flags` and checks it is a regular file: the fd, or
@@ -250,18 +117,6 @@ fn open_regular(at: libc::c_int, file: &CString, flags: libc::c_int) -> Result<l
             return Err((u32::from(NOT_REGULAR) << 24) | (st.st_mode & libc::S_IFMT));
         }
         Ok(fd)
-    }
-}
-
-/// In a child: takes the job's user's ids for good (real and effective).
-pub(super) fn take_ids(ids: &Ids) -> bool {
-    // SAFETY: system calls on a list made before the fork.
-    unsafe {
-        libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) == 0
-            && libc::setgid(ids.gid) == 0
-            && libc::setuid(ids.uid) == 0
-            && libc::getuid() == ids.uid
-            && libc::geteuid() == ids.uid
     }
 }
 
@@ -369,214 +224,6 @@ fn write_all(fd: libc::c_int, bytes: &[u8]) -> Result<(), u32> {
     Ok(())
 }
 
-fn fail_with(stage: u8, errno: libc::c_int) -> u32 {
-    (u32::from(stage) << 24) | (errno as u32 & 0x00ff_ffff)
-}
-
-fn not_yours(which: u32) -> u32 {
-    (u32::from(NOT_YOURS) << 24) | which
-}
-
-/// A directory's owner and mode, or the child's word.
-fn dir_stat(fd: libc::c_int) -> Result<(u32, u32), u32> {
-    // SAFETY: fstat into a struct of ours.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 {
-            return Err(fail(OPEN));
-        }
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            return Err((u32::from(NOT_REGULAR) << 24) | (st.st_mode & libc::S_IFMT));
-        }
-        Ok((st.st_uid, st.st_mode & 0o7777))
-    }
-}
-
-/// Makes (if missing) and opens `name` in the directory `at`, never
-/// following a link: its fd, only if it is a directory of the user's that
-/// no one else may write; else the child's word ([`NOT_YOURS`] with
-/// `which`).
-fn own_dir_at(
-    at: libc::c_int,
-    name: &CString,
-    mode: libc::mode_t,
-    which: u32,
-) -> Result<libc::c_int, u32> {
-    // SAFETY: system calls on values made before the fork.
-    unsafe {
-        if libc::mkdirat(at, name.as_ptr(), mode) != 0 && *libc::__errno_location() != libc::EEXIST
-        {
-            return Err(fail(MKDIR));
-        }
-        let fd = libc::openat(
-            at,
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            let e = *libc::__errno_location();
-            // A link, not a directory, or a directory of another's that
-            // the user may not open.
-            if e == libc::ELOOP || e == libc::ENOTDIR || e == libc::EACCES {
-                return Err(not_yours(which));
-            }
-            return Err(fail(OPEN));
-        }
-        match dir_stat(fd) {
-            Ok((owner, mode)) if only_theirs(owner, mode, libc::geteuid()) => Ok(fd),
-            _ => {
-                libc::close(fd);
-                Err(not_yours(which))
-            }
-        }
-    }
-}
-
-/// The run's directory's fd, made below the record's directory as
-/// [`Under`] says, and [`PER_USER`] where it is under the user's own.
-fn run_dir_fd(u: &Under) -> Result<(libc::c_int, u32), u32> {
-    // SAFETY: system calls on values made before the fork.
-    unsafe {
-        // The record's directory itself may be a link (the admin's or the
-        // user's own choice of path); what it is decides the layout.
-        let dir = libc::open(
-            u.dir.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        );
-        if dir < 0 {
-            return Err(fail(OPEN));
-        }
-        let (owner, mode) = match dir_stat(dir) {
-            Ok(found) => found,
-            Err(code) => {
-                libc::close(dir);
-                return Err(code);
-            }
-        };
-        let (base, per_user) = match runs_under(owner, mode, libc::geteuid()) {
-            Runs::InDir => (dir, 0),
-            Runs::Unsafe => {
-                libc::close(dir);
-                return Err(not_yours(PLACE_SHARED_DIR));
-            }
-            Runs::PerUser => {
-                if let Some(way) = u.site_way
-                    && admins_own(owner, mode)
-                    && let Err(code) = make_as_root(dir, way, u.user_dir)
-                {
-                    libc::close(dir);
-                    return Err(code);
-                }
-                let mine = own_dir_at(dir, u.user_dir, 0o700, PLACE_USER_DIR | PER_USER);
-                libc::close(dir);
-                (mine?, PER_USER)
-            }
-        };
-        let run = own_dir_at(base, u.run, 0o755, PLACE_RUN_DIR | per_user);
-        libc::close(base);
-        Ok((run?, per_user))
-    }
-}
-
-/// Whether `dir` is the end of `way` (`/` first), each directory of it
-/// opened without following a link and root's all along
-/// (crate::core::record::roots_way), the last the admin's own.
-fn on_roots_way(dir: libc::c_int, way: &[CString]) -> bool {
-    // SAFETY: system calls on values made before the fork.
-    unsafe {
-        let mut end: libc::stat = std::mem::zeroed();
-        if way.is_empty() || libc::fstat(dir, &mut end) != 0 {
-            return false;
-        }
-        for (i, step) in way.iter().enumerate() {
-            let fd = libc::open(
-                step.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            );
-            if fd < 0 {
-                return false;
-            }
-            let mut st: libc::stat = std::mem::zeroed();
-            let stat_ok = libc::fstat(fd, &mut st) == 0;
-            libc::close(fd);
-            let mode = st.st_mode & 0o7777;
-            let last = i + 1 == way.len();
-            let ok = stat_ok
-                && if last {
-                    admins_own(st.st_uid, mode)
-                        && (st.st_dev, st.st_ino) == (end.st_dev, end.st_ino)
-                } else {
-                    roots_way(st.st_uid, mode)
-                };
-            if !ok {
-                return false;
-            }
-        }
-        true
-    }
-}
-
-/// In the admin's own record directory `dir` (see [`Under::site_way`]):
-/// makes the user's directory `name` (0700) as root where it is missing and
-/// gives it to the user (the child's effective ids), then is the user again.
-/// Only a directory just made, opened without following a link, is given:
-/// nothing that was there before is touched (the user's own check follows).
-/// slurmstepd's `user_init` runs with the user's effective uid and root's
-/// saved one, which the child takes back for this alone.
-fn make_as_root(dir: libc::c_int, way: &[CString], name: &CString) -> Result<(), u32> {
-    // SAFETY: system calls on values made before the fork.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) == 0
-            || *libc::__errno_location() != libc::ENOENT
-            || !on_roots_way(dir, way)
-        {
-            return Ok(());
-        }
-        let (uid, gid) = (libc::geteuid(), libc::getegid());
-        let (mut real, mut effective, mut saved) = (0, 0, 0);
-        if libc::getresuid(&mut real, &mut effective, &mut saved) != 0 {
-            return Err(fail(ROOT));
-        }
-        if saved != 0 {
-            return Err(fail_with(ROOT, libc::EPERM));
-        }
-        if libc::seteuid(0) != 0 {
-            return Err(fail(ROOT));
-        }
-        let mut result = Ok(());
-        if libc::mkdirat(dir, name.as_ptr(), 0o700) != 0 {
-            // Made meanwhile (another step of the user's): the user's own
-            // check decides.
-            if *libc::__errno_location() != libc::EEXIST {
-                result = Err(fail(ROOT));
-            }
-        } else {
-            let fd = libc::openat(
-                dir,
-                name.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            );
-            if fd < 0 {
-                result = Err(fail(ROOT));
-            } else {
-                let given = match dir_stat(fd) {
-                    Ok((0, _)) => libc::fchown(fd, uid, gid) == 0 && libc::fchmod(fd, 0o700) == 0,
-                    _ => false,
-                };
-                if !given {
-                    result = Err(fail(ROOT));
-                }
-                libc::close(fd);
-            }
-        }
-        if libc::seteuid(uid) != 0 || libc::geteuid() != uid {
-            return Err(fail(IDS));
-        }
-        result
-    }
-}
-
 /// The child's read into the shared mapping, up to its length: only system
 /// calls. `DONE` with the bytes read.
 fn read_child(file: &CString, map: &SharedMap) -> u32 {
@@ -608,122 +255,13 @@ fn read_child(file: &CString, map: &SharedMap) -> u32 {
     got as u32
 }
 
-/// Runs `work` in a forked child and waits for it at most `limit`: the
-/// child's word, as (stage, value). At the deadline the child is killed;
-/// one stuck in the kernel (a hard-mounted file system) is left to be
-/// reaped later rather than waited for.
-pub(super) fn in_child(limit: Duration, work: impl FnOnce() -> u32) -> Result<(u8, u32), Failed> {
-    let os = || Failed::Refused(std::io::Error::last_os_error().to_string());
-    let mut fds = [0; 2];
-    // SAFETY: a pipe into a two-element array. Non-blocking: the parent's
-    // read never waits (the child's 4 bytes fit an empty pipe).
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(os());
-    }
-    let [rd, wr] = fds;
-    // SAFETY: fork; the child runs `work` (system calls only) and always
-    // ends in _exit, running nothing of the parent's.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        child(wr, work);
-    }
-    // SAFETY: the parent's copy of the write end is not needed.
-    unsafe { libc::close(wr) };
-    if pid < 0 {
-        // SAFETY: the read end, ours.
-        unsafe { libc::close(rd) };
-        return Err(os());
-    }
-    let mut status = 0;
-    let ended = wait_within(pid, limit, &mut status);
-    let mut code = [0u8; 4];
-    // SAFETY: reads at most 4 bytes into `code`, without blocking. A child
-    // that ended right at its deadline has said its word all the same.
-    let n = unsafe { libc::read(rd, code.as_mut_ptr().cast(), 4) };
-    let result = match (n, u32::from_ne_bytes(code)) {
-        (4, c) => Ok(((c >> 24) as u8, c & 0x00ff_ffff)),
-        _ if !ended => Err(Failed::Late(limit)),
-        _ if libc::WIFSIGNALED(status) => Err(Failed::Refused(format!(
-            "the child ended by signal {} without a word",
-            libc::WTERMSIG(status)
-        ))),
-        _ => Err(Failed::Refused("the child ended without a word".into())),
-    };
-    // SAFETY: the read end, ours.
-    unsafe { libc::close(rd) };
-    result
-}
-
-/// The forked child of [`in_child`]: runs `work` and writes its word on
-/// the pipe's write end `wr`, then ends, running nothing of the parent's.
-fn child(wr: libc::c_int, work: impl FnOnce() -> u32) -> ! {
-    // Should `work` ever unwind, the child must not return into
-    // slurmstepd's C code (it would go on as a second slurmstepd).
-    struct ExitOnUnwind;
-    impl Drop for ExitOnUnwind {
-        fn drop(&mut self) {
-            // SAFETY: ends the child at once.
-            unsafe { libc::_exit(127) };
-        }
-    }
-    let _guard = ExitOnUnwind;
-    // SAFETY: system calls only. The word's pipe on fd 3 and every other
-    // descriptor of slurmstepd's closed (its sockets to srun and the
-    // tasks must not outlive it in a child stuck in the kernel), and no
-    // debugger may attach to this copy of slurmstepd's memory.
-    unsafe {
-        libc::dup2(wr, WORD_FD);
-        libc::syscall(libc::SYS_close_range, WORD_FD + 1, libc::c_uint::MAX, 0);
-        libc::prctl(libc::PR_SET_DUMPABLE, 0);
-    }
-    let code = work().to_ne_bytes();
-    // SAFETY: a write of 4 bytes to the pipe, then _exit.
-    unsafe {
-        libc::write(WORD_FD, code.as_ptr().cast(), 4);
-        libc::_exit(0);
-    }
-}
-
-/// Waits for child `pid` at most `limit` (its `status` when it ended):
-/// whether it ended. At the deadline it is killed, and reaped if it goes
-/// within a moment (a process in uninterruptible sleep does not).
-fn wait_within(pid: libc::pid_t, limit: Duration, status: &mut libc::c_int) -> bool {
-    let start = Instant::now();
-    let ended = loop {
-        // SAFETY: waits for this function's own child.
-        let done = unsafe { libc::waitpid(pid, status, libc::WNOHANG) };
-        let interrupted =
-            done < 0 && std::io::Error::last_os_error().kind() == ErrorKind::Interrupted;
-        if done == pid || (done < 0 && !interrupted) {
-            break true;
-        }
-        if start.elapsed() > limit {
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    if !ended {
-        // SAFETY: this function's own child: killed, then reaped if it goes
-        // within a moment (a process in uninterruptible sleep does not).
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            for _ in 0..50 {
-                if libc::waitpid(pid, status, libc::WNOHANG) != 0 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    }
-    ended
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
     use std::path::{Path, PathBuf};
+    use std::time::Instant;
 
     fn c(p: &Path) -> CString {
         CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -893,55 +431,6 @@ mod tests {
         }
         let full = read_user_file(&path("full"), Duration::from_secs(5)).unwrap();
         assert_eq!(full.len(), MAX_USER_FILE as usize);
-        std::fs::remove_dir_all(&d).unwrap();
-    }
-
-    #[test]
-    fn a_child_that_hangs_is_killed_at_its_deadline() {
-        let map = SharedMap::new(4).unwrap();
-        let t0 = Instant::now();
-        let err = in_child(Duration::from_millis(300), || {
-            // SAFETY: the child's pid into the shared mapping, then a sleep.
-            unsafe {
-                *map.ptr.cast::<libc::pid_t>() = libc::getpid();
-                libc::sleep(30);
-            }
-            0
-        })
-        .unwrap_err();
-        assert!(matches!(err, Failed::Late(_)), "{err}");
-        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-        let pid = i32::from_ne_bytes(map.bytes(4).try_into().unwrap());
-        assert!(pid > 0);
-        // Killed and reaped: no such process any more.
-        assert_eq!(unsafe { libc::kill(pid, 0) }, -1, "child {pid} still there");
-        assert_eq!(
-            std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::ESRCH)
-        );
-    }
-
-    /// The child holds none of the parent's descriptors but its word's.
-    #[test]
-    fn the_child_keeps_no_descriptor_of_the_parents() {
-        let d = scratch("fds");
-        let held = std::fs::File::create(d.join("held")).unwrap();
-        // Above the word's descriptor, whatever the other tests hold.
-        let fd = unsafe {
-            libc::fcntl(
-                std::os::fd::AsRawFd::as_raw_fd(&held),
-                libc::F_DUPFD_CLOEXEC,
-                100,
-            )
-        };
-        assert!(fd >= 100);
-        // SAFETY: fcntl on a descriptor number, in the child.
-        let (stage, value) = in_child(Duration::from_secs(5), || unsafe {
-            (libc::fcntl(fd, libc::F_GETFD) == -1) as u32
-        })
-        .unwrap();
-        assert_eq!((stage, value), (DONE, 1), "fd {fd} open in the child");
-        unsafe { libc::close(fd) };
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -6,6 +6,7 @@
 //! (`stepd`), and what either asks of slurmctld (`slurmctld`).
 
 mod bindings;
+mod bounded_child;
 mod bounded_io;
 mod fault;
 mod guard;
@@ -17,6 +18,7 @@ mod options;
 mod preflight;
 mod private_dir;
 mod record;
+mod record_dir;
 mod slurmctld;
 mod srun;
 mod stepd;

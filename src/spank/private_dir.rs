@@ -8,7 +8,7 @@
 use std::ffi::{CStr, CString};
 use std::time::Duration;
 
-use super::bounded_io::{DONE, IDS, Ids, SharedMap, errno, fail, in_child, take_ids};
+use super::bounded_child::{DONE, IDS, Ids, SharedMap, errno, fail, in_child, take_ids};
 use crate::core::record::printable;
 
 /// Longest the removal may take, once per node at the step's end.

@@ -14,7 +14,7 @@
 //!   record, and one line says why). In the site's own record directory
 //!   alone (plugstack.conf's `record=`, root's, writable by no one else, on
 //!   a path of root's with no link) a missing `DIR/<uid>` is made as root
-//!   and given to the user (super::bounded_io::Under::site_way): slurmstepd
+//!   and given to the user (super::record_dir::Under::site_way): slurmstepd
 //!   runs `user_init` with the user's effective uid and root's saved one;
 //! - `task_exit` (slurmstepd as root, once per task) appends the task's end
 //!   from a child that first takes the job's user's ids and groups, then
@@ -28,8 +28,10 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::bounded_io::{self, Failed, Ids};
+use super::bounded_child::{Failed, Ids};
+use super::bounded_io;
 use super::handle::Spank;
+use super::record_dir::Under;
 use crate::core::Node;
 use crate::core::record::{
     NodeLine, exit_line, node_file_name, node_lines, run_dir_name, user_dir_name,
@@ -216,7 +218,7 @@ fn write_node(
         .is_ok_and(|site| site.record.as_deref() == Some(dir));
     let write = bounded_io::Write {
         dirs: &dirs,
-        under: Some(bounded_io::Under {
+        under: Some(Under {
             dir: &dir_c,
             user_dir: &user_c,
             run: &run_c,

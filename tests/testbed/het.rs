@@ -171,7 +171,10 @@ fn a_het_step_srun_refused_ends_on_every_component() {
     on("node2", &["sh", "-c", remove]);
     eprintln!("MEASURED refused het step: {took:.1} s\n{text}");
     assert!(text.contains("cannot resolve"), "{text}");
-    assert!(!text.contains("RAN-"), "a component started the command: {text}");
+    assert!(
+        !text.contains("RAN-"),
+        "a component started the command: {text}"
+    );
     assert!(!text.contains("DONE"), "a component ran on: {text}");
     assert!(!text.contains("rc=0"), "{text}");
     assert!(text.contains("next=0"), "the next step must run: {text}");
@@ -326,6 +329,7 @@ fn an_inherited_spec_that_does_not_fit_is_left_out_on_every_component() {
 #[test]
 fn a_job_that_asks_for_nothing_runs_whatever_its_environment_holds() {
     let _bed = common::testbed();
+    // Hostile values, spelt by hand: no encoder of srun's makes them.
     let long = format!("1;1.0;hosts=n1;runs={}", "0,".repeat(40_000));
     let cases: [(&str, &str, &str); 4] = [
         ("SLURM_TF_CLUSTER", "garbage", ""),

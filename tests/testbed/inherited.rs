@@ -422,6 +422,7 @@ fn an_explicit_srun_option_beats_an_inherited_tf_off() {
 #[test]
 fn a_hand_off_the_user_exported_is_not_obeyed() {
     let _bed = common::testbed();
+    // Forged words, spelt by hand in the job's shell as a user would.
     for forged in ["no-resv-ports", "leave-out=2"] {
         let script = format!(
             "export SLURM_TF_CLUSTER=\"1;$SLURM_JOB_ID.0;verdict=none;{forged}\"; srun -N1 -n1 --torch-cluster sh -c '{VARS}'"
@@ -472,6 +473,7 @@ const HET: &str = r#"echo "HET RANK=${RANK-unset} NCCL=${NCCL_SOCKET_IFNAME-unse
 #[test]
 fn a_later_het_component_reads_no_hand_off_the_user_exported() {
     let _bed = common::testbed();
+    // Forged words, spelt by hand in the job's shell as a user would.
     for forged in ["verdict=skip", "verdict=none;net=lo"] {
         let script = format!(
             "export SLURM_TF_CLUSTER=\"1;$((SLURM_JOB_ID+1)).0;{forged}\"; srun -n1 -w node1 : -n1 -w node2 --torch-cluster --tf-network=eth0 sh -c '{HET}'"

@@ -144,8 +144,10 @@ fn origin_of(settings: &Settings, network: &Network) -> String {
 mod tests {
     use super::*;
 
+    use crate::handoff::Early;
     use crate::network::addresses::tests::{iface, ip, node};
     use crate::network::lookups::{LOOKUP_DEADLINE, MAX_PARALLEL_LOOKUPS, Resolver};
+    use crate::settings::Frameworks;
     use crate::source::Given;
     use std::net::IpAddr;
     use std::sync::Arc;
@@ -390,13 +392,17 @@ mod tests {
     /// not tell the step's components) leaves the node to its /etc/hosts.
     #[test]
     fn a_component_srun_did_not_reach_takes_the_network_of_its_early_word() {
-        let found = component_1("1;srun;net=10.98.0.0/29").unwrap().unwrap();
+        let early = |net: Option<&str>| {
+            let network = net.map(|n| Network::parse(n).unwrap());
+            Early::new(Frameworks::default(), false, 0, network, None).encode()
+        };
+        let found = component_1(&early(Some("10.98.0.0/29"))).unwrap().unwrap();
         assert_eq!(found.interface, "eth1");
         assert_eq!(found.network.to_string(), "10.98.0.0/29");
-        let e = component_1("1;srun").unwrap_err().to_string();
+        let e = component_1(&early(None)).unwrap_err().to_string();
         assert!(e.contains("node2-ib is not in /etc/hosts"), "{e}");
         // A network none of the node's interfaces is on: refused, naming it.
-        let e = component_1("1;srun;net=10.99.0.0/29")
+        let e = component_1(&early(Some("10.99.0.0/29")))
             .unwrap_err()
             .to_string();
         assert!(e.contains("node2 is not on 10.99.0.0/29"), "{e}");

@@ -75,7 +75,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use super::bounded_io::Ids;
+use super::bounded_child::Ids;
 use super::fault;
 use super::guard::{Answer, caught, guard};
 use super::handle::Spank;
