@@ -167,6 +167,26 @@ mod tests {
         assert!(bad.is_err(), "{bad:?}");
     }
 
+    /// srun's early word refusing the step (a heterogeneous step's host
+    /// template srun could not resolve) reaches the components its word on
+    /// the step does not: each refuses, whatever its options ask.
+    #[test]
+    fn an_early_refusal_refuses_every_component() {
+        let mut early = Early::new(Default::default(), false, 0, None, None);
+        early.refuse();
+        let text = early.encode();
+        assert!(text.ends_with(";refused"), "{text}");
+        for asked in [known(true, Some(Settings::default())), known(false, None)] {
+            assert_eq!(
+                StepKind::of(Some(&text), IDS, asked).unwrap(),
+                StepKind::Refused
+            );
+        }
+        let plain = Early::new(Default::default(), false, 0, None, None).encode();
+        let kind = StepKind::of(Some(&plain), IDS, known(true, Some(Settings::default())));
+        assert!(matches!(kind, Ok(StepKind::Framework(_))), "{kind:?}");
+    }
+
     /// Options that could not be registered: a step srun said anything of
     /// fails, any other is left alone.
     #[test]

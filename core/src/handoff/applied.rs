@@ -75,7 +75,11 @@ impl Word {
     /// reads only this and [`Word::plain`]: srun refuses a `--tf-<key>`
     /// given alone that cannot act there).
     pub fn refused(&self) -> bool {
-        matches!(self, Word::Handoff(h) if matches!(h.verdict, Verdict::Refused))
+        match self {
+            Word::Handoff(h) => matches!(h.verdict, Verdict::Refused),
+            Word::Early(e) => e.fields.refused,
+            Word::Nothing => false,
+        }
     }
 
     /// What srun decided for a step without a framework option that its

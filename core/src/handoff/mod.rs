@@ -34,9 +34,10 @@
 //! writes its record or requeues its job as srun decided, [`Plain`]).
 //!
 //! srun's early word, `1;srun` then the fields `inherited=BITS`,
-//! `off-overridden`, `restart=K`, `net=NETWORK`, `secret=HEX` (each at most once,
-//! in this order; `net`: a heterogeneous step's network of its host template,
-//! resolved over every component's nodes): what
+//! `off-overridden`, `restart=K`, `net=NETWORK`, `secret=HEX`, `refused`
+//! (each at most once, in this order; `net`: a heterogeneous step's network
+//! of its host template, resolved over every component's nodes; `refused`:
+//! srun refused the step already, as that template cannot be resolved): what
 //! srun knows once it parsed its options, before slurmctld creates the step
 //! ([`Early`]). srun sets it for every step that asks for the plugin, before
 //! Slurm copies its environment for each component of the step; its word on

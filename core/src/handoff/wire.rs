@@ -35,15 +35,17 @@ enum Key {
     OffOverridden,
     Restart,
     Secret,
+    Refused,
 }
 
 /// srun's early word's fields, in their order.
-const EARLY: [Key; 5] = [
+const EARLY: [Key; 6] = [
     Key::Inherited,
     Key::OffOverridden,
     Key::Restart,
     Key::Net,
     Key::Secret,
+    Key::Refused,
 ];
 
 /// The fields of srun's word on a step after its verdict, in their order.
@@ -73,6 +75,7 @@ impl Key {
             Key::OffOverridden => "off-overridden",
             Key::Restart => "restart",
             Key::Secret => "secret",
+            Key::Refused => "refused",
         }
     }
 }
@@ -97,6 +100,7 @@ impl Fields {
             Key::OffOverridden if self.off_overridden => Some(None),
             Key::Restart if self.restart_count > 0 => value(self.restart_count.to_string()),
             Key::Secret => self.secret.as_ref().and_then(|s| value(s.hex())),
+            Key::Refused if self.refused => Some(None),
             _ => None,
         }
     }
@@ -155,6 +159,7 @@ impl Fields {
                 self.tres_bind = Some(StepBind::None);
             }
             Key::OffOverridden => self.off_overridden = flag()?,
+            Key::Refused => self.refused = flag()?,
             Key::Restart => {
                 self.restart_count =
                     parse_u32(value()?).ok_or_else(|| bad("restart is not a count"))?

@@ -131,6 +131,10 @@ pub(super) struct Fields {
     /// The step's secret (None: srun drew none), the same in every
     /// component's word.
     pub(super) secret: Option<Secret>,
+    /// srun refused the step before it existed (the early word only): what
+    /// it decides then reaches every component, the ones its word on the
+    /// step does not reach included.
+    pub(super) refused: bool,
 }
 
 /// slurmctld's record of a step, as srun hands it on ([`Handoff::record`]).
@@ -151,7 +155,7 @@ pub struct Record<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Early {
     /// Its fields: `inherited`, `off_overridden`, `restart_count`,
-    /// `network`, `secret`.
+    /// `network`, `secret`, `refused`.
     pub(super) fields: Fields,
 }
 
@@ -177,6 +181,13 @@ impl Early {
                 ..Fields::default()
             },
         }
+    }
+
+    /// srun refused the step before it exists (a heterogeneous step's host
+    /// template it cannot resolve): every component's tasks fail before
+    /// exec, the ones srun's word on the step does not reach included.
+    pub fn refuse(&mut self) {
+        self.fields.refused = true;
     }
 }
 

@@ -127,11 +127,13 @@ pub fn het_map_for(
 /// nodes. Slurm copies srun's environment for each component before
 /// `local_user_init`, whose hand-off reaches one component only: the
 /// others' nodes, where slurmstepd resolves no name, take it from here.
-/// None otherwise, or when it cannot be resolved (the step is then refused
-/// in `local_user_init`, see super::network::network_for).
-pub fn early_network(spank: &Spank, pass: u32) -> Option<network::addresses::Network> {
+/// Ok(None) otherwise. Err when it cannot be had: srun refuses the step in
+/// `local_user_init` (super::network::network_for), and its early word
+/// says so to every component before (`refused`), so that none starts the
+/// user's command.
+pub fn early_network(spank: &Spank, pass: u32) -> Result<Option<network::addresses::Network>> {
     if pass < 2 {
-        return None;
+        return Ok(None);
     }
     let found = EARLY_NETWORK.get_or_init(|| {
         let mut settings = Settings::from_admin_args(spank.args()?)?;
@@ -151,5 +153,5 @@ pub fn early_network(spank: &Spank, pass: u32) -> Option<network::addresses::Net
         let lookups = template_lookups(true);
         network::decision::for_step(&settings, hosts.iter().map(String::as_str), &lookups)
     });
-    found.as_ref().ok().cloned().flatten()
+    found.clone()
 }

@@ -139,7 +139,12 @@ impl Srun {
             let off = options::seen(options::ALL_OFF).is_some() && !self.off_overridden();
             let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if options::seen_asking() && !off {
-                set(self.early(early_network(spank, pass)).encode());
+                let network = early_network(spank, pass);
+                let mut early = self.early(network.as_ref().ok().cloned().flatten());
+                if network.is_err() {
+                    early.refuse();
+                }
+                set(early.encode());
             } else if std::env::var_os(handoff::VAR).is_some() {
                 set(String::new());
             }
