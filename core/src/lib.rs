@@ -5,7 +5,7 @@
 //! Each file imports only files before it, in this order: the error, the
 //! numbers and the limits; the grammars of Slurm's variables (host lists,
 //! runs, tasks per node, distributions, srun's task map, roles, ports, GPU
-//! devices and bindings, the network's addresses); [`os`], the one place
+//! devices and bindings, the network's [`addresses`]); [`os`], the one place
 //! the core touches the operating system; the [`settings`] (what the step
 //! asks for); the [`source`] of facts (what Slurm says, what the node has);
 //! the [`network`]'s decision (and srun's name lookups, the one place the
@@ -19,6 +19,7 @@
 //! apply the result; everything between is computation on values, but the
 //! lookups srun runs through [`network::lookups`] and what [`os`] reads.
 
+pub mod addresses;
 pub mod distribution;
 mod error;
 pub mod frameworks;

@@ -8,9 +8,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 
 use std::net::IpAddr;
 
+use crate::addresses::Interface;
 use crate::error::{Error, Result};
 use crate::limits::MAX_GPUS;
-use crate::network::addresses::Interface;
 
 /// This process's environment (srun's, the CLI's): its readers are in
 /// crate::source.

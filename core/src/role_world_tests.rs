@@ -267,7 +267,7 @@ fn engines_get_the_nodes_address_unless_the_user_set_it() {
     assert!(!tasks[4].2.contains_key("VLLM_PORT"), "{:?}", tasks[4].2);
     let mut settings = settings;
     settings.set("network", "10.98.0.0/16").unwrap();
-    let iface = |name: &str, addr: &str| crate::network::addresses::Interface {
+    let iface = |name: &str, addr: &str| crate::addresses::Interface {
         name: name.into(),
         addrs: vec![addr.parse().unwrap()],
     };

@@ -10,7 +10,7 @@ use super::ports::{DEFAULT_RANGE, PortRange};
 use super::rendezvous::Rendezvous;
 use super::roles::RoleSpec;
 use super::step_roles::{MAX_PORTS_PER_TASK, StepRoles};
-use crate::network::addresses::Network;
+use crate::addresses::Network;
 
 /// TensorFlow's default port base: the ports of a step whose job and step
 /// ids are unknown (the CLI outside a step) and that names no base.

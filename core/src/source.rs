@@ -5,8 +5,8 @@
 
 use std::net::IpAddr;
 
+use crate::addresses::{Interface, etc_hosts_lookup};
 use crate::error::{Error, Result, bail};
-use crate::network::addresses::{Interface, etc_hosts_lookup};
 use crate::number::parse_u32;
 use crate::os::{self, ProcessEnv};
 

@@ -19,7 +19,7 @@ use super::settings::Settings;
 use super::source::{Probe, Source};
 use super::step_kind::{Asked, StepKind};
 use super::tasks_per_node;
-use crate::network::addresses::{Network, NodeNetwork};
+use crate::addresses::{Network, NodeNetwork};
 use crate::step_roles::ENGINE_VARS;
 
 /// What [`Step::gather_handed`] found: srun's verdict on the step, or the step

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 
+use crate::addresses::Interface;
 use crate::error::Result;
 use crate::frameworks::{Frameworks, pytorch};
 use crate::handoff::{Handoff, Verdict};
 use crate::hostlist::HostList;
 use crate::injection::Injection;
-use crate::network::addresses::Interface;
 use crate::node::resolve;
 use crate::settings::Settings;
 use crate::source::Given;

@@ -1,11 +1,11 @@
 //! What a framework declares: one [`Framework`] each, and what its functions
 //! are given (the step before launch, a task, a node's shared part).
 
+use crate::addresses::InterfaceVar;
 use crate::distribution::Placement;
 use crate::error::Result;
 use crate::hostlist::HostList;
 use crate::layout::Layout;
-use crate::network::addresses::InterfaceVar;
 use crate::node_plan::{Gpus, PortRule};
 use crate::number;
 use crate::role_world::World;

@@ -6,9 +6,9 @@
 //! What it needs of the layout: rank 0's host: O(1) after the layout.
 
 use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
+use crate::addresses::NCCL;
 use crate::error::Result;
 use crate::limits::MAX_TASKS;
-use crate::network::addresses::NCCL;
 use crate::node_plan::PortRule;
 use crate::settings::Settings;
 

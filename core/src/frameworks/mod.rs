@@ -26,7 +26,7 @@ pub use super::node_plan::{Gpus, PortRule};
 use super::node_plan::{Needs, PortNeeds};
 use super::role_world::{books_min_exec_size, ports_per_task};
 use super::settings::{Alone, Settings};
-use crate::network::addresses::{NodeNetwork, VARS};
+use crate::addresses::{NodeNetwork, VARS};
 
 /// Every framework, in the order their ports are handed out and their
 /// variables set.

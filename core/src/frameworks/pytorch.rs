@@ -13,9 +13,9 @@
 //! once, nothing per other rank, so no limit below the layout's own.
 
 use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Task, Vars};
+use crate::addresses::{GLOO, NCCL, TENSORPIPE};
 use crate::error::{Result, bail};
 use crate::limits::MAX_TASKS;
-use crate::network::addresses::{GLOO, NCCL, TENSORPIPE};
 use crate::node_plan::PortRule;
 use crate::settings::Settings;
 // Declared before the settings, which hold the step's choice.

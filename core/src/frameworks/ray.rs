@@ -14,10 +14,10 @@
 //! after the layout.
 
 use super::framework::{Framework, GpuRule, Launch, RoleRule, Task, Vars};
+use crate::addresses::NCCL;
 use crate::error::{Result, bail};
 use crate::layout::Layout;
 use crate::limits::MAX_TASKS;
-use crate::network::addresses::NCCL;
 use crate::node_plan::PortRule;
 use crate::secret::Secret;
 use crate::settings::Settings;

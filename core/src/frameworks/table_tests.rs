@@ -226,9 +226,9 @@ fn option_values_as_srun_takes_them() {
 /// are the user's: network/decision.rs).
 #[test]
 fn a_users_interface_variable_is_kept_not_set() {
-    let found = |kept: &[&str]| crate::network::addresses::NodeNetwork {
+    let found = |kept: &[&str]| crate::addresses::NodeNetwork {
         address: None,
-        network: crate::network::addresses::Network::parse("eth1").unwrap(),
+        network: crate::addresses::Network::parse("eth1").unwrap(),
         interface: "eth1".into(),
         kept: kept.iter().map(|k| k.to_string()).collect(),
     };
@@ -268,7 +268,7 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
         .collect();
     let mut names: BTreeSet<String> = crate::gpus::DEVICE_VARS
         .iter()
-        .chain(crate::network::addresses::VARS.iter().map(|v| &v.name))
+        .chain(crate::addresses::VARS.iter().map(|v| &v.name))
         .chain([&crate::step::RUN_ID_VAR])
         .map(|n| n.to_string())
         .collect();

@@ -5,11 +5,11 @@
 use std::borrow::Cow;
 
 use super::framework::{Arg, Framework, GpuRule, Launch, RoleRule, Shared, Task, Vars};
+use crate::addresses::NCCL;
 use crate::distribution::Placement;
 use crate::error::{Result, bail};
 use crate::layout::Layout;
 use crate::limits::ENV_LIMIT;
-use crate::network::addresses::NCCL;
 use crate::node_plan::PortRule;
 use crate::roles::{self, RoleSpec};
 use crate::settings::Settings;

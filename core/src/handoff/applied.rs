@@ -2,9 +2,9 @@
 //! field of either word is read, for slurmstepd and the CLI twin alike.
 
 use super::word::{Fields, FromSrun, Plain, StepBind, Verdict, Word};
+use crate::addresses::Network;
 use crate::error::{Error, Result};
 use crate::gpus::bind::{GpuBind, Recorded};
-use crate::network::addresses::Network;
 use crate::secret::Secret;
 use crate::settings::{Frameworks, Settings};
 

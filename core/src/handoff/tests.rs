@@ -1,6 +1,6 @@
 use super::*;
+use crate::addresses::Network;
 use crate::hostlist::HostList;
-use crate::network::addresses::Network;
 use crate::secret::Secret;
 use crate::settings::{Frameworks, Settings};
 use crate::task_map::TaskMap;

@@ -3,10 +3,10 @@
 //! each at most once and in its place, each read and written by one arm.
 
 use super::word::{Early, Fields, Handoff, MAX_LEN, Plain, StepBind, VAR, Verdict, Word};
+use crate::addresses::{Network, VARS};
 use crate::error::{Error, Result, shown};
 use crate::hostlist::HostList;
 use crate::limits::MAX_NODES;
-use crate::network::addresses::{Network, VARS};
 use crate::number::parse_u32;
 use crate::runs::Runs;
 use crate::secret::Secret;

@@ -1,8 +1,8 @@
 //! srun's two words and the fields they carry, and srun's setters: what
 //! srun fills in before it encodes its word (`wire.rs`).
 
+use crate::addresses::Network;
 use crate::error::{Error, Result};
-use crate::network::addresses::Network;
 use crate::secret::Secret;
 use crate::settings::{Frameworks, Settings};
 use crate::task_map::TaskMap;

@@ -1,8 +1,8 @@
 //! The step's network decided: srun's, before launch ([`for_step`]), and
 //! each node's interface on it ([`for_node`]).
 
-use super::addresses::{Network, NodeNetwork, VARS, address_on, choose, covering};
 use super::lookups::{Lookups, resolve_all};
+use crate::addresses::{Network, NodeNetwork, VARS, address_on, choose, covering};
 use crate::error::{Error, Kind, Result, bail};
 use crate::settings::Settings;
 use crate::source::{Probe, Source};
@@ -144,8 +144,8 @@ fn origin_of(settings: &Settings, network: &Network) -> String {
 mod tests {
     use super::*;
 
+    use crate::addresses::tests::{iface, ip, node};
     use crate::handoff::Early;
-    use crate::network::addresses::tests::{iface, ip, node};
     use crate::network::lookups::{LOOKUP_DEADLINE, MAX_PARALLEL_LOOKUPS, Resolver};
     use crate::settings::Frameworks;
     use crate::source::Given;

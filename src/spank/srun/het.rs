@@ -131,7 +131,7 @@ pub fn het_map_for(
 /// `local_user_init` (super::network::network_for), and its early word
 /// says so to every component before (`refused`), so that none starts the
 /// user's command.
-pub fn early_network(spank: &Spank, pass: u32) -> Result<Option<network::addresses::Network>> {
+pub fn early_network(spank: &Spank, pass: u32) -> Result<Option<core::addresses::Network>> {
     if pass < 2 {
         return Ok(None);
     }

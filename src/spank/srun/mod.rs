@@ -155,7 +155,7 @@ impl Srun {
     /// What srun knows before the step exists ([`Early`]), from what its
     /// option callbacks saw (Slurm answers no `spank_option_getopt` in
     /// `init_post_opt`), with a heterogeneous step's `network`.
-    fn early(&self, network: Option<core::network::addresses::Network>) -> Early {
+    fn early(&self, network: Option<core::addresses::Network>) -> Early {
         let inherited =
             self.only_inherited(|f| options::seen(f.option).is_some_and(|v| v != options::OFF));
         Early::new(
