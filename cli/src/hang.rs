@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::hang_probe::LINE;
 use crate::hang_report::report;
+use crate::slurm_cmd::field;
 use tf_cluster_core::record::printable;
 
 /// The longest the overlap step may take beyond the sampling window: a
@@ -32,7 +33,9 @@ pub fn hang(wanted: &str, window: Duration) -> Result<String, String> {
         None => latest_step(job)?,
     };
     let step_info = scontrol(&["show", "step", &format!("{job}.{step}")])?;
-    let nodes = field(&step_info, "NodeList").ok_or(format!("step {job}.{step} is not running"))?;
+    let nodes = field(&step_info, "NodeList")
+        .map(str::to_string)
+        .ok_or(format!("step {job}.{step} is not running"))?;
     let tasks: u64 = field(&step_info, "Tasks")
         .and_then(|t| t.parse().ok())
         .unwrap_or(0);
@@ -54,31 +57,17 @@ fn parse_wanted(wanted: &str) -> Result<(u32, Option<u32>), String> {
     }
 }
 
-/// `scontrol ARGS`, its output or its own error line.
+/// `scontrol ARGS`, its output or its own error line (crate::slurm_cmd).
 fn scontrol(args: &[&str]) -> Result<String, String> {
     output_of("scontrol", args)
 }
 
-/// `PROGRAM ARGS`' output, or its own error line.
+/// `PROGRAM ARGS` as the CLI runs every Slurm command (crate::slurm_cmd).
 fn output_of(program: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let first = err.lines().next().map(str::to_string);
-        return Err(first.unwrap_or(format!("{program} failed")));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// `KEY=value` of scontrol's output (value up to the next space).
-fn field(info: &str, key: &str) -> Option<String> {
-    info.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .map(str::to_string)
+    let argv: Vec<&str> = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect();
+    crate::slurm_cmd::run(&argv)
 }
 
 /// A job's owner and state as squeue prints them: its fields alone, so
@@ -138,12 +127,7 @@ fn check_owner(owner: &Owner, job: u32) -> Result<(), String> {
 
 /// The job's latest running step of its own (not batch, extern or interactive).
 fn latest_step(job: u32) -> Result<u32, String> {
-    let out = Command::new("squeue")
-        .args(["-h", "-s", "-j", &job.to_string(), "-o", "%i"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("squeue: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = output_of("squeue", &["-h", "-s", "-j", &job.to_string(), "-o", "%i"])?;
     text.lines()
         .filter_map(|l| l.trim().split_once('.')?.1.parse::<u32>().ok())
         .max()

@@ -19,6 +19,7 @@ mod ray_ports;
 mod render;
 mod report;
 mod site;
+mod slurm_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -13,7 +13,7 @@ use std::time::Instant;
 use tf_cluster_core::record::printable;
 use tf_cluster_core::{Error, Result};
 
-use crate::launcher_env::{site_plugin, variable};
+use crate::site::plugin::{site_plugin, variable};
 use crate::site::{Host, PLUGIN_NAME};
 use report::report;
 use runs::{matching_runs, my_uid, read_run, runs_base, shown, wanted_parts};

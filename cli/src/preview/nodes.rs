@@ -5,14 +5,12 @@
 //! with no CPU count (a note says so).
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use tf_cluster_core::hostlist::HostList;
 use tf_cluster_core::{Error, MAX_NODES, Result};
 
 use super::job::Job;
+use crate::slurm_cmd::field;
 
 /// Where the nodes come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,42 +100,18 @@ pub fn natural_key(name: &str) -> (String, u64, String) {
     )
 }
 
-/// How long slurmctld may take to answer one `scontrol` or `squeue`.
-const SLURMCTLD_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// `scontrol ARGS`' output, or None when it fails or takes too long.
 fn scontrol(args: &[&str]) -> Option<String> {
     ask("scontrol", args)
 }
 
-/// `PROGRAM ARGS`' output (a Slurm client's), or None when it fails or
-/// takes too long.
+/// `PROGRAM ARGS`' output (a Slurm client's, crate::slurm_cmd), or None
+/// when it fails or takes too long.
 fn ask(program: &str, args: &[&str]) -> Option<String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let mut stdout = child.stdout.take()?;
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let start = Instant::now();
-    loop {
-        match child.try_wait().ok()? {
-            Some(status) if status.success() => return reader.join().ok()?.ok(),
-            Some(_) => return None,
-            None if start.elapsed() > SLURMCTLD_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            None => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
+    let argv: Vec<&str> = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect();
+    crate::slurm_cmd::run(&argv).ok()
 }
 
 /// The default partition's nodes in slurmctld's order, with their CPUs.
@@ -167,12 +141,6 @@ pub fn parse_tres_per_node(tres: &str) -> Option<u32> {
         .map(|e| e.strip_prefix("gres:").unwrap_or(e))
         .collect();
     super::shape::gres_gpus(&entries.join(",")).ok().flatten()
-}
-
-/// `Key=Value` words of one `scontrol … -o` line.
-fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// The one parser of `scontrol show partition -o` and `scontrol show node -o`:

@@ -6,6 +6,7 @@
 //! judges it; the preview of `env` and `preview`, and `launcher-env`, use it.
 
 pub mod host;
+pub mod plugin;
 pub mod plugstack;
 pub mod slurm_conf;
 pub mod system;

@@ -129,12 +129,6 @@ impl Host for System {
 const MAX_CONF: u64 = 1 << 20;
 /// Largest plugin file whose symbols it reads.
 const MAX_PLUGIN: u64 = 64 << 20;
-/// How long one command may run (Slurm's retry a missing configuration for
-/// about 60 s; both commands fit the doctor's 10 s).
-const COMMAND_TIME: std::time::Duration = std::time::Duration::from_secs(4);
-/// Most output of a command it keeps.
-const MAX_OUTPUT: u64 = 1 << 20;
-
 fn invalid(why: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
 }
@@ -169,50 +163,7 @@ fn read_bounded(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(data)
 }
 
-/// Runs `argv` with no input, for at most [`COMMAND_TIME`]: its standard
-/// output (at most [`MAX_OUTPUT`]), or one line saying why not. A command
-/// that runs over is killed with everything it started.
+/// `argv` as the CLI runs every Slurm command (crate::slurm_cmd).
 fn run(argv: &[&str]) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    let shown = argv.join(" ");
-    let mut child = std::process::Command::new(argv[0])
-        .args(&argv[1..])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("`{shown}`: {e}"))?;
-    let mut stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut data = Vec::new();
-        let _ = (&mut stdout).take(MAX_OUTPUT).read_to_end(&mut data);
-        data
-    });
-    let start = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Some(status),
-            Ok(None) if start.elapsed() < COMMAND_TIME => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            _ => break None,
-        }
-    };
-    // Whatever it started goes with it (the reader then sees the pipe close).
-    // SAFETY: a signal to the process group made for this command.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-    let Some(status) = status else {
-        let _ = child.wait();
-        return Err(format!(
-            "`{shown}` killed after {} s without an answer",
-            COMMAND_TIME.as_secs()
-        ));
-    };
-    let data = reader.join().unwrap_or_default();
-    if !status.success() {
-        return Err(format!("`{shown}` failed ({status})"));
-    }
-    Ok(String::from_utf8_lossy(&data).into_owned())
+    crate::slurm_cmd::run(argv)
 }
