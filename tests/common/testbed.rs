@@ -129,7 +129,14 @@ static CHECKED: Mutex<bool> = Mutex::new(false);
 /// meanwhile). A testbed that cannot start fails the tests, it never skips
 /// them.
 fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl Fn() -> G) -> G {
-    ensure_up_as(Config { topology, gres, stepmgr: false }, lock)
+    ensure_up_as(
+        Config {
+            topology,
+            gres,
+            stepmgr: false,
+        },
+        lock,
+    )
 }
 
 /// What the testbed is brought up with: docker/testbed.sh's TFC_TOPOLOGY,
@@ -141,7 +148,11 @@ struct Config<'a> {
 }
 
 fn ensure_up_as<G>(config: Config, lock: impl Fn() -> G) -> G {
-    let Config { topology, gres, stepmgr } = config;
+    let Config {
+        topology,
+        gres,
+        stepmgr,
+    } = config;
     let wanted = format!(
         "topology={} gres={}{}",
         topology.unwrap_or(""),

@@ -171,7 +171,10 @@ fn a_het_step_srun_refused_ends_on_every_component() {
     on("node2", &["sh", "-c", remove]);
     eprintln!("MEASURED refused het step: {took:.1} s\n{text}");
     assert!(text.contains("cannot resolve"), "{text}");
-    assert!(!text.contains("RAN-"), "a component started the command: {text}");
+    assert!(
+        !text.contains("RAN-"),
+        "a component started the command: {text}"
+    );
     assert!(!text.contains("DONE"), "a component ran on: {text}");
     assert!(!text.contains("rc=0"), "{text}");
     assert!(text.contains("next=0"), "the next step must run: {text}");
