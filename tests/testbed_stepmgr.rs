@@ -128,6 +128,54 @@ fn an_async_torch_cluster_step_says_it_is_async() {
     run.assert_refused("--async");
 }
 
+/// The same for `--jax-cluster`.
+#[test]
+fn an_async_jax_cluster_step_says_it_is_async() {
+    let _t = testbed_with_stepmgr();
+    let run = async_step("async-jax", &[], "--jax-cluster");
+    run.assert_refused("--async");
+}
+
+/// A refused async step with `--tf-record`: its record, read back with
+/// `tf-cluster postmortem`, shows no rank that ended well.
+#[test]
+fn a_refused_async_steps_record_shows_no_success() {
+    let _t = testbed_with_stepmgr();
+    let dir = format!("/home/alice/tfc-record-async-{}", std::process::id());
+    let run = async_step(
+        "async-record",
+        &[],
+        &format!("--tf-cluster --tf-record={dir}"),
+    );
+    run.assert_refused("--async");
+    let pm = exec(&[
+        "timeout",
+        "20",
+        "tf-cluster",
+        "postmortem",
+        &run.step,
+        "--tf-record",
+        &dir,
+    ]);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&pm.stdout),
+        String::from_utf8_lossy(&pm.stderr)
+    );
+    eprintln!("postmortem {}: {:?}\n{text}", run.step, pm.status.code());
+    exec(&["rm", "-rf", &dir]);
+    let ended_well = text
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.parse::<u32>().is_ok())
+        })
+        .filter(|l| l.contains("exit 0"))
+        .count();
+    assert_eq!(ended_well, 0, "{text}");
+}
+
 /// The same for a framework option inherited from sbatch: srun --async is
 /// given none.
 #[test]
