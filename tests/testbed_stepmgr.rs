@@ -136,8 +136,8 @@ fn an_async_jax_cluster_step_says_it_is_async() {
     run.assert_refused("--async");
 }
 
-/// A refused async step with `--tf-record`: its record, read back with
-/// `tf-cluster postmortem`, shows no rank that ended well.
+/// A refused async step with `--tf-record`: no task ran, so `tf-cluster
+/// postmortem` finds no record of it or one where no rank ended well.
 #[test]
 fn a_refused_async_steps_record_shows_no_success() {
     let _t = testbed_with_stepmgr();
