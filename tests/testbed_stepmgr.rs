@@ -112,28 +112,15 @@ impl Async {
 }
 
 /// What a task of an async step says when it has no task map: that the step
-/// is an async one, whose srun ran no `local_user_init`. Given to srun.
+/// is an async one, whose srun ran no `local_user_init`; for each framework
+/// option given to srun.
 #[test]
-fn an_async_tf_cluster_step_says_it_is_async() {
+fn every_framework_option_on_an_async_step_says_it_is_async() {
     let _t = testbed_with_stepmgr();
-    let run = async_step("async-tf", &[], "--tf-cluster");
-    run.assert_refused("--async");
-}
-
-/// The same for `--torch-cluster`.
-#[test]
-fn an_async_torch_cluster_step_says_it_is_async() {
-    let _t = testbed_with_stepmgr();
-    let run = async_step("async-torch", &[], "--torch-cluster");
-    run.assert_refused("--async");
-}
-
-/// The same for `--jax-cluster`.
-#[test]
-fn an_async_jax_cluster_step_says_it_is_async() {
-    let _t = testbed_with_stepmgr();
-    let run = async_step("async-jax", &[], "--jax-cluster");
-    run.assert_refused("--async");
+    for option in ["--tf-cluster", "--torch-cluster", "--jax-cluster"] {
+        let run = async_step(&format!("async{option}"), &[], option);
+        run.assert_refused("--async");
+    }
 }
 
 /// A refused async step with `--tf-record`: no task ran, so `tf-cluster
