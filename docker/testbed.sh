@@ -89,12 +89,16 @@
 # TFC_GRES=NAME: docker/config/gres/NAME.conf in place of gres.conf (vendors: each
 # node another vendor's environment flag, tests/testbed_topology_tree/gpu_vendors.rs).
 #
+# TFC_STEPMGR=1 adds SlurmctldParameters=enable_stepmgr and PrologFlags=Contain:
+# every job's steps go to its step manager, which `srun --async` (26.05) needs
+# (tests/testbed_stepmgr.rs).
+#
 # Environment: TFC_PREFIX (tfc: containers tfc-ctl, tfc-node1..3, networks tfc and
 # tfc-ib, run dir docker/run; another prefix P gives P-ctl …, networks P and P-ib,
 # docker/run-P),
 # TFC_SUITE (bookworm), TFC_IMAGE_STAGE (full, see below), TFC_IMAGE (tfc-node:$TFC_SUITE),
 # TFC_BASE_IMAGE (debian:$TFC_SUITE: the base; another tag, e.g. a fresh one to time a build
-# from nothing, is made by docker/base-image.sh too), TFC_TOPOLOGY, TFC_GRES, TFC_RUN_DIR,
+# from nothing, is made by docker/base-image.sh too), TFC_TOPOLOGY, TFC_GRES, TFC_STEPMGR, TFC_RUN_DIR,
 # TFC_DEB_DIR, TFC_PLUGIN_DIR, TFC_PLUGSTACK, TFC_PLUGSTACK_EXAMPLE (<repo>/plugstack.conf.example),
 # TFC_NODE_FLAGS, TFC_UP_TIMEOUT (seconds to wait for idle nodes, 120).
 #

@@ -158,15 +158,31 @@ pub const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has n
 /// 300 characters).
 pub const OUTSIDE_HET: &str = "a heterogeneous step, but srun was started outside the job (--jobid): its environment lacks the job's SLURM_JOB_NODELIST_HET_GROUP_k, so srun cannot learn the other components' layouts; run this srun inside the job (batch script, salloc shell)";
 
-/// A component srun's hand-off did not reach (only its early word did):
-/// without the job's heterogeneous variables (an srun started outside the
-/// job) its layout cannot be rebuilt; srun refuses the step too, and says
-/// why.
-pub fn rebuildable(source: &mut impl Source) -> Result<()> {
-    if het_size(source).ok().flatten().is_none() {
-        bail!("{NO_HET_VARIABLES}");
+/// A task of an `srun --async` step (Slurm 26.05): srun returns once the
+/// step is submitted and never runs `local_user_init`, so only its early
+/// word reaches the tasks (within Error's 300 characters).
+pub const ASYNC_STEP: &str = "an srun --async step: srun returns once the step is submitted and runs no local_user_init, so it hands the tasks no task map and this step's layout cannot be known here; run it without --async";
+
+/// Only srun's early word, and the node cannot tell which case (a source
+/// without Slurm's component task count: the CLI).
+pub const EARLY_ONLY: &str = "srun's task map did not reach this task (an srun --async step, or a component of a heterogeneous step without the job's SLURM_JOB_NODELIST_HET_GROUP_k): its layout cannot be known";
+
+/// A step srun's hand-off did not reach (only its early word did), whose
+/// task count is `num_tasks` (SLURM_STEP_NUM_TASKS): a component of a
+/// heterogeneous step, rebuilt from the job's heterogeneous variables, or
+/// refused without them; or, where slurmstepd's own task count (the
+/// component's) is the whole step's, an `srun --async` step, refused as
+/// such. The count is Slurm's, never a variable, and only picks the
+/// message: either way the step is refused.
+pub fn rebuildable(source: &mut impl Source, num_tasks: Option<u32>) -> Result<()> {
+    if het_size(source).ok().flatten().is_some() {
+        return Ok(());
     }
-    Ok(())
+    match source.component_tasks()? {
+        None => bail!("{EARLY_ONLY}"),
+        Some(n) if Some(n) == num_tasks => bail!("{ASYNC_STEP}"),
+        Some(_) => bail!("{NO_HET_VARIABLES}"),
+    }
 }
 
 /// The leader's job of a heterogeneous job whose component `job`
@@ -259,6 +275,29 @@ mod tests {
 
     fn task(list: &[(&str, &str)]) -> Given {
         Given::vars(list.iter().copied())
+    }
+
+    /// Only srun's early word: a task of a heterogeneous job is rebuilt;
+    /// otherwise refused with the case Slurm's own task count tells (the
+    /// whole step's: an async step; fewer: a heterogeneous component), and
+    /// with both cases named where the node has no such count.
+    #[test]
+    fn an_early_word_alone_is_refused_naming_its_case() {
+        let step = [("SLURM_STEP_NUM_TASKS", "6")];
+        let with = |count: Option<u32>, vars: &[(&str, &str)]| {
+            let mut given = task(vars);
+            given.component_tasks = count;
+            rebuildable(&mut given, Some(6)).map_err(|e| e.message().to_string())
+        };
+        assert_eq!(with(Some(6), &step), Err(ASYNC_STEP.to_string()));
+        assert_eq!(with(Some(2), &step), Err(NO_HET_VARIABLES.to_string()));
+        assert_eq!(with(None, &step), Err(EARLY_ONLY.to_string()));
+        let het = [("SLURM_STEP_NUM_TASKS", "6"), ("SLURM_HET_SIZE", "2")];
+        assert_eq!(with(Some(2), &het), Ok(()));
+        for text in [ASYNC_STEP, EARLY_ONLY, NO_HET_VARIABLES] {
+            assert_eq!(Error::new(text).message(), text, "within 300 characters");
+        }
+        assert!(ASYNC_STEP.contains("--async") && !ASYNC_STEP.contains("heterogeneous"));
     }
 
     /// Every component's task finds the same heterogeneous job id (the first

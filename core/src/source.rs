@@ -32,6 +32,12 @@ pub trait Source {
     fn blocks_follow_topology(&self) -> bool {
         false
     }
+    /// The step's task count as slurmstepd was given it (S_JOB_TOTAL_TASK_COUNT:
+    /// in a heterogeneous step the component's, where SLURM_STEP_NUM_TASKS
+    /// counts the whole step), None where no one but the environment can say.
+    fn component_tasks(&mut self) -> Result<Option<u32>> {
+        Ok(None)
+    }
 }
 
 /// What the node has, probed only when the step needs it; a source that
@@ -105,6 +111,8 @@ pub struct Given {
     pub etc_hosts: String,
     /// The files a user names (SLURM_HOSTFILE), by path.
     pub files: Vec<(String, String)>,
+    /// [`Source::component_tasks`].
+    pub component_tasks: Option<u32>,
 }
 
 impl Given {
@@ -119,6 +127,7 @@ impl Given {
             interfaces: None,
             etc_hosts: String::new(),
             files: Vec::new(),
+            component_tasks: None,
         }
     }
 
@@ -148,6 +157,9 @@ impl Source for Given {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone()))
+    }
+    fn component_tasks(&mut self) -> Result<Option<u32>> {
+        Ok(self.component_tasks)
     }
 }
 

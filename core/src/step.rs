@@ -222,7 +222,7 @@ impl Step {
             .restart_count
             .map_or_else(|| restart_count(source), Ok)?;
         if said.early_only {
-            rebuildable(source)?;
+            rebuildable(source, num_tasks)?;
         }
         let Said {
             settings,

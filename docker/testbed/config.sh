@@ -87,6 +87,12 @@ write_config() {
     else
         cp "$config/gres.conf" "$RUN/etc/gres.conf.new"
     fi
+    if [ "${TFC_STEPMGR:-}" = 1 ]; then
+        # Every job's steps go to its step manager; `srun --async` needs it, and
+        # PrologFlags=Contain, without which slurmctld drops the stepmgr flag.
+        printf '\n# TFC_STEPMGR=1: the job step manager (srun --async)\nSlurmctldParameters=enable_stepmgr\nPrologFlags=Contain\n' \
+            >>"$RUN/etc/slurm.conf.new"
+    fi
     rm -f "$RUN/etc/topology.conf"
     if [ -n "$topology" ]; then
         # shellcheck disable=SC2012 # file names of our own config: no odd characters

@@ -129,10 +129,35 @@ static CHECKED: Mutex<bool> = Mutex::new(false);
 /// meanwhile). A testbed that cannot start fails the tests, it never skips
 /// them.
 fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl Fn() -> G) -> G {
+    ensure_up_as(
+        Config {
+            topology,
+            gres,
+            stepmgr: false,
+        },
+        lock,
+    )
+}
+
+/// What the testbed is brought up with: docker/testbed.sh's TFC_TOPOLOGY,
+/// TFC_GRES and TFC_STEPMGR.
+struct Config<'a> {
+    topology: Option<&'a str>,
+    gres: Option<&'a str>,
+    stepmgr: bool,
+}
+
+fn ensure_up_as<G>(config: Config, lock: impl Fn() -> G) -> G {
+    let Config {
+        topology,
+        gres,
+        stepmgr,
+    } = config;
     let wanted = format!(
-        "topology={} gres={}",
+        "topology={} gres={}{}",
         topology.unwrap_or(""),
-        gres.unwrap_or("")
+        gres.unwrap_or(""),
+        if stepmgr { " stepmgr" } else { "" }
     );
     let is_up = || {
         *CHECKED.lock().unwrap_or_else(|e| e.into_inner())
@@ -165,6 +190,10 @@ fn ensure_up<G>(topology: Option<&str>, gres: Option<&str>, lock: impl Fn() -> G
             Some(g) => cmd.env("TFC_GRES", g),
             None => cmd.env_remove("TFC_GRES"),
         };
+        match stepmgr {
+            true => cmd.env("TFC_STEPMGR", "1"),
+            false => cmd.env_remove("TFC_STEPMGR"),
+        };
         let out = cmd.output().expect("running docker/testbed.sh up");
         assert!(
             out.status.success(),
@@ -195,6 +224,20 @@ pub fn testbed_with_topology(topology: &str) -> Held {
 /// [`testbed`] with the gres.conf variant `gres` (docker/config/gres/).
 pub fn testbed_with_gres(gres: &str) -> Held {
     ensure_up(None, Some(gres), read_plugstack)
+}
+
+/// [`testbed`] with the job step manager (docker/testbed.sh TFC_STEPMGR=1:
+/// `SlurmctldParameters=enable_stepmgr`, `PrologFlags=Contain`), which
+/// `srun --async` needs.
+pub fn testbed_with_stepmgr() -> Held {
+    ensure_up_as(
+        Config {
+            topology: None,
+            gres: None,
+            stepmgr: true,
+        },
+        read_plugstack,
+    )
 }
 
 /// [`testbed`] under the network topology `tree` with the gres.conf variant

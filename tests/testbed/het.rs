@@ -465,6 +465,8 @@ fn a_het_step_from_outside_its_job_says_what_it_cannot_know() {
     );
     assert!(stderr.contains("heterogeneous"), "{stderr}");
     assert!(!stderr.contains("does not match"), "{stderr}");
+    // A component's own refusal names its case, never an async step's.
+    assert!(!stderr.contains("--async"), "{stderr}");
     assert!(took < 15.0, "{took:.1} s: {stderr}");
     assert_no_node_drained();
 }

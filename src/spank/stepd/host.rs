@@ -123,6 +123,10 @@ impl Source for OnHost<'_, '_> {
     fn blocks_follow_topology(&self) -> bool {
         cfg!(slurm_blocks_follow_topology)
     }
+
+    fn component_tasks(&mut self) -> Result<Option<u32>> {
+        self.0.total_task_count().map(Some)
+    }
 }
 
 /// Longest a file the user named (`SLURM_HOSTFILE`) may take to be read.
