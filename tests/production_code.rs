@@ -656,15 +656,21 @@ const ROOT_ACTIONS: [&str; 2] = [
 ];
 const TARGETS_FROM: &str = "src/spank/slurmctld/job_record.rs";
 
+/// `text`'s tokens, and where its first `#[cfg(test)]` item starts (the
+/// tokens before it are production code).
+fn production_tokens(text: &str) -> (Vec<(Token, usize)>, usize) {
+    let toks = tokens(&strip(text));
+    let end = (0..toks.len())
+        .find_map(|i| cfg_test(&toks, i).map(|_| i))
+        .unwrap_or(toks.len());
+    (toks, end)
+}
+
 /// The lines of production code in `text` that read an environment: a
 /// variable by name (`getenv`, `env::var`, `var_os`, `environ`, a core
 /// `Source` or `ProcessEnv`).
 fn reads_environment(text: &str) -> Vec<usize> {
-    let stripped = strip(text);
-    let toks = tokens(&stripped);
-    let end = (0..toks.len())
-        .find_map(|i| cfg_test(&toks, i).map(|_| i))
-        .unwrap_or(toks.len());
+    let (toks, end) = production_tokens(text);
     let words = [
         "getenv",
         "var_os",
@@ -744,11 +750,7 @@ fn the_environment_check_sees_each_way_and_not_tests() {
 /// The parameters of each `pub fn` in `text` that carry an integer (`u32`)
 /// other than a step id: a job id a caller could have read anywhere.
 fn job_parameters(text: &str) -> Vec<String> {
-    let stripped = strip(text);
-    let toks = tokens(&stripped);
-    let end = (0..toks.len())
-        .find_map(|i| cfg_test(&toks, i).map(|_| i))
-        .unwrap_or(toks.len());
+    let (toks, end) = production_tokens(text);
     let mut found = Vec::new();
     for i in 0..end {
         if !(is(toks.get(i), "pub") && is(toks.get(i + 1), "fn")) {

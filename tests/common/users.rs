@@ -6,20 +6,9 @@ use super::exec::on;
 /// A second user's job, a victim of the hostile tests: `sbatch` as bob (made at the
 /// testbed's start by entrypoint.sh), its id.
 pub fn bobs_job(node: &str) -> u32 {
-    let out = on(
-        "ctl",
-        &[
-            "runuser",
-            "-u",
-            "bob",
-            "--",
-            "sh",
-            "-c",
-            &format!(
-                "cd /tmp && sbatch --parsable -N1 -w {node} -o /dev/null --wrap 'srun sleep 600'"
-            ),
-        ],
-    );
+    let out = as_bob(&format!(
+        "sbatch --parsable -N1 -w {node} -o /dev/null --wrap 'srun sleep 600'"
+    ));
     let text = String::from_utf8_lossy(&out.stdout);
     let job: u32 = text.trim().parse().unwrap_or_else(|_| {
         panic!(
@@ -53,4 +42,20 @@ pub fn step_running(job: u32) -> bool {
     String::from_utf8_lossy(&steps.stdout)
         .lines()
         .any(|l| l.trim() == format!("{job}.0"))
+}
+
+/// Runs `script` as bob on the submit host (bob has no home: /tmp).
+pub fn as_bob(script: &str) -> std::process::Output {
+    on(
+        "ctl",
+        &[
+            "runuser",
+            "-u",
+            "bob",
+            "--",
+            "sh",
+            "-c",
+            &format!("cd /tmp && {script}"),
+        ],
+    )
 }

@@ -235,18 +235,7 @@ fn a_healthy_step_is_one_place_or_moving_and_another_users_job_is_refused() {
         "srun sleep 60",
     ]);
     let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let bob = common::on(
-        "ctl",
-        &[
-            "runuser",
-            "-u",
-            "bob",
-            "--",
-            "sh",
-            "-c",
-            &format!("cd /tmp && tf-cluster hang {job}"),
-        ],
-    );
+    let bob = common::as_bob(&format!("tf-cluster hang {job}"));
     exec(&["scancel", &job]);
     let err = String::from_utf8_lossy(&bob.stderr);
     assert_eq!(bob.status.code(), Some(1), "{err}");

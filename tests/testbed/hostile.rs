@@ -202,6 +202,14 @@ fn forged(victim: u32) -> [String; 2] {
     ]
 }
 
+/// `srun ARGS` as alice, with the srun forging what names bob's `victim`.
+fn forged_srun(victim: u32, args: &[&str]) -> std::process::Output {
+    let [preload, forge] = forged(victim);
+    let mut cmd = vec!["env", &preload, &forge, "srun", "-N1", "-w", "node2"];
+    cmd.extend_from_slice(args);
+    exec_for(120, &cmd)
+}
+
 /// bob's job: still running its step, never requeued.
 fn assert_untouched(victim: u32, ctx: &str) {
     let show = common::on(
@@ -229,23 +237,7 @@ fn assert_untouched(victim: u32, ctx: &str) {
 fn a_forged_srun_cannot_aim_the_requeue_at_another_users_job() {
     let _t = testbed();
     let victim = common::bobs_job("node2");
-    let [preload, forge] = forged(victim);
-    let requeue = exec_for(
-        120,
-        &[
-            "env",
-            &preload,
-            &forge,
-            "srun",
-            "-N1",
-            "-w",
-            "node2",
-            "--tf-requeue-on=43",
-            "sh",
-            "-c",
-            "exit 43",
-        ],
-    );
+    let requeue = forged_srun(victim, &["--tf-requeue-on=43", "sh", "-c", "exit 43"]);
     let text = String::from_utf8_lossy(&requeue.stderr).into_owned();
     assert_eq!(requeue.status.code(), Some(43), "{text}");
     std::thread::sleep(Duration::from_secs(2));
@@ -261,23 +253,15 @@ fn a_forged_srun_cannot_aim_the_requeue_at_another_users_job() {
 fn a_forged_srun_cannot_aim_the_kill_at_another_users_job() {
     let _t = testbed();
     let victim = common::bobs_job("node2");
-    let [preload, forge] = forged(victim);
     const PORT: u16 = 27_779;
     let hold = format!(
         "setsid python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", {PORT})); s.listen(); time.sleep(60)' </dev/null >/dev/null 2>&1 & echo $! > /tmp/tfc-forged-hold.pid; for i in $(seq 50); do ss -Hltn 'sport = :{PORT}' | grep -q . && exit 0; sleep 0.1; done; exit 1"
     );
     assert!(common::on("node2", &["bash", "-c", &hold]).status.success());
     let base = format!("--tf-port-base={PORT}");
-    let refused = exec_for(
-        120,
+    let refused = forged_srun(
+        victim,
         &[
-            "env",
-            &preload,
-            &forge,
-            "srun",
-            "-N1",
-            "-w",
-            "node2",
             "--resv-ports=0",
             "--tf-cluster",
             &base,

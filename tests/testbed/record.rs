@@ -323,22 +323,6 @@ fn a_failed_torchrun_worker_leaves_its_error_file_in_the_record() {
     exec(&["rm", "-rf", &home]);
 }
 
-/// Runs `script` as bob on the submit host (bob has no home: /tmp).
-fn as_bob(script: &str) -> std::process::Output {
-    common::on(
-        "ctl",
-        &[
-            "runuser",
-            "-u",
-            "bob",
-            "--",
-            "sh",
-            "-c",
-            &format!("cd /tmp && {script}"),
-        ],
-    )
-}
-
 fn text(out: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -411,7 +395,7 @@ fn another_user_cannot_redirect_or_forge_a_record_in_a_shared_directory() {
     }
     assert!(!job.is_empty(), "the job never started");
     // Bob's preparations, where the old layout put alice's runs.
-    let bob = as_bob(&format!(
+    let bob = common::as_bob(&format!(
         "mkdir -m 777 {shared}/{job}.0 && : > {shared}/{job}.0/node1.jsonl && chmod 666 {shared}/{job}.0/node1.jsonl \
          && ln -s {trap} {shared}/{job}.0/rank0.torchrun \
          && mkdir -m 777 {shared2}/1000 \
