@@ -1,0 +1,10 @@
+//! What a step asks for: the frameworks whose variables it wants (one option
+//! each, declared in crate::frameworks) and its settings ([`values`]), and
+//! the one table that declares each setting ([`table`]). This file only
+//! names them.
+
+mod table;
+mod values;
+
+pub use table::{Alone, ROLE_FRAMEWORKS, SETTINGS, Setting, Unset};
+pub use values::{DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_REQUEUE_MAX, Settings};
