@@ -15,6 +15,7 @@ mod options;
 mod postmortem;
 mod preview;
 mod ray;
+mod ray_node;
 mod ray_ports;
 mod render;
 mod report;
