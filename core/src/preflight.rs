@@ -313,6 +313,7 @@ mod tests {
         use crate::step::Step;
         let id = nodeid.to_string();
         let name = format!("n{}", nodeid + 1);
+        let word = crate::handoff::Handoff::new(7, 0, crate::handoff::Verdict::Rebuild).encode();
         let vars = [
             ("SLURM_PROCID", id.as_str()),
             ("SLURM_STEP_NUM_TASKS", "3"),
@@ -324,7 +325,7 @@ mod tests {
             ("SLURM_JOB_ID", "7"),
             ("SLURM_STEP_ID", "0"),
             ("SLURM_STEP_RESV_PORTS", "12000-12063"),
-            ("SLURM_TF_CLUSTER", "1;7.0;verdict=none"),
+            ("SLURM_TF_CLUSTER", &word),
         ];
         let vars: std::collections::HashMap<&str, String> =
             vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();

@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 
-use crate::addresses::Interface;
+use crate::addresses::{Interface, Network};
 use crate::error::Result;
 use crate::frameworks::{Frameworks, pytorch};
 use crate::handoff::{Handoff, Verdict};
 use crate::hostlist::HostList;
 use crate::injection::Injection;
 use crate::node::resolve;
+use crate::secret::Secret;
 use crate::settings::Settings;
 use crate::source::Given;
 use crate::step::Step;
@@ -83,6 +84,11 @@ pub(crate) fn launcher(
 /// `restart`th incarnation: its map, ranks 0, 1 and 2 on node3, node1 and
 /// node2 of node[1-3].
 pub(crate) fn launcher_word(restart: u32) -> String {
+    launcher_word_on(restart, None)
+}
+
+/// [`launcher_word`] naming the step's network `net` (`10.98.0.0/29`).
+pub(crate) fn launcher_word_on(restart: u32, net: Option<&str>) -> String {
     let hosts = "node[1-3]";
     let list = HostList::parse(hosts, 3).unwrap();
     let map = TaskMap::new(4242, 7, list, vec![2, 0, 1]).unwrap();
@@ -91,7 +97,20 @@ pub(crate) fn launcher_word(restart: u32) -> String {
         hosts: hosts.into(),
     };
     let mut word = Handoff::undecided(4242, 7, false, restart, None);
-    word.decided(verdict, None, Vec::new()).unwrap();
+    let net = net.map(|n| Network::parse(n).unwrap());
+    word.decided(verdict, net, Vec::new()).unwrap();
+    word.encode()
+}
+
+/// srun's word on step `job`.0 without a map (the tasks rebuild it), with
+/// the step's network `net`, the interface variables srun's environment
+/// held (`kept`) and the step's `secret` (hex).
+pub(crate) fn rebuild_word(job: u32, net: &str, kept: &[&str], secret: Option<&str>) -> String {
+    let secret = secret.map(|s| Secret::parse(s).unwrap());
+    let mut word = Handoff::undecided(job, 0, false, 0, secret);
+    let kept = kept.iter().map(|k| k.to_string()).collect();
+    let net = Some(Network::parse(net).unwrap());
+    word.decided(Verdict::Rebuild, net, kept).unwrap();
     word.encode()
 }
 

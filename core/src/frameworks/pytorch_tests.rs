@@ -4,7 +4,9 @@
 use crate::node::resolve;
 use crate::settings::Settings;
 use crate::step::Step;
-use crate::test_support::{given, het_task, launcher, resolve_vars, torch, vars_of};
+use crate::test_support::{
+    given, het_task, launcher, launcher_word, launcher_word_on, resolve_vars, torch, vars_of,
+};
 
 use super::{Frameworks, pytorch};
 
@@ -30,7 +32,7 @@ fn one_torchrun_per_node() {
         frameworks: Frameworks::only(&pytorch::FRAMEWORK),
         ..Settings::default()
     };
-    let map = "1;4242.7;hosts=node[1-3];runs=2,0,1";
+    let map = launcher_word(0);
     for (procid, node, want_group) in [("0", "node3", "0"), ("2", "node2", "2")] {
         let vars = [
             ("SLURM_PROCID", procid),
@@ -42,7 +44,7 @@ fn one_torchrun_per_node() {
             ("SLURM_STEP_RESV_PORTS", "13000-13001"),
             ("SLURM_JOB_ID", "4242"),
             ("SLURM_STEP_ID", "7"),
-            ("SLURM_TF_CLUSTER", map),
+            ("SLURM_TF_CLUSTER", map.as_str()),
         ];
         let vars = vars.into_iter().map(|(k, v)| (k, v.to_string())).collect();
         let step = Step::gather(&settings, &mut given(vars))
@@ -135,10 +137,8 @@ fn elastic_torchrun_per_node() {
 fn elastic_addresses_follow_the_host_template() {
     let mut settings = torch("elastic");
     settings.set("host-template", "{}-ib").unwrap();
-    let net = [(
-        "SLURM_TF_CLUSTER",
-        "1;4242.7;hosts=node[1-3];runs=2,0,1;net=10.98.0.0/29",
-    )];
+    let word = launcher_word_on(0, Some("10.98.0.0/29"));
+    let net = [("SLURM_TF_CLUSTER", word.as_str())];
     let rank1 = resolve_vars(&settings, launcher("1", "node1", &net)).unwrap();
     assert_eq!(rank1.get("PET_RDZV_ENDPOINT"), Some("node3-ib:13000"));
     assert_eq!(rank1.get("PET_LOCAL_ADDR"), Some("node1-ib"));

@@ -7,7 +7,7 @@ use crate::injection::Injection;
 use crate::node::resolve;
 use crate::settings::Settings;
 use crate::step::Step;
-use crate::test_support::{given, vars_of};
+use crate::test_support::{given, rebuild_word, vars_of};
 
 use super::{Frameworks, pytorch, ray};
 
@@ -38,7 +38,7 @@ fn ray_task_on(rank: u32, resv: Option<&str>, job: &str, network: (&str, &str)) 
         ("SLURM_STEP_ID", "0"),
         (
             "SLURM_TF_CLUSTER",
-            &format!("1;{job}.0;verdict=none;net=10.98.0.0/29;secret={RAY_SECRET}"),
+            &rebuild_word(job.parse().unwrap(), "10.98.0.0/29", &[], Some(RAY_SECRET)),
         ),
     ]
     .into_iter()

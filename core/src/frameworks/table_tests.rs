@@ -4,7 +4,9 @@
 use crate::node::resolve;
 use crate::settings::Settings;
 use crate::step::Step;
-use crate::test_support::{given, launcher, resolve_vars, torch, vars_of};
+use crate::test_support::{
+    given, launcher, launcher_word_on, rebuild_word, resolve_vars, torch, vars_of,
+};
 
 use super::{Frameworks, jax, pytorch, tensorflow};
 
@@ -30,7 +32,7 @@ fn torch_and_jax_from_the_same_layout() {
         // (kept: not set again).
         (
             "SLURM_TF_CLUSTER",
-            "1;7.0;verdict=none;net=10.98.0.0/29;kept=TP_SOCKET_IFNAME",
+            &rebuild_word(7, "10.98.0.0/29", &["TP_SOCKET_IFNAME"], None),
         ),
         ("TP_SOCKET_IFNAME", "eth0"),
     ];
@@ -280,7 +282,7 @@ fn the_container_tests_image_sets_every_name_a_task_can_get() {
         ("GPU_DEVICE_ORDINAL", "0,1,2,3"),
         (
             "SLURM_TF_CLUSTER",
-            "1;4242.7;hosts=node[1-3];runs=2,0,1;net=10.98.0.0/29",
+            &launcher_word_on(0, Some("10.98.0.0/29")),
         ),
     ];
     for torch_value in ["", "elastic"] {
