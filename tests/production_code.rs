@@ -762,8 +762,7 @@ fn job_parameters(text: &str) -> Vec<String> {
 }
 
 /// No caller hands a root action a job: what it names comes from
-/// `Targets` alone (the requeue and the kill once took a heterogeneous
-/// leader that slurmstepd had read from srun's environment).
+/// `Targets` alone, never a leader read from srun's environment.
 #[test]
 fn a_root_action_takes_no_job_from_its_caller() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

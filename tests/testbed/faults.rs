@@ -97,8 +97,8 @@ fn fault_lines(fault: &str) -> usize {
 /// of `task_exit` (the record, the requeue, the kill), in `user_init`'s last
 /// lines, and outside every part's guard in each whole hook. slurmstepd goes
 /// on: the step ends with its own code (3), one line in slurmd's log says
-/// what panicked, no node drains, and the next step runs. (A panic there
-/// once unwound out of the `extern "C"` hook and aborted slurmstepd.) A
+/// what panicked, no node drains, and the next step runs (a panic
+/// unwinding out of an `extern "C"` hook would abort slurmstepd). A
 /// panic before `user_init` made the node's share fails the step closed,
 /// as when slurmstepd runs no `user_init`.
 #[test]

@@ -150,10 +150,9 @@ fn every_component_gets_one_run_id() {
 /// A heterogeneous step srun refuses runs nowhere and ends on every
 /// component within seconds: srun cannot resolve the host template's
 /// `node2-zz`, which node2's /etc/hosts can. Component 1, which srun's
-/// hand-off does not reach, once resolved the name itself and ran its 20 s
-/// to `DONE`; later it started the user's command (`RAN-node2`, with
-/// `RANK=1`) until srun's kill came a second later, as srun's early word
-/// carried no refusal.
+/// hand-off does not reach, learns the refusal from srun's early word: it
+/// neither resolves the name itself nor starts the user's command
+/// (`RAN-node2`) before srun's kill.
 #[test]
 fn a_het_step_srun_refused_ends_on_every_component() {
     let _bed = common::testbed();

@@ -231,8 +231,8 @@ fn assert_untouched(victim: u32, ctx: &str) {
 /// heterogeneous job's variables) to bob's job just as the plugin hands its
 /// word over, so that slurmstepd receives them; its step exits with its
 /// `--tf-requeue-on` code. slurmstepd requeues as root the job slurmctld
-/// records for alice's step: bob's job is not requeued. (The plugin once
-/// took a heterogeneous leader from that SLURM_JOB_ID and requeued bob's.)
+/// records for alice's step: bob's job, named as a heterogeneous leader by
+/// that SLURM_JOB_ID, is not requeued.
 #[test]
 fn a_forged_srun_cannot_aim_the_requeue_at_another_users_job() {
     let _t = testbed();
@@ -247,8 +247,8 @@ fn a_forged_srun_cannot_aim_the_requeue_at_another_users_job() {
 
 /// The same forged srun runs a step that the preflight refuses on its node
 /// (a port a task would listen on is held): slurmstepd ends the refused
-/// step as root, and only alice's: bob's step still runs. (The plugin once
-/// ended bob's step too, as the forged "leader".)
+/// step as root, and only alice's: bob's step, the forged "leader", still
+/// runs.
 #[test]
 fn a_forged_srun_cannot_aim_the_kill_at_another_users_job() {
     let _t = testbed();

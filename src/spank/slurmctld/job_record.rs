@@ -97,13 +97,25 @@ impl Targets {
     /// This step's: its job and user from Slurm's SPANK items (slurmstepd's
     /// own, in srun the job srun launches), the leader from slurmctld.
     pub fn of_step(spank: &Spank) -> Result<Targets> {
-        Targets::of(spank.job_id()?, spank.job_uid()?)
+        Targets::with_record(spank).map(|(targets, _)| targets)
     }
 
-    /// Job `job` of user `uid`: one RPC (two where the requeue then reads
-    /// the leader's record).
+    /// [`Targets::of_step`] with slurmctld's record of the step's own job,
+    /// which the requeue reads too (one RPC for both).
+    pub fn with_record(spank: &Spank) -> Result<(Targets, JobRecord)> {
+        let (job, uid) = (spank.job_id()?, spank.job_uid()?);
+        let record = load(job)?;
+        Ok((Targets::from_record(job, uid, &record)?, record))
+    }
+
+    /// Job `job` of user `uid`: one RPC.
     pub fn of(job: u32, uid: u32) -> Result<Targets> {
         Targets::from_record(job, uid, &load(job)?)
+    }
+
+    /// Whether the job as a whole is the step's own (no other leader).
+    pub fn is_own(&self) -> bool {
+        self.leader.is_none()
     }
 
     /// slurmctld's record of `job` made targets, when it is `uid`'s.

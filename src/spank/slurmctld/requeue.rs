@@ -65,8 +65,9 @@ pub fn task_exit(spank: &Spank, settings: &Settings) {
     }
     // The job as slurmctld records it for the step's user (in a
     // heterogeneous job its leader), never a variable.
-    let job = match Targets::of_step(spank) {
-        Ok(targets) => targets.whole(),
+    let (job, own) = match Targets::with_record(spank) {
+        // The step's own job's record is the first look at a plain job.
+        Ok((targets, record)) => (targets.whole(), targets.is_own().then_some(record)),
         Err(e) => {
             log::error!(
                 "a task exited with {code} (--tf-requeue-on={code}) but the job was not requeued: {e}"
@@ -75,7 +76,7 @@ pub fn task_exit(spank: &Spank, settings: &Settings) {
         }
     };
     let first = spank.node_id().map_or(true, |n| n == 0);
-    let seen = match wait_for_node0(job, first) {
+    let seen = match wait_for_node0(job, first, own) {
         Ok(Some(seen)) => seen,
         // Another node requeued it, or the job is ending anyway.
         Ok(None) => return,
@@ -119,11 +120,15 @@ pub fn task_exit(spank: &Spank, settings: &Settings) {
 
 /// The job as it is when this node may ask: at once on the step's node 0
 /// (`first`), else after node 0 had [`GRACE`] to requeue it. None: the job
-/// is no longer the running incarnation (requeued, or ending).
-fn wait_for_node0(job: u32, first: bool) -> Result<Option<JobRecord>> {
+/// is no longer the running incarnation (requeued, or ending). `seen`: the
+/// job's record already read, the first look.
+fn wait_for_node0(job: u32, first: bool, mut seen: Option<JobRecord>) -> Result<Option<JobRecord>> {
     let until = Instant::now() + if first { Duration::ZERO } else { GRACE };
     loop {
-        let seen = load(job)?;
+        let seen = match seen.take() {
+            Some(seen) => seen,
+            None => load(job)?,
+        };
         if !seen.running {
             return Ok(None);
         }
