@@ -158,30 +158,59 @@ pub const NO_HET_VARIABLES: &str = "this component of a heterogeneous step has n
 /// 300 characters).
 pub const OUTSIDE_HET: &str = "a heterogeneous step, but srun was started outside the job (--jobid): its environment lacks the job's SLURM_JOB_NODELIST_HET_GROUP_k, so srun cannot learn the other components' layouts; run this srun inside the job (batch script, salloc shell)";
 
-/// A task of an `srun --async` step (Slurm 26.05): srun returns once the
-/// step is submitted and never runs `local_user_init`, so only its early
-/// word reaches the tasks (within Error's 300 characters).
-pub const ASYNC_STEP: &str = "an srun --async step: srun returns once the step is submitted and runs no local_user_init, so it hands the tasks no task map and this step's layout cannot be known here; run it without --async";
+/// A task of an `srun --async` step (Slurm 26.05) whose layout slurmstepd
+/// could not get from slurmctld (srun returns once the step is submitted
+/// and runs no `local_user_init`, so it hands the tasks no task map): the
+/// start of the refusal, the reason after it (within Error's 300
+/// characters).
+pub const ASYNC_STEP: &str = "an srun --async step (srun hands it no task map) whose layout slurmstepd could not get from slurmctld, so it cannot be known here";
 
 /// Only srun's early word, and the node cannot tell which case (a source
 /// without Slurm's component task count: the CLI).
 pub const EARLY_ONLY: &str = "srun's task map did not reach this task (an srun --async step, or a component of a heterogeneous step without the job's SLURM_JOB_NODELIST_HET_GROUP_k): its layout cannot be known";
 
-/// A step srun's hand-off did not reach (only its early word did), whose
-/// task count is `num_tasks` (SLURM_STEP_NUM_TASKS): a component of a
-/// heterogeneous step, rebuilt from the job's heterogeneous variables, or
-/// refused without them; or, where slurmstepd's own task count (the
-/// component's) is the whole step's, an `srun --async` step, refused as
-/// such. The count is Slurm's, never a variable, and only picks the
-/// message: either way the step is refused.
-pub fn rebuildable(source: &mut impl Source, num_tasks: Option<u32>) -> Result<()> {
+/// Which step has only srun's early word ([`early_case`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlyCase {
+    /// A component of a heterogeneous step, rebuilt from the job's
+    /// heterogeneous variables.
+    Het,
+    /// A component of a heterogeneous step without them: refused.
+    HetWithoutVariables,
+    /// An `srun --async` step: slurmstepd asks slurmctld for its layout.
+    Async,
+    /// The node cannot tell (no Slurm task count: the CLI).
+    Unknown,
+}
+
+/// The case of a step srun's hand-off did not reach (only its early word
+/// did), whose task count is `num_tasks` (SLURM_STEP_NUM_TASKS): a
+/// component of a heterogeneous step (the job's heterogeneous variables
+/// set, or slurmstepd's own task count, the component's, fewer than the
+/// step's), else an `srun --async` step. The counts only pick the case:
+/// an async step's layout then comes from slurmctld alone, and a
+/// component's is checked against Slurm's own ids in every task.
+pub fn early_case(source: &mut impl Source, num_tasks: Option<u32>) -> Result<EarlyCase> {
     if het_size(source).ok().flatten().is_some() {
-        return Ok(());
+        return Ok(EarlyCase::Het);
     }
-    match source.component_tasks()? {
-        None => bail!("{EARLY_ONLY}"),
-        Some(n) if Some(n) == num_tasks => bail!("{ASYNC_STEP}"),
-        Some(_) => bail!("{NO_HET_VARIABLES}"),
+    Ok(match source.component_tasks()? {
+        None => EarlyCase::Unknown,
+        Some(n) if Some(n) == num_tasks => EarlyCase::Async,
+        Some(_) => EarlyCase::HetWithoutVariables,
+    })
+}
+
+/// A step srun's hand-off did not reach ([`early_case`]): a component of a
+/// heterogeneous step is rebuilt from the job's heterogeneous variables; any
+/// other is refused naming its case (an async step reaches this only where
+/// slurmstepd did not get its layout).
+pub fn rebuildable(source: &mut impl Source, num_tasks: Option<u32>) -> Result<()> {
+    match early_case(source, num_tasks)? {
+        EarlyCase::Het => Ok(()),
+        EarlyCase::Unknown => bail!("{EARLY_ONLY}"),
+        EarlyCase::Async => bail!("{ASYNC_STEP}"),
+        EarlyCase::HetWithoutVariables => bail!("{NO_HET_VARIABLES}"),
     }
 }
 

@@ -192,7 +192,9 @@ impl Step {
         };
         let word = source.var(handoff::VAR)?;
         match StepKind::of(word.as_deref(), source.job_step()?, asked)? {
-            StepKind::Nothing | StepKind::Plain { .. } => Ok(Gathered::Skip),
+            StepKind::Nothing | StepKind::Plain { .. } | StepKind::Alone { .. } => {
+                Ok(Gathered::Skip)
+            }
             StepKind::Refused => Ok(Gathered::Refused),
             StepKind::Framework(said) => Step::gather_said(source, *said)
                 .map(Box::new)

@@ -29,6 +29,15 @@ pub enum StepKind {
     },
     /// A framework step to lay out, with what srun said of it.
     Framework(Box<Said>),
+    /// A step without a framework option whose srun was `given`
+    /// `--tf-<key>` options and that has only srun's early word: an `srun
+    /// --async` step, whose srun decided nothing (slurmstepd checks them as
+    /// srun would), or a heterogeneous step's component srun refused.
+    Alone {
+        given: Vec<String>,
+        /// The job's restart count, as srun learnt it.
+        restart: u32,
+    },
 }
 
 /// What the node knows of the step's options.
@@ -70,12 +79,16 @@ impl StepKind {
         if !framework {
             return Ok(match Word::decode(word, job_step) {
                 Ok(word) if word.refused() => StepKind::Refused,
-                Ok(word) => match word.plain() {
-                    Some((plain, restart)) => StepKind::Plain {
+                Ok(word) => match (word.plain(), word.alone()) {
+                    (Some((plain, restart)), _) => StepKind::Plain {
                         settings: Box::new(plain.settings()),
                         restart,
                     },
-                    None => StepKind::Nothing,
+                    (None, Some((given, restart))) => StepKind::Alone {
+                        given: given.to_vec(),
+                        restart,
+                    },
+                    (None, None) => StepKind::Nothing,
                 },
                 Err(_) => StepKind::Nothing,
             });

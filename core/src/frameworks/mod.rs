@@ -132,6 +132,12 @@ pub fn acts_alone(given: &[&str]) -> bool {
             .any(|o| setting_of(o).is_some_and(|s| s.alone == Alone::Acts))
 }
 
+/// Whether `name` is a setting's option, `tf-<key>` (srun's early word
+/// names those given to srun itself).
+pub fn is_setting_option(name: &str) -> bool {
+    name.starts_with("tf-") && setting_of(name).is_some()
+}
+
 /// The table's setting of option `tf-<key>`.
 fn setting_of(option: &str) -> Option<&'static crate::settings::Setting> {
     let key = option.strip_prefix("tf-").unwrap_or(option);

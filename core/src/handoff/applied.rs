@@ -66,8 +66,11 @@ pub struct Said {
     /// The step's secret as srun drew it (None: srun drew none).
     pub secret: Option<Secret>,
     /// Only srun's early word reached the step: a heterogeneous step's
-    /// component its hand-off did not reach.
+    /// component its hand-off did not reach, or an `srun --async` step.
     pub early_only: bool,
+    /// The `--tf-<key>` options given to srun itself, as its early word
+    /// names them (empty in its word on a step, which srun checked).
+    pub given: Vec<String>,
 }
 
 impl Word {
@@ -92,6 +95,20 @@ impl Word {
                 Verdict::Plain(plain) => Some((plain, h.fields.restart_count)),
                 _ => None,
             },
+            _ => None,
+        }
+    }
+
+    /// The `--tf-<key>` options srun's early word alone says were given to
+    /// srun itself on a step without a framework option, with the job's
+    /// restart count (None: another word, or none given): an `srun --async`
+    /// step's, which srun never checked, or a heterogeneous step's component
+    /// that srun refused and its word on the step does not reach.
+    pub fn alone(&self) -> Option<(&[String], u32)> {
+        match self {
+            Word::Early(e) if !e.fields.given.is_empty() => {
+                Some((&e.fields.given, e.fields.restart_count))
+            }
             _ => None,
         }
     }
@@ -138,6 +155,7 @@ impl Word {
             restart_count: None,
             secret: None,
             early_only: false,
+            given: Vec::new(),
         };
         let (fields, early_only) = match self {
             Word::Nothing => return Ok(Applied::Step(Box::new(said))),
@@ -185,6 +203,7 @@ impl Said {
             (_, network) => Some(network),
         };
         self.early_only = early_only;
+        self.given = fields.given;
     }
 }
 

@@ -34,15 +34,18 @@
 //! writes its record or requeues its job as srun decided, [`Plain`]).
 //!
 //! srun's early word, `1;srun` then the fields `inherited=BITS`,
-//! `off-overridden`, `restart=K`, `net=NETWORK`, `secret=HEX`, `refused`
-//! (each at most once, in this order; `net`: a heterogeneous step's network
-//! of its host template, resolved over every component's nodes; `refused`:
-//! srun refused the step already, as that template cannot be resolved): what
+//! `off-overridden`, `restart=K`, `net=NETWORK`, `secret=HEX`, `refused`,
+//! `given=NAME,…` (each at most once, in this order; `net`: a heterogeneous
+//! step's network of its host template, resolved over every component's
+//! nodes; `refused`: srun refused the step already, as that template cannot
+//! be resolved; `given`: the `--tf-<key>` options given to srun itself): what
 //! srun knows once it parsed its options, before slurmctld creates the step
-//! ([`Early`]). srun sets it for every step that asks for the plugin, before
+//! ([`Early`]). srun sets it for every step that asks for the plugin or was
+//! given a `--tf-<key>` option without a framework option, before
 //! Slurm copies its environment for each component of the step; its word on
 //! the step then replaces it where it reaches (every task of a plain step,
-//! one component of a heterogeneous one).
+//! one component of a heterogeneous one). An `srun --async` step (Slurm
+//! 26.05) has only this one: that srun runs no `local_user_init`.
 //!
 //! A `SLURM_` name: srun passes it even with `--export=NONE`. Only the tasks
 //! of the step it names read it: a value made for another step (an outer

@@ -36,16 +36,18 @@ enum Key {
     Restart,
     Secret,
     Refused,
+    Given,
 }
 
 /// srun's early word's fields, in their order.
-const EARLY: [Key; 6] = [
+const EARLY: [Key; 7] = [
     Key::Inherited,
     Key::OffOverridden,
     Key::Restart,
     Key::Net,
     Key::Secret,
     Key::Refused,
+    Key::Given,
 ];
 
 /// The fields of srun's word on a step after its verdict, in their order.
@@ -76,6 +78,7 @@ impl Key {
             Key::Restart => "restart",
             Key::Secret => "secret",
             Key::Refused => "refused",
+            Key::Given => "given",
         }
     }
 }
@@ -101,6 +104,7 @@ impl Fields {
             Key::Restart if self.restart_count > 0 => value(self.restart_count.to_string()),
             Key::Secret => self.secret.as_ref().and_then(|s| value(s.hex())),
             Key::Refused if self.refused => Some(None),
+            Key::Given if !self.given.is_empty() => value(self.given.join(",")),
             _ => None,
         }
     }
@@ -160,6 +164,7 @@ impl Fields {
             }
             Key::OffOverridden => self.off_overridden = flag()?,
             Key::Refused => self.refused = flag()?,
+            Key::Given => self.given = given(value()?).map_err(bad)?,
             Key::Restart => {
                 self.restart_count =
                     parse_u32(value()?).ok_or_else(|| bad("restart is not a count"))?
@@ -181,6 +186,18 @@ fn kept(names: &str) -> std::result::Result<Vec<String>, &'static str> {
         .map(|name| match VARS.iter().find(|v| v.name == name) {
             Some(v) => Ok(v.name.to_string()),
             None => Err("kept names a variable that is not an interface variable"),
+        })
+        .collect()
+}
+
+/// The `--tf-<key>` options a `given` field names: Err unless each is a
+/// setting's.
+fn given(names: &str) -> std::result::Result<Vec<String>, &'static str> {
+    names
+        .split(',')
+        .map(|name| match crate::frameworks::is_setting_option(name) {
+            true => Ok(name.to_string()),
+            false => Err("given names an option that is no setting's"),
         })
         .collect()
 }

@@ -135,6 +135,10 @@ pub(super) struct Fields {
     /// it decides then reaches every component, the ones its word on the
     /// step does not reach included.
     pub(super) refused: bool,
+    /// The `--tf-<key>` options given to srun itself, not only handed down
+    /// (the early word only): an `srun --async` step's tasks, which srun's
+    /// word on the step never reaches, check them as srun would.
+    pub(super) given: Vec<String>,
 }
 
 /// slurmctld's record of a step, as srun hands it on ([`Handoff::record`]).
@@ -155,7 +159,7 @@ pub struct Record<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Early {
     /// Its fields: `inherited`, `off_overridden`, `restart_count`,
-    /// `network`, `secret`, `refused`.
+    /// `network`, `secret`, `refused`, `given`.
     pub(super) fields: Fields,
 }
 
@@ -188,6 +192,11 @@ impl Early {
     /// exec, the ones srun's word on the step does not reach included.
     pub fn refuse(&mut self) {
         self.fields.refused = true;
+    }
+
+    /// The `--tf-<key>` options `given` to srun itself (names `tf-<key>`).
+    pub fn given(&mut self, given: Vec<String>) {
+        self.fields.given = given;
     }
 }
 

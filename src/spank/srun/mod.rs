@@ -126,11 +126,13 @@ impl Srun {
     /// of a heterogeneous step), before slurmctld creates the step and
     /// before Slurm copies srun's environment for any component: counts the
     /// pass ([`options::end_pass`]) and sets srun's early word for a step
-    /// that asks for the plugin, so that every component holds srun's word
-    /// (the hand-off on the step replaces it where it reaches) and none a
-    /// value the user exported or an outer step left. A step that asks for
-    /// nothing is left as it is, but for such a value, emptied. It always
-    /// succeeds: what fails is refused in `local_user_init`.
+    /// that asks for the plugin, or that was given `--tf-<key>` options
+    /// without a framework option, so that every component holds srun's
+    /// word (the hand-off on the step replaces it where it reaches; an
+    /// `srun --async` step has only this one) and none a value the user
+    /// exported or an outer step left. A step that asks for nothing is left
+    /// as it is, but for such a value, emptied. It always succeeds: what
+    /// fails is refused in `local_user_init`.
     pub fn init_post_opt(&self, spank: &Spank) -> i32 {
         options::end_pass();
         guard("init_post_opt", Some(spank), Answer::Succeeds, || {
@@ -138,12 +140,22 @@ impl Srun {
             // inherited and a framework option given to srun beats it.
             let off = options::seen(options::ALL_OFF).is_some() && !self.off_overridden();
             let pass = PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            // The `--tf-<key>` options given to srun itself, as
+            // local_user_init judges them: an async step's tasks, which its
+            // word on the step never reaches, judge them as it would.
+            let given = options::settings_given_here();
             if options::seen_asking() && !off {
                 let network = early_network(spank, pass);
                 let mut early = self.early(network.as_ref().ok().cloned().flatten());
                 if network.is_err() {
                     early.refuse();
                 }
+                early.given(given.iter().map(|g| g.to_string()).collect());
+                set(early.encode());
+            } else if !options::seen_framework_word() && !given.is_empty() {
+                let restart = core::step::restart_count(&mut ProcessEnv).unwrap_or(0);
+                let mut early = Early::new(Frameworks::default(), false, restart, None, None);
+                early.given(given.iter().map(|g| g.to_string()).collect());
                 set(early.encode());
             } else if std::env::var_os(handoff::VAR).is_some() {
                 set(String::new());

@@ -88,6 +88,7 @@ use crate::core::record::DebugFiles;
 use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 
 mod apply;
+mod async_step;
 mod host;
 
 use apply::{Ready, apply, c_strings};
@@ -197,7 +198,17 @@ impl Stepd {
             StepKind::Plain { settings, restart } => {
                 return Ok(self.plain(spank, settings, restart));
             }
+            StepKind::Alone { given, restart } => {
+                return Ok(match async_step::alone(spank, &given)? {
+                    Some(settings) => self.plain(spank, settings, restart),
+                    None => Prepared::Refused,
+                });
+            }
             StepKind::Framework(said) => *said,
+        };
+        // An srun --async step's map, from slurmctld (async_step.rs).
+        let Some(said) = async_step::with_layout(spank, said)? else {
+            return Ok(Prepared::Nothing);
         };
         let host_env = host_env(spank)?;
         // A container plugin's network of its own, asked for (see host.rs).
@@ -427,7 +438,9 @@ impl Stepd {
                 Err(Error::reported("srun refused this step"))
             }
             // Its record and requeue were srun's word: not run without.
-            StepKind::Plain { .. } | StepKind::Framework(_) => Err(Error::new(NO_USER_INIT)),
+            StepKind::Plain { .. } | StepKind::Framework(_) | StepKind::Alone { .. } => {
+                Err(Error::new(NO_USER_INIT))
+            }
         }
     }
 }
