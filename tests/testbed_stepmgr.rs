@@ -3,52 +3,64 @@
 //! 26.05's `srun --async` hands a step to the job's step manager and returns
 //! after "Submitted step J.S". That srun runs `init_post_opt` but never
 //! `local_user_init`, so the tasks get srun's early word only, never its
-//! task map. Each case runs in a batch job: the async step, then the
-//! script waits until slurmctld no longer lists it, then reads sacct's state
-//! of the step (real accounting). Forky only: `--async` is 26.05's.
+//! task map: slurmstepd asks slurmctld for the step's layout instead. Each
+//! test is one batch job of several steps, each step's tasks writing their
+//! whole environment to files of their own; an async step's script waits
+//! until slurmctld no longer lists it, then reads sacct's state of the step
+//! (real accounting). Forky only: `--async` is 26.05's.
 
 mod common;
 
-use common::outputs::Outputs;
-use common::{PROBE, exec, messages, testbed_with_stepmgr};
+use std::collections::BTreeMap;
 
-/// What an async step left: its id, each task's output (by Slurm's task
-/// id), sacct's state of the step, and the job's log (the script's lines).
-struct Async {
-    step: String,
-    outputs: Outputs,
-    state: String,
-    log: String,
-}
+use common::outputs::{Outputs, TaskOutput};
+use common::{exec, messages, testbed_with_stepmgr};
 
-/// The batch job's script: `srun --async SRUN_ARGS bash -c PROBE` with each
-/// task's output in a file of its own, then a wait (up to 60 s) until the
-/// step has ended, then sacct's state of the step (until accounting has it).
-fn script(outputs: &Outputs, srun_args: &str) -> String {
+/// The job script's helpers: `plain TAG ARGS…` runs `srun ARGS` and
+/// `async TAG ARGS…` runs `srun --async ARGS` (then waits for the step's
+/// end and its state in sacct), each task printing `TAG TAG` then its
+/// environment, sorted; the job's log gets `TAG.step=J.S`, `TAG.state=…`
+/// (async) or `TAG.code=N` (plain).
+fn helpers(outputs: &Outputs) -> String {
     let [out, err] = outputs.srun_args();
-    let probe = PROBE.replace('\'', r"'\''");
     format!(
-        r#"submitted=$(srun --async {out} {err} {srun_args} bash -c '{probe}' 2>&1)
-echo "srun: $? $submitted"
-step=$(printf '%s\n' "$submitted" | sed -n 's/.*Submitted step \([0-9]*\.[0-9]*\).*/\1/p')
-echo "step=$step"
-[ -n "$step" ] || exit 3
-for _ in $(seq 600); do scontrol show step "$step" >/dev/null 2>&1 || break; sleep 0.1; done
-for _ in $(seq 100); do
-  state=$(sacct -n -P -j "$step" -o JobID,State 2>/dev/null | sed -n "s/^$step|//p" | head -n1)
-  case "$state" in ''|RUNNING|PENDING) sleep 0.2 ;; *) break ;; esac
-done
-echo "state=$state"
+        r#"dump='echo "TAG $0"; env | LC_ALL=C sort'
+plain() {{
+  tag=$1; shift
+  srun {out} {err} "$@" bash -c "$dump" "$tag"
+  echo "$tag.code=$?"
+}}
+async() {{
+  tag=$1; shift
+  submitted=$(srun --async {out} {err} "$@" bash -c "$dump" "$tag" 2>&1)
+  echo "$tag.srun=$? $submitted"
+  step=$(printf '%s\n' "$submitted" | sed -n 's/.*Submitted step \([0-9]*\.[0-9]*\).*/\1/p')
+  echo "$tag.step=$step"
+  [ -n "$step" ] || return
+  for _ in $(seq 600); do scontrol show step "$step" >/dev/null 2>&1 || break; sleep 0.1; done
+  for _ in $(seq 100); do
+    state=$(sacct -n -P -j "$step" -o JobID,State 2>/dev/null | sed -n "s/^$step|//p" | head -n1)
+    case "$state" in ''|RUNNING|PENDING) sleep 0.2 ;; *) break ;; esac
+  done
+  echo "$tag.state=$state"
+}}
 "#
     )
 }
 
-/// Runs one async step (`srun --async SRUN_ARGS`) in a 3-node batch job
-/// submitted with `sbatch SBATCH_ARGS`.
-fn async_step(tag: &str, sbatch_args: &[&str], srun_args: &str) -> Async {
+/// What a batch job of plain and async steps left: each task's output by
+/// step, and the job's log.
+struct Job {
+    outputs: Outputs,
+    log: String,
+}
+
+/// Runs `body` (lines calling `plain` and `async`) in a 3-node, 6-task batch
+/// job submitted with `sbatch SBATCH_ARGS`.
+fn job(tag: &str, sbatch_args: &[&str], body: &str) -> Job {
     let outputs = Outputs::new(tag);
     let file = format!("{}/job.sh", outputs.path());
-    let text = format!("#!/bin/bash\n{}", script(&outputs, srun_args));
+    let text = format!("#!/bin/bash\n{}{body}\n", helpers(&outputs));
     let wrote = exec(&[
         "bash",
         "-c",
@@ -58,136 +70,284 @@ fn async_step(tag: &str, sbatch_args: &[&str], srun_args: &str) -> Async {
     let mut args = vec!["-N3", "-n6"];
     args.extend_from_slice(sbatch_args);
     args.push(&file);
-    let (code, said) = outputs.sbatch(120, &[], &args);
+    let (code, said) = outputs.sbatch(240, &[], &args);
     let log = exec(&["cat", &format!("{}/job.log", outputs.path())]);
     let log = format!("{said}{}", String::from_utf8_lossy(&log.stdout));
     assert_eq!(code, Some(0), "{log}");
-    let field = |key: &str| {
-        log.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in the job's log:\n{log}"))
-            .to_string()
-    };
-    Async {
-        step: field("step="),
-        state: field("state="),
-        outputs,
-        log,
-    }
+    Job { outputs, log }
 }
 
-impl Async {
-    /// Every task's stderr, in task order.
-    fn stderr(&self) -> String {
-        self.outputs.all_stderr()
+/// One step of the job: its tasks' outputs by Slurm's task id, its id
+/// `J.S`.
+struct Ran {
+    id: String,
+    tasks: BTreeMap<u32, TaskOutput>,
+}
+
+impl Job {
+    /// The job's log line `TAG.KEY=VALUE`'s value.
+    fn field(&self, tag: &str, key: &str) -> String {
+        let prefix = format!("{tag}.{key}=");
+        self.log
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in the job's log\n{}", self.all()))
+            .to_string()
     }
 
-    /// The step was refused in every one of its 6 tasks, each saying why
-    /// in one line of the plugin that names `wanted`, none with a word of a
-    /// heterogeneous step; no task ran the command; sacct does not show it
-    /// as a success.
-    fn assert_refused(&self, wanted: &str) {
-        let tasks = self.outputs.steps();
-        let all = format!("{}\n{}", self.log, self.outputs.dump());
-        assert_eq!(tasks.len(), 6, "{all}");
-        for ((_, step, task), output) in &tasks {
-            assert!(self.step.ends_with(&format!(".{step}")), "{all}");
-            assert!(!output.stdout.contains("TASK\t"), "task {task} ran\n{all}");
+    /// The log and every task's file, for a failure's message.
+    fn all(&self) -> String {
+        format!("{}\n{}", self.log, self.outputs.dump())
+    }
+
+    /// The step of `tag`: a plain one's found by the tag its tasks print,
+    /// an async one's by the id its srun printed.
+    fn step(&self, tag: &str) -> Ran {
+        let by_id = self.log.contains(&format!("{tag}.step="));
+        let wanted = by_id.then(|| self.field(tag, "step"));
+        let mut steps: BTreeMap<String, BTreeMap<u32, TaskOutput>> = BTreeMap::new();
+        for ((job, step, task), output) in self.outputs.steps() {
+            let id = format!("{job}.{step}");
+            let mine = match &wanted {
+                Some(w) => *w == id,
+                None => output.stdout.lines().next() == Some(&format!("TAG {tag}")),
+            };
+            if mine {
+                steps.entry(id).or_default().insert(task, output);
+            }
+        }
+        assert_eq!(steps.len(), 1, "step {tag}\n{}", self.all());
+        let (id, tasks) = steps.into_iter().next().unwrap();
+        Ran { id, tasks }
+    }
+
+    /// The async step `tag` ended as sacct says `state` (its first word).
+    fn assert_state(&self, tag: &str, state: &str) {
+        let got = self.field(tag, "state");
+        assert!(got.starts_with(state), "{tag}: sacct {got}\n{}", self.all());
+    }
+
+    /// Every one of the async step `tag`'s 6 tasks refused before the
+    /// command, each in a line of the plugin naming `wanted`, none with a
+    /// word of a heterogeneous step; sacct does not show it as a success.
+    fn assert_refused(&self, tag: &str, wanted: &str) {
+        let ran = self.step(tag);
+        assert_eq!(ran.tasks.len(), 6, "{tag}\n{}", self.all());
+        for (task, output) in &ran.tasks {
+            assert!(!output.stdout.contains("TAG "), "{tag}: task {task} ran");
             let said = messages(&output.stderr);
             assert!(
                 said.iter().any(|m| m.contains(wanted)),
-                "task {task}: no line naming {wanted:?}\n{all}"
+                "{tag}: task {task}: no line naming {wanted:?}\n{}",
+                self.all()
             );
             assert!(
                 said.iter().all(|m| !m.contains("heterogeneous")),
-                "task {task}: a heterogeneous step's message\n{all}"
+                "{tag}: task {task}: a heterogeneous step's message\n{}",
+                self.all()
             );
         }
-        assert!(
-            self.state.starts_with("FAILED"),
-            "sacct: {}\n{all}",
-            self.state
+        self.assert_state(tag, "FAILED");
+    }
+
+    /// The async step `tag_async` gave each task, rank by rank, the
+    /// variables the plain step `tag_plain` gave it (Slurm's own `SLURM*`
+    /// aside), among them `wanted`; both ran every task.
+    fn assert_same(&self, tag_plain: &str, tag_async: &str, tasks: usize, wanted: &str) {
+        assert_eq!(self.field(tag_plain, "code"), "0", "{}", self.all());
+        self.assert_state(tag_async, "COMPLETED");
+        let (plain, ran) = (self.step(tag_plain), self.step(tag_async));
+        assert_eq!(plain.tasks.len(), tasks, "{tag_plain}\n{}", self.all());
+        assert_eq!(ran.tasks.len(), tasks, "{tag_async}\n{}", self.all());
+        for (task, output) in &plain.tasks {
+            let expected = environment(&output.stdout, &plain.id);
+            let got = environment(&ran.tasks[task].stdout, &ran.id);
+            for name in [wanted, "TF_CLUSTER_RUN_ID"] {
+                assert!(expected.contains_key(name), "{tag_plain}: no {name}");
+            }
+            let names: Vec<&String> = expected.keys().chain(got.keys()).collect();
+            for name in names {
+                assert_eq!(
+                    expected.get(name),
+                    got.get(name),
+                    "{tag_async} task {task} {name} (plain {}, async {})\n{}",
+                    plain.id,
+                    ran.id,
+                    self.all()
+                );
+            }
+        }
+    }
+
+    /// `tf-cluster postmortem` of the async step `tag`'s record in `dir`:
+    /// how many ranks it shows ending with exit code 0.
+    fn ended_well(&self, tag: &str, dir: &str) -> usize {
+        let step = self.field(tag, "step");
+        let pm = exec(&[
+            "timeout",
+            "20",
+            "tf-cluster",
+            "postmortem",
+            &step,
+            "--tf-record",
+            dir,
+        ]);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&pm.stdout),
+            String::from_utf8_lossy(&pm.stderr)
         );
+        eprintln!("postmortem {step}: {:?}\n{text}", pm.status.code());
+        text.lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .is_some_and(|w| w.parse::<u32>().is_ok())
+            })
+            .filter(|l| l.contains("exit 0"))
+            .count()
     }
 }
 
-/// What a task of an async step says when it has no task map: that the step
-/// is an async one, whose srun ran no `local_user_init`; for each framework
-/// option given to srun.
-#[test]
-fn every_framework_option_on_an_async_step_says_it_is_async() {
-    let _t = testbed_with_stepmgr();
-    for option in ["--tf-cluster", "--torch-cluster", "--jax-cluster"] {
-        let run = async_step(&format!("async{option}"), &[], option);
-        run.assert_refused("--async");
-    }
+/// A task's environment as it printed it, Slurm's own variables (`SLURM*`,
+/// which name the step) left out, and what names one step (its id `J.S`,
+/// its secret: Ray's token and private directory) written alike for every
+/// step.
+fn environment(stdout: &str, step: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once('='))
+        .filter(|(name, _)| !name.starts_with("SLURM"))
+        .map(|(name, value)| {
+            let value = match name {
+                "RAY_AUTH_TOKEN" if !value.is_empty() => "TOKEN".to_string(),
+                _ => private_dir(&step_id(value, step)),
+            };
+            (name.to_string(), value)
+        })
+        .collect()
 }
 
-/// A refused async step with `--tf-record`: no task ran, so `tf-cluster
-/// postmortem` finds no record of it or one where no rank ended well.
+/// `value` with each whole `J.S` of the step `step` (no digit or dot next
+/// to it: not part of an address) written `J.S`.
+fn step_id(value: &str, step: &str) -> String {
+    let joined = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit() || c == '.');
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(at) = rest.find(step) {
+        let before = rest[..at].chars().last().or(out.chars().last());
+        let after = rest[at + step.len()..].chars().next();
+        out.push_str(&rest[..at]);
+        out.push_str(if joined(before) || joined(after) { step } else { "J.S" });
+        rest = &rest[at + step.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `value` with the hex of each `/tmp/tfc-ray-HEX` (from the step's
+/// secret) written `ID`.
+fn private_dir(value: &str) -> String {
+    const DIR: &str = "/tmp/tfc-ray-";
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(at) = rest.find(DIR) {
+        out.push_str(&rest[..at + DIR.len()]);
+        rest = &rest[at + DIR.len()..];
+        let hex = rest.chars().take_while(char::is_ascii_hexdigit).count();
+        out.push_str("ID");
+        rest = &rest[hex..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Each framework option given to srun, and roles over a cyclic layout
+/// (which no rebuild in blocks reproduces): the async step's tasks get,
+/// rank by rank, the variables the same step gets without `--async`. The
+/// async `--torch-cluster` step's `--tf-record` writes its record. Ports
+/// from `--tf-port-base`, the same in both steps (a step's own block is
+/// placed by its step id).
 #[test]
-fn a_refused_async_steps_record_shows_no_success() {
+fn async_steps_get_what_plain_steps_get() {
     let _t = testbed_with_stepmgr();
     let dir = format!("/home/alice/tfc-record-async-{}", std::process::id());
-    let run = async_step(
-        "async-record",
-        &[],
-        &format!("--tf-cluster --tf-record={dir}"),
-    );
-    run.assert_refused("--async");
-    let pm = exec(&[
-        "timeout",
-        "20",
-        "tf-cluster",
-        "postmortem",
-        &run.step,
-        "--tf-record",
-        &dir,
-    ]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&pm.stdout),
-        String::from_utf8_lossy(&pm.stderr)
-    );
-    eprintln!("postmortem {}: {:?}\n{text}", run.step, pm.status.code());
+    let cases = [
+        ("tf", "--tf-cluster", "TF_CONFIG"),
+        ("torch", "--torch-cluster", "RANK"),
+        ("jax", "--jax-cluster", "JAX_COORDINATOR_ADDRESS"),
+        ("ray", "-n3 --ntasks-per-node=1 --ray-cluster", "RAY_ADDRESS"),
+        (
+            "roles",
+            "-m cyclic --torch-cluster --tf-roles=trainer:4,rollout:2",
+            "MASTER_ADDR",
+        ),
+    ];
+    let mut body = String::new();
+    for (tag, args, _) in cases {
+        let record = match tag {
+            "torch" => format!(" --tf-record={dir}"),
+            _ => String::new(),
+        };
+        for how in ["plain", "async"] {
+            body.push_str(&format!(
+                "{how} {how}-{tag} --tf-port-base=23000 {args}{record}\n"
+            ));
+        }
+    }
+    let job = job("async-same", &[], &body);
+    for (tag, args, wanted) in cases {
+        let tasks = if args.contains("-n3") { 3 } else { 6 };
+        job.assert_same(&format!("plain-{tag}"), &format!("async-{tag}"), tasks, wanted);
+    }
+    let ended_well = job.ended_well("async-torch", &dir);
     exec(&["rm", "-rf", &dir]);
-    let ended_well = text
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .next()
-                .is_some_and(|w| w.parse::<u32>().is_ok())
-        })
-        .filter(|l| l.contains("exit 0"))
-        .count();
-    assert_eq!(ended_well, 0, "{text}");
+    assert_eq!(ended_well, 6, "{}", job.all());
 }
 
-/// The same for a framework option inherited from sbatch: srun --async is
-/// given none.
+/// A framework option inherited from sbatch, srun --async given none: the
+/// same variables as the plain step's.
 #[test]
-fn an_async_step_inheriting_tf_cluster_from_sbatch_says_it_is_async() {
+fn an_async_step_inheriting_tf_cluster_from_sbatch_gets_a_plain_steps_variables() {
     let _t = testbed_with_stepmgr();
-    let run = async_step("async-inherited", &["--tf-cluster"], "");
-    run.assert_refused("--async");
+    let body = "plain plain-inherited --tf-port-base=23000\nasync async-inherited --tf-port-base=23000";
+    let job = job("async-inherited", &["--tf-cluster"], body);
+    job.assert_same("plain-inherited", "async-inherited", 6, "TF_CONFIG");
 }
 
-/// The control: an async step without any option of the plugin runs every
-/// task, and sacct shows it COMPLETED, so the refusals above are the
-/// plugin's and not the testbed's.
+/// What srun would refuse or decide before launch, the async step's tasks
+/// do: a setting alone (srun refuses it on a plain step) is refused naming
+/// `--async`; `--tf-record` alone records the step, which runs; a layout
+/// slurmstepd could not get refuses the step naming the async case. The
+/// control: an async step without the plugin's options runs, COMPLETED, so
+/// the refusals are the plugin's and not the testbed's.
 #[test]
-fn an_async_step_without_the_plugins_options_runs() {
+fn async_steps_refuse_and_record_as_srun_would() {
     let _t = testbed_with_stepmgr();
-    let run = async_step("async-plain", &[], "");
-    let tasks = run.outputs.steps();
-    let all = format!("{}\n{}", run.log, run.outputs.dump());
-    assert_eq!(tasks.len(), 6, "{all}");
-    let ranks: Vec<String> = tasks
-        .values()
-        .filter_map(|t| t.stdout.strip_prefix("TASK\t"))
-        .map(|l| l.split('\t').next().unwrap().to_string())
-        .collect();
-    assert_eq!(ranks, ["0", "1", "2", "3", "4", "5"], "{all}");
-    assert!(run.state.starts_with("COMPLETED"), "{}\n{all}", run.state);
-    assert!(run.stderr().trim().is_empty(), "{all}");
+    let dir = format!("/home/alice/tfc-record-async-alone-{}", std::process::id());
+    let body = format!(
+        "async alone --tf-port-base=23000\n\
+         async record --tf-record={dir}\n\
+         export TF_CLUSTER_FAULT=async_layout_rpc\n\
+         async no-layout --tf-cluster\n\
+         unset TF_CLUSTER_FAULT\n\
+         async none"
+    );
+    let job = job("async-refusals", &[], &body);
+    job.assert_refused("alone", "--async");
+    job.assert_refused("no-layout", "an srun --async step (srun hands it no task map)");
+    for tag in ["record", "none"] {
+        job.assert_state(tag, "COMPLETED");
+        let ran = job.step(tag);
+        assert_eq!(ran.tasks.len(), 6, "{tag}\n{}", job.all());
+        for (task, output) in &ran.tasks {
+            assert!(output.stderr.trim().is_empty(), "{tag} {task}\n{}", job.all());
+            let env = environment(&output.stdout, &ran.id);
+            assert!(!env.contains_key("TF_CLUSTER_RUN_ID"), "{tag} {task}");
+        }
+    }
+    let ended_well = job.ended_well("record", &dir);
+    exec(&["rm", "-rf", &dir]);
+    assert_eq!(ended_well, 6, "{}", job.all());
 }

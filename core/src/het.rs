@@ -323,6 +323,15 @@ mod tests {
         assert_eq!(with(None, &step), Err(EARLY_ONLY.to_string()));
         let het = [("SLURM_STEP_NUM_TASKS", "6"), ("SLURM_HET_SIZE", "2")];
         assert_eq!(with(Some(2), &het), Ok(()));
+        let case = |count: Option<u32>, vars: &[(&str, &str)]| {
+            let mut given = task(vars);
+            given.component_tasks = count;
+            early_case(&mut given, Some(6)).unwrap()
+        };
+        assert_eq!(case(Some(6), &step), EarlyCase::Async);
+        assert_eq!(case(Some(2), &step), EarlyCase::HetWithoutVariables);
+        assert_eq!(case(None, &step), EarlyCase::Unknown);
+        assert_eq!(case(Some(6), &het), EarlyCase::Het);
         for text in [ASYNC_STEP, EARLY_ONLY, NO_HET_VARIABLES] {
             assert_eq!(Error::new(text).message(), text, "within 300 characters");
         }

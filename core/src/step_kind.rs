@@ -200,6 +200,31 @@ mod tests {
         assert!(matches!(kind, Ok(StepKind::Framework(_))), "{kind:?}");
     }
 
+    /// srun's early word alone naming the `--tf-<key>` options given to srun
+    /// on a step without a framework option (an `srun --async` step): the
+    /// node decides as srun would. Beside a framework option they ride in
+    /// what srun said of the step.
+    #[test]
+    fn settings_given_alone_in_the_early_word_are_the_nodes_to_judge() {
+        let mut early = Early::new(Default::default(), false, 3, None, None);
+        early.given(vec!["tf-port-base".into()]);
+        let text = early.encode();
+        assert_eq!(
+            StepKind::of(Some(&text), IDS, known(false, None)).unwrap(),
+            StepKind::Alone {
+                given: vec!["tf-port-base".into()],
+                restart: 3
+            }
+        );
+        match StepKind::of(Some(&text), IDS, known(true, Some(Settings::default()))).unwrap() {
+            StepKind::Framework(said) => {
+                assert!(said.early_only);
+                assert_eq!(said.given, ["tf-port-base"]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// Options that could not be registered: a step srun said anything of
     /// fails, any other is left alone.
     #[test]

@@ -141,10 +141,34 @@ fn the_early_word_round_trips_and_names_no_step() {
         ("1;srun;verdict=none", "misplaced"),
         ("1;srun;secret=abc", "80 hex digits"),
         ("1;srun;secret", "without its value"),
+        ("1;srun;given=tf-port-bass", "no setting's"),
+        ("1;srun;given=port-base", "no setting's"),
+        ("1;srun;given=tf-cluster", "no setting's"),
+        ("1;srun;given", "without its value"),
+        ("1;srun;given=tf-record;refused", "misplaced"),
     ] {
         let e = Early::decode(text).unwrap_err().to_string();
         assert!(e.contains(why), "{text}: {e}");
     }
+}
+
+/// The `--tf-<key>` options given to srun itself ride in its early word,
+/// last, for an `srun --async` step's tasks; only there does a reader see
+/// them alone (a step without a framework option).
+#[test]
+fn the_early_word_names_the_settings_given_to_srun() {
+    let mut early = Early::new(Frameworks::default(), false, 2, None, None);
+    early.refuse();
+    early.given(vec!["tf-port-base".into(), "tf-record".into()]);
+    let text = early.encode();
+    assert_eq!(text, "1;srun;restart=2;refused;given=tf-port-base,tf-record");
+    let word = Word::decode(Some(&text), None).unwrap();
+    assert_eq!(word, Word::Early(early));
+    let given = ["tf-port-base".to_string(), "tf-record".to_string()];
+    assert_eq!(word.alone(), Some((&given[..], 2)));
+    assert_eq!(Word::Early(Early::default()).alone(), None);
+    let step = Handoff::new(7, 3, Verdict::Rebuild).encode();
+    assert_eq!(Word::decode(Some(&step), Some((7, 3))).unwrap().alone(), None);
 }
 
 /// A step without a framework option: srun's word carries what its
