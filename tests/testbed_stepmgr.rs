@@ -239,7 +239,11 @@ fn step_id(value: &str, step: &str) -> String {
         let before = rest[..at].chars().last().or(out.chars().last());
         let after = rest[at + step.len()..].chars().next();
         out.push_str(&rest[..at]);
-        out.push_str(if joined(before) || joined(after) { step } else { "J.S" });
+        out.push_str(if joined(before) || joined(after) {
+            step
+        } else {
+            "J.S"
+        });
         rest = &rest[at + step.len()..];
     }
     out.push_str(rest);
@@ -277,7 +281,11 @@ fn async_steps_get_what_plain_steps_get() {
         ("tf", "--tf-cluster", "TF_CONFIG"),
         ("torch", "--torch-cluster", "RANK"),
         ("jax", "--jax-cluster", "JAX_COORDINATOR_ADDRESS"),
-        ("ray", "-n3 --ntasks-per-node=1 --ray-cluster", "RAY_ADDRESS"),
+        (
+            "ray",
+            "-n3 --ntasks-per-node=1 --ray-cluster",
+            "RAY_ADDRESS",
+        ),
         (
             "roles",
             "-m cyclic --torch-cluster --tf-roles=trainer:4,rollout:2",
@@ -299,7 +307,12 @@ fn async_steps_get_what_plain_steps_get() {
     let job = job("async-same", &[], &body);
     for (tag, args, wanted) in cases {
         let tasks = if args.contains("-n3") { 3 } else { 6 };
-        job.assert_same(&format!("plain-{tag}"), &format!("async-{tag}"), tasks, wanted);
+        job.assert_same(
+            &format!("plain-{tag}"),
+            &format!("async-{tag}"),
+            tasks,
+            wanted,
+        );
     }
     let ended_well = job.ended_well("async-torch", &dir);
     exec(&["rm", "-rf", &dir]);
@@ -311,7 +324,8 @@ fn async_steps_get_what_plain_steps_get() {
 #[test]
 fn an_async_step_inheriting_tf_cluster_from_sbatch_gets_a_plain_steps_variables() {
     let _t = testbed_with_stepmgr();
-    let body = "plain plain-inherited --tf-port-base=23000\nasync async-inherited --tf-port-base=23000";
+    let body =
+        "plain plain-inherited --tf-port-base=23000\nasync async-inherited --tf-port-base=23000";
     let job = job("async-inherited", &["--tf-cluster"], body);
     job.assert_same("plain-inherited", "async-inherited", 6, "TF_CONFIG");
 }
@@ -336,13 +350,20 @@ fn async_steps_refuse_and_record_as_srun_would() {
     );
     let job = job("async-refusals", &[], &body);
     job.assert_refused("alone", "--async");
-    job.assert_refused("no-layout", "an srun --async step (srun hands it no task map)");
+    job.assert_refused(
+        "no-layout",
+        "an srun --async step (srun hands it no task map)",
+    );
     for tag in ["record", "none"] {
         job.assert_state(tag, "COMPLETED");
         let ran = job.step(tag);
         assert_eq!(ran.tasks.len(), 6, "{tag}\n{}", job.all());
         for (task, output) in &ran.tasks {
-            assert!(output.stderr.trim().is_empty(), "{tag} {task}\n{}", job.all());
+            assert!(
+                output.stderr.trim().is_empty(),
+                "{tag} {task}\n{}",
+                job.all()
+            );
             let env = environment(&output.stdout, &ran.id);
             assert!(!env.contains_key("TF_CLUSTER_RUN_ID"), "{tag} {task}");
         }

@@ -161,14 +161,20 @@ fn the_early_word_names_the_settings_given_to_srun() {
     early.refuse();
     early.given(vec!["tf-port-base".into(), "tf-record".into()]);
     let text = early.encode();
-    assert_eq!(text, "1;srun;restart=2;refused;given=tf-port-base,tf-record");
+    assert_eq!(
+        text,
+        "1;srun;restart=2;refused;given=tf-port-base,tf-record"
+    );
     let word = Word::decode(Some(&text), None).unwrap();
     assert_eq!(word, Word::Early(early));
     let given = ["tf-port-base".to_string(), "tf-record".to_string()];
     assert_eq!(word.alone(), Some((&given[..], 2)));
     assert_eq!(Word::Early(Early::default()).alone(), None);
     let step = Handoff::new(7, 3, Verdict::Rebuild).encode();
-    assert_eq!(Word::decode(Some(&step), Some((7, 3))).unwrap().alone(), None);
+    assert_eq!(
+        Word::decode(Some(&step), Some((7, 3))).unwrap().alone(),
+        None
+    );
 }
 
 /// A step without a framework option: srun's word carries what its
