@@ -2,31 +2,21 @@
 //! returns once the step is submitted and runs no `local_user_init`, so its
 //! tasks hold srun's early word only (core::handoff), never its word on the
 //! step: no task map, no check of the step. Here slurmstepd does, once per
-//! node in `user_init`, what srun does for a plain step: it asks slurmctld
-//! for the step's layout (`slurm_job_step_layout_get`: slurmctld reroutes
-//! it to the step manager) and makes the exact task map of it, checks the
-//! step as srun would before launch (the `--tf-<key>` options srun was
-//! given, as its early word names them; each framework's refusals), and
-//! decides a step without a framework option whose `--tf-record` or
-//! `--tf-requeue-on` makes it the plugin's. Only where srun handed no map
-//! (its early word alone) and Slurm's own task count is the whole step's
-//! (core::het::early_case): a heterogeneous step's component is rebuilt as
-//! before. The layout is slurmctld's alone, never a variable: the step's
-//! environment only picks the case, and the map is checked against Slurm's
-//! own counts here and each task's ids in `task_init`.
-//!
-//! Why here, and no child: slurmstepd is threaded, and a `fork`ed child may
-//! call only async-signal-safe code until it execs, which a libslurm RPC
-//! (malloc, locks, munge) is not. `user_init` runs in slurmstepd's own
-//! thread (or, with `PrologFlags=contain`, a CLONE_VM child sharing its
-//! memory and locks as a thread does), where Slurm's own plugins make such
-//! calls; nothing is forked for it. The call is bounded by Slurm itself:
-//! each connection (to slurmctld, then the step manager it reroutes to)
-//! waits at most slurm.conf's MessageTimeout (10 s by default), as for
-//! srun's own fetch and the RPCs slurmstepd's `task_exit` makes. It runs
-//! once per node, before any task is forked, never per task. Without the
-//! layout the step fails in every task, in one line naming the async case
-//! (core::het::ASYNC_STEP), and the refusing tasks end the step.
+//! node in `user_init`, what srun does for a plain step: it learns the
+//! step's layout as slurmctld made it (super::sattach: Slurm's `sattach
+//! --layout`, exec'd in a child killed at its deadline, as the user) and
+//! makes the exact task map of it, checks the step as srun would before
+//! launch (the `--tf-<key>` options srun was given, as its early word names
+//! them; each framework's refusals), and decides a step without a framework
+//! option whose `--tf-record` or `--tf-requeue-on` makes it the plugin's.
+//! Only where srun handed no map (its early word alone) and Slurm's own task
+//! count is the whole step's (core::het::early_case): a heterogeneous step's
+//! component is rebuilt as before. The layout is slurmctld's alone, never a
+//! variable: the step's environment only picks the case, and the map is
+//! checked against Slurm's own counts here and each task's ids in
+//! `task_init`. Once per node, before any task is forked, never per task.
+//! Without the layout the step fails in every task, in one line naming the
+//! async case (core::het::ASYNC_STEP), and the refusing tasks end the step.
 //!
 //! srun's other facts of a plain step are taken as srun takes them where
 //! slurmctld gives no record: the step's reserved ports from its
@@ -37,7 +27,6 @@
 use super::super::fault;
 use super::super::handle::Spank;
 use super::super::options;
-use super::super::slurmctld::step_layout;
 use super::host::OnHost;
 use crate::core::frameworks::{Frameworks, check_given_settings};
 use crate::core::handoff::{FromSrun, Said};
@@ -103,7 +92,9 @@ fn layout(spank: &Spank, job: u32, step: u32) -> Result<(TaskMap, String)> {
     if fault::active("async_layout_rpc", Some(spank)) {
         return Err(Error::new("slurmctld gave no layout: fault injected"));
     }
-    let (component, took) = step_layout::fetch(job, step)?;
+    let start = std::time::Instant::now();
+    let component = super::sattach::layout(job, step, spank.job_uid()?)?;
+    let took = start.elapsed();
     let (map, hosts) = component.into_map(job, step)?;
     let here = map
         .runs
@@ -116,8 +107,8 @@ fn layout(spank: &Spank, job: u32, step: u32) -> Result<(TaskMap, String)> {
         )));
     }
     log::debug!(
-        "task map of async step {job}.{step} from slurmctld in {} µs",
-        took.as_micros()
+        "task map of async step {job}.{step} from sattach in {} ms",
+        took.as_millis()
     );
     Ok((map, hosts))
 }

@@ -90,6 +90,7 @@ use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 mod apply;
 mod async_step;
 mod host;
+mod sattach;
 
 use apply::{Ready, apply, c_strings};
 use host::{OnHost, entered_namespaces, mount_namespace, net_namespace};
