@@ -210,23 +210,71 @@ impl Job {
 }
 
 /// A task's environment as it printed it, Slurm's own variables (`SLURM*`,
-/// which name the step) left out, and what names one step (its id `J.S`,
-/// its secret: Ray's token and private directory) written alike for every
-/// step.
+/// which name the step) left out, and what names one step written alike
+/// for every step: its id `J.S`, its secret (Ray's token and private
+/// directory), and the ports Slurm reserved for it (`MpiParams=ports`),
+/// each written by its place in SLURM_STEP_RESV_PORTS.
 fn environment(stdout: &str, step: &str) -> BTreeMap<String, String> {
-    stdout
+    let vars: Vec<(&str, &str)> = stdout
         .lines()
         .skip(1)
         .filter_map(|l| l.split_once('='))
+        .collect();
+    let resv = vars
+        .iter()
+        .find(|(name, _)| *name == "SLURM_STEP_RESV_PORTS")
+        .map(|(_, v)| reserved(v))
+        .unwrap_or_default();
+    vars.into_iter()
         .filter(|(name, _)| !name.starts_with("SLURM"))
         .map(|(name, value)| {
             let value = match name {
                 "RAY_AUTH_TOKEN" if !value.is_empty() => "TOKEN".to_string(),
-                _ => private_dir(&step_id(value, step)),
+                _ => ports(&private_dir(&step_id(value, step)), &resv),
             };
             (name.to_string(), value)
         })
         .collect()
+}
+
+/// The ports of SLURM_STEP_RESV_PORTS (`12011-12015`, `12001,12003-12004`),
+/// in order.
+fn reserved(text: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in text.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi) = (lo.parse::<u32>().unwrap(), hi.parse::<u32>().unwrap());
+        out.extend(lo..=hi);
+    }
+    out
+}
+
+/// `value` with each whole number that is a reserved port written `R` and
+/// its place among them.
+fn ports(value: &str, resv: &[u32]) -> String {
+    let mut out = String::new();
+    let mut digits = String::new();
+    let flush = |digits: &mut String, out: &mut String| {
+        match digits
+            .parse::<u32>()
+            .ok()
+            .and_then(|p| resv.iter().position(|r| *r == p))
+        {
+            Some(i) => out.push_str(&format!("R{i}")),
+            None => out.push_str(digits),
+        }
+        digits.clear();
+    };
+    for c in value.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+        } else {
+            flush(&mut digits, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut digits, &mut out);
+    out
 }
 
 /// `value` with each whole `J.S` of the step `step` (no digit or dot next
@@ -272,7 +320,8 @@ fn private_dir(value: &str) -> String {
 /// rank by rank, the variables the same step gets without `--async`. The
 /// async `--torch-cluster` step's `--tf-record` writes its record. Ports
 /// from `--tf-port-base`, the same in both steps (a step's own block is
-/// placed by its step id).
+/// placed by its step id; Slurm's reserved ports, where it reserves them,
+/// compared by their place in each step's own).
 #[test]
 fn async_steps_get_what_plain_steps_get() {
     let _t = testbed_with_stepmgr();
