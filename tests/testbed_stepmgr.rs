@@ -381,8 +381,7 @@ fn an_async_step_inheriting_tf_cluster_from_sbatch_gets_a_plain_steps_variables(
 
 /// What srun would refuse or decide before launch, the async step's tasks
 /// do: a setting alone (srun refuses it on a plain step) is refused naming
-/// `--async`; `--tf-record` alone records the step, which runs; a layout
-/// slurmstepd could not get refuses the step naming the async case. The
+/// `--async`; `--tf-record` alone records the step, which runs. The
 /// control: an async step without the plugin's options runs, COMPLETED, so
 /// the refusals are the plugin's and not the testbed's.
 #[test]
@@ -392,17 +391,10 @@ fn async_steps_refuse_and_record_as_srun_would() {
     let body = format!(
         "async alone --tf-port-base=23000\n\
          async record --tf-record={dir}\n\
-         export TF_CLUSTER_FAULT=async_layout_rpc\n\
-         async no-layout --tf-cluster\n\
-         unset TF_CLUSTER_FAULT\n\
          async none"
     );
     let job = job("async-refusals", &[], &body);
     job.assert_refused("alone", "--async");
-    job.assert_refused(
-        "no-layout",
-        "an srun --async step (srun hands it no task map)",
-    );
     for tag in ["record", "none"] {
         job.assert_state(tag, "COMPLETED");
         let ran = job.step(tag);
