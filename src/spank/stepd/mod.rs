@@ -200,10 +200,8 @@ impl Stepd {
                 return Ok(self.plain(spank, settings, restart));
             }
             StepKind::Alone { given, restart } => {
-                return Ok(match async_step::alone(spank, &given)? {
-                    Some(settings) => self.plain(spank, settings, restart),
-                    None => Prepared::Refused,
-                });
+                let settings = async_step::alone(spank, &given)?;
+                return Ok(settings.map_or(Prepared::Refused, |s| self.plain(spank, s, restart)));
             }
             StepKind::Framework(said) => *said,
         };
