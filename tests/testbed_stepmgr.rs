@@ -210,7 +210,8 @@ impl Job {
 }
 
 /// A task's environment as it printed it, Slurm's own variables (`SLURM*`,
-/// which name the step) left out, and what names one step written alike
+/// which name the step, and `_SLURM_SPANK_OPTION_*`, which Slurm sets for
+/// a plain step's options only) left out, and what names one step written alike
 /// for every step: its id `J.S`, its secret (Ray's token and private
 /// directory), and the ports Slurm reserved for it (`MpiParams=ports`),
 /// each written by its place in SLURM_STEP_RESV_PORTS.
@@ -226,7 +227,7 @@ fn environment(stdout: &str, step: &str) -> BTreeMap<String, String> {
         .map(|(_, v)| reserved(v))
         .unwrap_or_default();
     vars.into_iter()
-        .filter(|(name, _)| !name.starts_with("SLURM"))
+        .filter(|(name, _)| !name.starts_with("SLURM") && !name.starts_with("_SLURM"))
         .map(|(name, value)| {
             let value = match name {
                 "RAY_AUTH_TOKEN" if !value.is_empty() => "TOKEN".to_string(),
@@ -332,12 +333,12 @@ fn async_steps_get_what_plain_steps_get() {
         ("jax", "--jax-cluster", "JAX_COORDINATOR_ADDRESS"),
         (
             "ray",
-            "-n3 --ntasks-per-node=1 --ray-cluster",
+            "-n3 --ntasks-per-node=1 --resv-ports=64 --ray-cluster",
             "RAY_ADDRESS",
         ),
         (
             "roles",
-            "-m cyclic --torch-cluster --tf-roles=trainer:4,rollout:2",
+            "-m cyclic --resv-ports=19 --torch-cluster --tf-roles=trainer:4,rollout:2",
             "MASTER_ADDR",
         ),
     ];
