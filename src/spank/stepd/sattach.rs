@@ -82,6 +82,27 @@ fn read_all(fd: libc::c_int) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// slurmstepd's own environment (SLURM_CONF where slurmd set it), never the
+/// step's: the user's variables choose no controller.
+fn environment() -> Vec<CString> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut entry = k.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(v.as_bytes());
+            CString::new(entry).ok()
+        })
+        .collect()
+}
+
+/// `strings` as C's NULL-terminated array of pointers (valid while they
+/// are).
+fn pointers<'s>(strings: impl Iterator<Item = &'s std::ffi::CStr>) -> Vec<*const c_char> {
+    let mut out: Vec<*const c_char> = strings.map(std::ffi::CStr::as_ptr).collect();
+    out.push(std::ptr::null());
+    out
+}
+
 /// Step `job`.`step`'s layout from `sattach --layout`, as the user whose
 /// ids slurmstepd has taken (refused as root for another user's job).
 pub fn layout(job: u32, step: u32, job_uid: u32) -> Result<Component> {
@@ -95,20 +116,9 @@ pub fn layout(job: u32, step: u32, job_uid: u32) -> Result<Component> {
     let path = sattach_path();
     let id = CString::new(format!("{job}.{step}")).expect("digits and a dot");
     let args = [c"sattach", c"--layout", c"-Q", id.as_c_str()];
-    let mut argv: Vec<*const c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    // slurmstepd's own environment (SLURM_CONF where slurmd set it), never
-    // the step's: the user's variables choose no controller.
-    let env: Vec<CString> = std::env::vars_os()
-        .filter_map(|(k, v)| {
-            let mut entry = k.as_bytes().to_vec();
-            entry.push(b'=');
-            entry.extend_from_slice(v.as_bytes());
-            CString::new(entry).ok()
-        })
-        .collect();
-    let mut envp: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
-    envp.push(std::ptr::null());
+    let argv = pointers(args.iter().copied());
+    let env = environment();
+    let envp = pointers(env.iter().map(CString::as_c_str));
     let (out, err) = (memfd(c"tfc-layout")?, memfd(c"tfc-layout-err")?);
     // SAFETY: /dev/null for the child's stdin, closed below.
     let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
