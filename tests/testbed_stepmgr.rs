@@ -14,7 +14,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::outputs::{Outputs, TaskOutput};
-use common::{exec, messages, testbed_with_stepmgr};
+use common::{exclusive_with_stepmgr, exec, messages, testbed_with_stepmgr};
 
 /// The job script's helpers: `plain TAG ARGS…` runs `srun ARGS` and
 /// `async TAG ARGS…` runs `srun --async ARGS` (then waits for the step's
@@ -414,4 +414,19 @@ fn async_steps_refuse_and_record_as_srun_would() {
     let ended_well = job.ended_well("record", &dir);
     exec(&["rm", "-rf", &dir]);
     assert_eq!(ended_well, 6, "{}", job.all());
+}
+
+/// A layout slurmstepd could not get (the fault build's `async_layout_rpc`,
+/// as if sattach had failed): every task refuses before the command, in one
+/// line naming the async case, and sacct shows the step FAILED.
+#[test]
+fn an_async_step_whose_layout_is_not_had_is_refused_naming_its_case() {
+    let bed = exclusive_with_stepmgr();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
+    let body = "export TF_CLUSTER_FAULT=async_layout_rpc\nasync no-layout --tf-cluster";
+    let job = job("async-no-layout", &[], body);
+    job.assert_refused(
+        "no-layout",
+        "an srun --async step (srun hands it no task map) whose layout",
+    );
 }

@@ -258,6 +258,17 @@ pub fn exclusive() -> Exclusive {
     ensure_up(None, None, || Exclusive(hold(true)))
 }
 
+/// [`exclusive`] on the testbed with the job step manager
+/// ([`testbed_with_stepmgr`]).
+pub fn exclusive_with_stepmgr() -> Exclusive {
+    let config = Config {
+        topology: None,
+        gres: None,
+        stepmgr: true,
+    };
+    ensure_up_as(config, || Exclusive(hold(true)))
+}
+
 impl Exclusive {
     /// Puts `text` in place as plugstack.conf (testbed.sh swaps it atomically).
     pub fn plugstack(&self, text: &str) {
