@@ -139,7 +139,7 @@ fn previewed(
     handed.settings = settings;
     // The job's restart count as srun reads it: the ids shown are those the
     // step's tasks get.
-    handed.step.restart_count = core::step::restart_count(&mut ProcessEnv)?;
+    handed.step.restart_count = core::restart_count(&mut ProcessEnv)?;
     // srun draws the step's secret at launch: a preview shows zeros.
     if handed
         .settings

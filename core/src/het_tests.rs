@@ -2,8 +2,8 @@
 //! layout and one rendezvous whatever each component reports, one run id.
 
 use crate::frameworks::{Frameworks, pytorch};
+use crate::het::check_het_rebuild;
 use crate::hostlist::HostList;
-use crate::layout::check_het_rebuild;
 use crate::node::resolve;
 use crate::roles;
 use crate::settings::Settings;

@@ -276,8 +276,6 @@ fn rebuild(step: &Step, hosts: HostList, counts: Vec<u32>) -> Result<(HostList, 
     Ok((hosts, counts, Runs::from_node_of(&node_of)))
 }
 
-pub use crate::het::check_het_rebuild;
-
 /// A value the step must have.
 pub(crate) fn required<T>(value: Option<T>, name: &str) -> Result<T> {
     match value {

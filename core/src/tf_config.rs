@@ -23,7 +23,9 @@ pub struct Job<'a, I> {
 /// Renders TF_CONFIG for the task `(task_type, task_index)`; each job's
 /// addresses are (host, port) pairs. `capacity`: the expected size, so the
 /// text is written without growing (and copying) it again and again.
-pub fn render<'a, I>(
+/// The tests' whole-document view of `cluster` + `finish`.
+#[cfg(test)]
+fn render<'a, I>(
     jobs: impl IntoIterator<Item = Job<'a, I>>,
     task_type: &str,
     task_index: u32,

@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
+use tf_cluster_core::Given;
 use tf_cluster_core::roles::RoleSpec;
-use tf_cluster_core::source::Given;
 use tf_cluster_core::{Error, Injection, Settings, Step, resolve};
 
 const CASES: &str = include_str!("data/oracle/cases.jsonl");

@@ -4,7 +4,7 @@
 //! task, and small enough for one environment variable.
 
 use libfuzzer_sys::fuzz_target;
-use tf_cluster_core::source::Given;
+use tf_cluster_core::Given;
 use tf_cluster_core::{Settings, Step, resolve};
 
 /// Lines of the input are the values of these variables, in order; an empty

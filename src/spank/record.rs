@@ -121,7 +121,7 @@ pub fn begin_plain(spank: &Spank, settings: &Settings, restart_count: u32) -> Op
         return None;
     }
     let (job, step) = (spank.job_id().ok()?, spank.step_id().ok()?);
-    let run_id = crate::core::step::run_id(job, step, restart_count);
+    let run_id = crate::core::run_id(job, step, restart_count);
     // slurmstepd's own (slurmstepd.c sets it in its environment).
     let host = std::env::var("SLURMD_NODENAME").unwrap_or_default();
     let tasks = spank.total_task_count().ok()?;

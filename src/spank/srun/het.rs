@@ -15,7 +15,7 @@ use crate::core::handoff::Verdict;
 use crate::core::het::{self, OUTSIDE_HET};
 use crate::core::network;
 use crate::core::os::ProcessEnv;
-use crate::core::step::number;
+use crate::core::step_number as number;
 use crate::core::task_map;
 use crate::core::{self, Error, Result, Settings};
 
@@ -131,7 +131,7 @@ pub fn het_map_for(
 /// `local_user_init` (super::network::network_for), and its early word
 /// says so to every component before (`refused`), so that none starts the
 /// user's command.
-pub fn early_network(spank: &Spank, pass: u32) -> Result<Option<core::addresses::Network>> {
+pub fn early_network(spank: &Spank, pass: u32) -> Result<Option<core::Network>> {
     if pass < 2 {
         return Ok(None);
     }

@@ -115,7 +115,7 @@ impl Srun {
         off_overridden: bool,
         secret: Option<Secret>,
     ) -> std::result::Result<Handoff, Result<()>> {
-        match core::step::restart_count(&mut ProcessEnv) {
+        match core::restart_count(&mut ProcessEnv) {
             Ok(n) => undecided(spank, off_overridden, n, secret).map_err(Err),
             Err(e) => Err(undecided(spank, off_overridden, 0, None)
                 .and_then(|handoff| self.refuse(spank, e, handoff))),
@@ -167,14 +167,14 @@ impl Srun {
     /// What srun knows before the step exists ([`Early`]), from what its
     /// option callbacks saw (Slurm answers no `spank_option_getopt` in
     /// `init_post_opt`), with a heterogeneous step's `network`.
-    fn early(&self, network: Option<core::addresses::Network>) -> Early {
+    fn early(&self, network: Option<core::Network>) -> Early {
         let inherited =
             self.only_inherited(|f| options::seen(f.option).is_some_and(|v| v != options::OFF));
         Early::new(
             inherited,
             self.off_overridden(),
             // A malformed count is refused in local_user_init.
-            core::step::restart_count(&mut ProcessEnv).unwrap_or(0),
+            core::restart_count(&mut ProcessEnv).unwrap_or(0),
             network,
             self.secret(),
         )

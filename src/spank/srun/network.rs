@@ -16,7 +16,7 @@ pub fn network_for(
     settings: &Settings,
     verdict: &Verdict,
     job: u32,
-) -> Result<Option<core::addresses::Network>> {
+) -> Result<Option<core::Network>> {
     let needs_hosts = settings.network.is_none() && settings.host_template.is_some();
     let hosts = match needs_hosts {
         false => None,
@@ -56,7 +56,7 @@ pub static PASSES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::
 
 /// The network of a heterogeneous step's host template, as srun resolved it
 /// before the step existed (see super::het::early_network).
-pub static EARLY_NETWORK: std::sync::OnceLock<Result<Option<core::addresses::Network>>> =
+pub static EARLY_NETWORK: std::sync::OnceLock<Result<Option<core::Network>>> =
     std::sync::OnceLock::new();
 
 /// The step's nodes: the map's, else the allocation's (a superset): in a

@@ -57,7 +57,7 @@ pub fn with_map(
         Some(lists) => {
             let counts = map.runs.counts(map.hosts.len());
             let nodes = (0..map.hosts.len()).map(|i| (map.hosts.get(i), counts[i]));
-            Some(core::step_roles::component_tasks(nodes, lists).map_err(Error::new)?)
+            Some(core::component_tasks(nodes, lists).map_err(Error::new)?)
         }
         None => None,
     };

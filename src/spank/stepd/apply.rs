@@ -9,12 +9,12 @@ use std::path::PathBuf;
 
 use super::super::handle::{Env, Spank};
 use super::host::{TaskEnv, net_namespace, refuse_private_network};
+use crate::core::TaskBinding;
 use crate::core::gpus::bind::{Recorded, believed};
 use crate::core::gpus::refusals::bound_behind_container;
 use crate::core::gpus::{GpuBind, Visible};
-use crate::core::node_plan::TaskBinding;
 use crate::core::record::DebugFiles;
-use crate::core::step::number;
+use crate::core::step_number as number;
 use crate::core::{self, Error, Node, Result};
 
 /// The node's share, its tasks' variables made ahead, and the step's

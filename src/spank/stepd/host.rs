@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use super::super::bindings as sys;
 use super::super::bounded_io;
 use super::super::handle::{Env, RawOption, Spank};
-use crate::core::addresses::Interface;
+use crate::core::Interface;
 use crate::core::os::{node_gpu_count, node_interfaces};
 use crate::core::{Error, Probe, Result, Source};
 
