@@ -153,7 +153,7 @@ impl Srun {
                 early.given(given.iter().map(|g| g.to_string()).collect());
                 set(early.encode());
             } else if !options::seen_framework_word() && !given.is_empty() {
-                let restart = core::step::restart_count(&mut ProcessEnv).unwrap_or(0);
+                let restart = core::restart_count(&mut ProcessEnv).unwrap_or(0);
                 let mut early = Early::new(Frameworks::default(), false, restart, None, None);
                 early.given(given.iter().map(|g| g.to_string()).collect());
                 set(early.encode());
