@@ -20,6 +20,7 @@
 //! lookups srun runs through [`network::lookups`] and what [`os`] reads.
 
 pub mod addresses;
+pub mod cpulist;
 pub mod distribution;
 mod error;
 pub mod frameworks;
