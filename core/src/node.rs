@@ -233,6 +233,12 @@ impl Node {
         gpus.vars.into_iter().next().map(|(_, list)| list)
     }
 
+    /// Whether each task is shown the node's GPUs and uses its
+    /// LOCAL_RANK-th (PyTorch's `set_device(LOCAL_RANK)`).
+    pub fn picks_gpu_by_local_rank(&self) -> bool {
+        self.plan.rules().whole.is_some()
+    }
+
     /// The role and index of `rank` (`worker 3`): its step role's
     /// (`--tf-roles`), else the one a framework of the step gives it
     /// ([`Framework::role_of`]: TensorFlow's job names).

@@ -373,7 +373,10 @@ mod tests {
         assert_eq!(link.as_deref(), Some("../../../0000:41:00.0"));
         assert_eq!(root.list("/sys/bus/pci/devices"), ["0000:41:00.0"]);
         assert_eq!(root.read("/sys/bus/pci/devices"), None);
-        assert_eq!(root.minor("/sys/bus/pci/devices/0000:41:00.0/local_cpulist"), None);
+        assert_eq!(
+            root.minor("/sys/bus/pci/devices/0000:41:00.0/local_cpulist"),
+            None
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

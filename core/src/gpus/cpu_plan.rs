@@ -9,6 +9,18 @@ use super::topology::Topology;
 use crate::cpulist::Cpus;
 use crate::number::parse_u32;
 
+/// The user's own CPU binding, where the step has one other than none:
+/// srun's SLURM_CPU_BIND (`quiet,cores`, `verbose,map_cpu:0,1`, `none`),
+/// which the user's own srun sets; forging it affects only their own tasks.
+pub fn explicit_cpu_bind(value: Option<&str>) -> Option<&str> {
+    let value = value?;
+    let words = ["quiet", "verbose", "none", ""];
+    value
+        .split(',')
+        .any(|t| !words.contains(&t.trim()))
+        .then_some(value)
+}
+
 /// One node's plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuPlan {

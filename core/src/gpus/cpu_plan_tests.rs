@@ -265,3 +265,26 @@ fn without_the_files_nothing_is_bound() {
     assert_eq!(plan.task("5", None, 0, 1), TaskPlace::Unknown);
     assert_eq!(plan.task("0", Some(3), 0, 1), TaskPlace::Unknown);
 }
+
+/// The user's --cpu-bind wins unless it is none.
+#[test]
+fn an_explicit_cpu_bind_is_told_from_none() {
+    use super::cpu_plan::explicit_cpu_bind;
+    for none in [
+        None,
+        Some("none"),
+        Some("quiet,none"),
+        Some("verbose"),
+        Some(""),
+    ] {
+        assert_eq!(explicit_cpu_bind(none), None, "{none:?}");
+    }
+    for given in [
+        "quiet,cores",
+        "verbose,map_cpu:0,1",
+        "mask_cpu:0x3",
+        "ldoms",
+    ] {
+        assert_eq!(explicit_cpu_bind(Some(given)), Some(given));
+    }
+}

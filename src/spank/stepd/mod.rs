@@ -88,6 +88,7 @@ use crate::core::record::DebugFiles;
 use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 
 mod apply;
+mod bind;
 mod host;
 
 use apply::{Ready, apply, c_strings};
@@ -275,6 +276,8 @@ impl Stepd {
                 })
                 .collect()
         });
+        // The node's files read once, here on the host (see bind.rs).
+        let bind = bind::prepare(spank, &node, &host_env);
         Ok(Prepared::Ready(Box::new(Ready {
             node,
             recorded_bind,
@@ -282,6 +285,7 @@ impl Stepd {
             host_env,
             debug_files,
             net_ns: net_namespace(),
+            bind,
         })))
     }
 
