@@ -43,7 +43,7 @@ pub fn run(args: &StepArgs, explain: bool) -> Result<Output> {
         // srun's word applied as slurmstepd applies it: the options are the
         // ones given here.
         let gathered = Step::gather(&settings, &mut ProcessEnv)?;
-        return render(explain, gathered, None, Vec::new());
+        return render(explain, gathered, None, bound_note().into_iter().collect());
     }
     preview_step(args, settings, place, explain)
 }
@@ -101,6 +101,17 @@ fn preview_step(
     gather.host_template = None;
     let gathered = previewed(settings, &gather, &preview, &mut notes)?;
     render(explain, gathered, Some(preview.rank), notes)
+}
+
+/// Inside a step: the CPUs the plugin bound this task to, near its GPUs
+/// (TF_CLUSTER_CPUS, which slurmstepd set as it bound the task).
+fn bound_note() -> Option<String> {
+    let cpus = std::env::var("TF_CLUSTER_CPUS").ok()?;
+    let cpus = tf_cluster_core::cpulist::Cpus::parse(&cpus)?;
+    Some(format!(
+        "this task runs on CPUs {} (TF_CLUSTER_CPUS): the CPUs near its GPUs (--tf-bind=gpu)",
+        cpus.list()
+    ))
 }
 
 /// The first note of a preview: which step it shows.

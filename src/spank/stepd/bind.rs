@@ -116,6 +116,23 @@ pub fn apply(spank: &Spank, bind: &NodeBind, vars: &CVars, local: u32) {
     }
 }
 
+impl NodeBind {
+    /// For the step's record: local task `local`'s CPUs and memory nodes,
+    /// where the plugin sets its device list (a task bound by Slurm learns
+    /// its list only in the task).
+    pub fn placed(&self, node: &Node, local: u32) -> Option<(String, String)> {
+        let list = node.gpus_of(local)?;
+        let pick = self.picks.then_some(local);
+        match self.plan.task(&list, pick, local, self.tasks) {
+            TaskPlace::Bound { cpus, mems } => {
+                let mems: Vec<String> = mems.iter().map(u32::to_string).collect();
+                Some((cpus.list(), mems.join(",")))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Where Slurm's configuration is: SLURM_CONF's folder, else /etc/slurm.
 fn conf_dir() -> PathBuf {
     let conf = std::env::var_os("SLURM_CONF").map(PathBuf::from);

@@ -251,7 +251,10 @@ impl Stepd {
         recorded_bind: Recorded,
         host_env: HashMap<String, String>,
     ) -> Result<Prepared> {
-        let record = super::record::begin(spank, &node).map(Box::new);
+        // The node's files read once, here on the host (see bind.rs).
+        let bind = bind::prepare(spank, &node, &host_env);
+        let placed = |local| bind.as_ref()?.placed(&node, local);
+        let record = super::record::begin(spank, &node, &placed).map(Box::new);
         // Only where the run's directory was made. The step's environment
         // as srun sent it (here on the host, before any container plugin)
         // says what the user set: that wins, these are defaults.
@@ -276,8 +279,6 @@ impl Stepd {
                 })
                 .collect()
         });
-        // The node's files read once, here on the host (see bind.rs).
-        let bind = bind::prepare(spank, &node, &host_env);
         Ok(Prepared::Ready(Box::new(Ready {
             node,
             recorded_bind,
