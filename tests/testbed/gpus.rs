@@ -18,10 +18,8 @@
 //! step must be refused with one line, by srun before launch where srun can
 //! see the request (Slurm 24.11 on), else by the tasks before their program.
 //!
-//! Each task is also born next to its GPUs: the nodes' kernel files are a
-//! fixture ([`kernel_fixture`]: GPUs 0-1 near CPU 0, GPUs 2-3 near CPU 1,
-//! read by the test build's plugin), and every task that picks GPUs runs on
-//! their CPUs (its Cpus_allowed_list, which TF_CLUSTER_CPUS names).
+//! And each task is born next to its GPUs ([`tasks_are_born_next_to_their_gpus`]):
+//! on fixture kernel files, every task runs on the CPUs near the GPUs it uses.
 
 use crate::common;
 
@@ -39,7 +37,7 @@ struct Seen {
     vars: BTreeMap<&'static str, Option<String>>,
 }
 
-const VARS: [&str; 10] = [
+const VARS: [&str; 8] = [
     "CUDA_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
     "ZE_AFFINITY_MASK",
@@ -48,49 +46,10 @@ const VARS: [&str; 10] = [
     "JAX_LOCAL_DEVICE_IDS",
     "SLURM_STEP_GPUS",
     "SLURMD_TRES_BIND",
-    "TF_CLUSTER_CPUS",
-    "TFC_ALLOWED",
 ];
 
-/// The nodes' kernel files as the NVIDIA driver and sysfs show them, on the
-/// shared /home: GPU i's minor i at PCI 0000:0i:00.0, GPUs 0-1 near CPU 0
-/// and 2-3 near CPU 1 (NUMA node 0 holds both). The plugin's test build reads
-/// them under TF_CLUSTER_TEST_KERNEL_ROOT, a release build never.
-fn kernel_fixture() -> &'static str {
-    static LAID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    LAID.get_or_init(|| {
-        let root = common::run_dir().join("home/alice/tfc-kernel");
-        let write = |path: &str, text: &str| {
-            let file = root.join(path);
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, text).unwrap();
-        };
-        write("sys/devices/system/node/node0/cpulist", "0-1\n");
-        for gpu in 0..4 {
-            let pci = format!("0000:0{gpu}:00.0");
-            let info =
-                format!("Model: \t\t Fixture\nDevice Minor: \t {gpu}\nBus Location: \t {pci}\n");
-            write(&format!("proc/driver/nvidia/gpus/{pci}/information"), &info);
-            let near = if gpu < 2 { "0\n" } else { "1\n" };
-            write(&format!("sys/bus/pci/devices/{pci}/local_cpulist"), near);
-            write(&format!("sys/bus/pci/devices/{pci}/numa_node"), "0\n");
-        }
-        "TF_CLUSTER_TEST_KERNEL_ROOT=/home/alice/tfc-kernel".to_string()
-    })
-}
-
-/// The CPUs near Slurm's GPU `token` in the fixture.
-fn near(token: &str) -> &'static str {
-    match token {
-        "0" | "1" => "0",
-        _ => "1",
-    }
-}
-
 fn probe() -> String {
-    let mut p = String::from(
-        r#"TFC_ALLOWED=$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status); printf 'GPU\t%s\t%s\t%s"#,
-    );
+    let mut p = String::from(r#"printf 'GPU\t%s\t%s\t%s"#);
     for _ in VARS {
         p.push_str(r"\t%s");
     }
@@ -115,7 +74,7 @@ fn run(args: &[&str]) -> Outcome {
     cmd.extend_from_slice(args);
     cmd.extend_from_slice(&["bash", "-c", &probe]);
     // Each task's lines from its own file.
-    let out = common::srun_tasks_env(&[kernel_fixture()], &cmd);
+    let out = common::srun_tasks(&cmd);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     let mut tasks: Vec<Seen> = stdout
@@ -287,23 +246,18 @@ fn check(case: &str, args: &[&str], fw: Fw, want: Want, tasks: u32) -> String {
                 if fw == Fw::TorchJax {
                     assert!(jax.contains(&torch[0]), "rank {}: {ctx}", t.rank);
                 }
-                // The plugin binds a task by the GPU it uses (PyTorch's), else
-                // by every GPU it is shown.
-                let shown = tokens(&t.vars["CUDA_VISIBLE_DEVICES"]);
-                born_next_to(t, if torch.is_empty() { &shown } else { &torch }, &ctx);
                 if fw != Fw::Tf {
                     let own = if jax.is_empty() { &torch } else { &jax };
                     per_node.entry(&t.host).or_default().extend(own.clone());
                 }
                 summary.push(format!(
-                    "r{}@{}:{} C={} LR={} J={} CPUs={}",
+                    "r{}@{}:{} C={} LR={} J={}",
                     t.rank,
                     t.host,
                     t.local,
                     t.vars["CUDA_VISIBLE_DEVICES"].as_deref().unwrap_or("-"),
                     t.vars["LOCAL_RANK"].as_deref().unwrap_or("-"),
                     t.vars["JAX_LOCAL_DEVICE_IDS"].as_deref().unwrap_or("-"),
-                    t.vars["TFC_ALLOWED"].as_deref().unwrap_or("-"),
                 ));
             }
             for (host, picked) in per_node {
@@ -316,39 +270,6 @@ fn check(case: &str, args: &[&str], fw: Fw, want: Want, tasks: u32) -> String {
             }
             format!("{case} {fw:?}: {}", summary.join(" | "))
         }
-    }
-}
-
-/// A task that picks GPUs runs on CPUs near them, and TF_CLUSTER_CPUS says
-/// which: exactly the one CPU where its GPUs share it, else some of theirs
-/// (tasks shown the same GPUs split them).
-fn born_next_to(t: &Seen, picked: &[String], ctx: &str) {
-    if picked.is_empty() {
-        return;
-    }
-    let allowed = t.vars["TFC_ALLOWED"].clone().unwrap_or_default();
-    assert_eq!(
-        t.vars["TF_CLUSTER_CPUS"].as_deref(),
-        Some(allowed.as_str()),
-        "rank {} (GPUs {picked:?}): TF_CLUSTER_CPUS is not its CPUs: {ctx}",
-        t.rank
-    );
-    let mut near_all: Vec<&str> = picked.iter().map(|g| near(g)).collect();
-    near_all.sort();
-    near_all.dedup();
-    if near_all.len() == 1 {
-        assert_eq!(
-            allowed, near_all[0],
-            "rank {} (GPUs {picked:?}): {ctx}",
-            t.rank
-        );
-    } else {
-        let ok = ["0", "1", "0-1"].contains(&allowed.as_str());
-        assert!(
-            ok,
-            "rank {} (GPUs {picked:?}) runs on {allowed}: {ctx}",
-            t.rank
-        );
     }
 }
 
@@ -654,45 +575,140 @@ fn cpu_only_step() {
     assert_eq!(run.gpus(), [None; 3]);
 }
 
-/// A thread the program starts before any framework runs where its task
-/// does: PyTorch's local rank k uses GPU k, so ranks 0-1 run on CPU 0 and
-/// ranks 2-3 on CPU 1, their threads too.
+/// The nodes' kernel files as the NVIDIA driver and sysfs show them, on the
+/// shared /home: GPU i's minor i at PCI 0000:0i:00.0, GPUs 0-1 near CPU 0
+/// and 2-3 near CPU 1 (NUMA node 0 holds both). Only the plugin's test build
+/// reads them, under TF_CLUSTER_TEST_KERNEL_ROOT (a release build reads `/`).
+fn kernel_fixture() -> &'static str {
+    let root = common::run_dir().join("home/alice/tfc-kernel");
+    let write = |path: &str, text: &str| {
+        let file = root.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+    };
+    write("sys/devices/system/node/node0/cpulist", "0-1\n");
+    for gpu in 0..4 {
+        let pci = format!("0000:0{gpu}:00.0");
+        let info = format!("Model: \t\t Fixture\nDevice Minor: \t {gpu}\nBus Location: \t {pci}\n");
+        write(&format!("proc/driver/nvidia/gpus/{pci}/information"), &info);
+        let near = if gpu < 2 { "0\n" } else { "1\n" };
+        write(&format!("sys/bus/pci/devices/{pci}/local_cpulist"), near);
+        write(&format!("sys/bus/pci/devices/{pci}/numa_node"), "0\n");
+    }
+    "TF_CLUSTER_TEST_KERNEL_ROOT=/home/alice/tfc-kernel"
+}
+
+/// Each task's rank, its CPUs (Cpus_allowed_list) and TF_CLUSTER_CPUS.
+const CPU_PROBE: &str = r#"printf 'CPU %s %s %s\n' "$SLURM_PROCID" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)" "${TF_CLUSTER_CPUS-unset}""#;
+
+/// `srun ARGS` with the fixture: each rank's (CPUs, TF_CLUSTER_CPUS), and
+/// the step's text for messages.
+fn cpus_of(args: &[&str], command: &[&str]) -> (Vec<(String, String)>, String) {
+    let mut all = vec!["--time=2"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(command);
+    let out = common::srun_tasks_env(&[kernel_fixture()], &all);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = format!(
+        "srun {}:\n{stdout}{}",
+        all.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut ranks: Vec<(u32, String, String)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.strip_prefix("CPU ")?.split(' ').collect();
+            Some((f[0].parse().ok()?, f[1].to_string(), f.get(2)?.to_string()))
+        })
+        .collect();
+    ranks.sort();
+    let ranks = ranks.into_iter().map(|(_, c, v)| (c, v)).collect();
+    (ranks, text)
+}
+
+/// Each task runs on the CPUs near the GPU it uses, against Slurm's own
+/// binding (the testbed's task/none binds none: every task would run on
+/// 0-1), with the fixture: GPUs 0-1 near CPU 0, 2-3 near CPU 1. Under each
+/// way of giving GPUs: TensorFlow's slices, Slurm's per-task binding and
+/// a --gpu-bind map, PyTorch's LOCAL_RANK-th GPU; a Python thread started
+/// before any framework; behind the container stand-in (its task_init moves
+/// the task first). An explicit --cpu-bind wins, said once; --tf-bind=off
+/// binds nothing.
 #[test]
-fn a_python_thread_runs_on_its_tasks_gpus_cpus() {
-    let _t = testbed();
-    let code = "import os, threading\n\
+fn tasks_are_born_next_to_their_gpus() {
+    let bed = common::exclusive();
+    let fault = "required /opt/tf-cluster/libtf_cluster_fault.so\n";
+    bed.plugstack(fault);
+    let node1 = ["-N1", "-w", "node1"];
+    let sh = ["sh", "-c", CPU_PROBE];
+    let cases: [(&[&str], &[&str]); 4] = [
+        (&["-n2", "--gres=gpu:4", "--tf-cluster"], &["0", "1"]),
+        (
+            &["-n4", "--gpus-per-task=1", "--tf-cluster"],
+            &["0", "0", "1", "1"],
+        ),
+        (
+            &[
+                "-n2",
+                "--gres=gpu:4",
+                "--gpu-bind=map_gpu:3,0",
+                "--tf-cluster",
+            ],
+            &["1", "0"],
+        ),
+        (
+            &["-n4", "--gres=gpu:4", "--torch-cluster"],
+            &["0", "0", "1", "1"],
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = node1.iter().chain(args).copied().collect();
+        let (ranks, text) = cpus_of(&args, &sh);
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|c| (c.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(ranks, want, "{text}");
+    }
+    // A Python thread started before any framework: its own CPUs.
+    let code = "import threading\n\
         seen = []\n\
         t = threading.Thread(target=lambda: seen.append(open('/proc/thread-self/status').read()))\n\
         t.start(); t.join()\n\
+        import os\n\
         line = [l for l in seen[0].splitlines() if l.startswith('Cpus_allowed_list')][0]\n\
-        print('THREAD', os.environ['LOCAL_RANK'], line.split()[1], os.environ.get('TF_CLUSTER_CPUS'))\n";
-    let args = [
-        "--time=2",
+        print('CPU', os.environ['SLURM_PROCID'], line.split()[1], os.environ.get('TF_CLUSTER_CPUS'))\n";
+    let torch = [
         "-N1",
-        "-n4",
         "-w",
         "node1",
+        "-n4",
         "--gres=gpu:4",
         "--torch-cluster",
-        "python3",
-        "-c",
-        code,
     ];
-    let out = common::srun_tasks_env(&[kernel_fixture()], &args);
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let ctx = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    let mut seen: Vec<(String, String, String)> = text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.strip_prefix("THREAD ")?.split(' ').collect();
-            Some((f[0].into(), f[1].into(), f[2].into()))
-        })
-        .collect();
-    seen.sort();
-    let want: Vec<(String, String, String)> = ["0", "0", "1", "1"]
-        .iter()
-        .enumerate()
-        .map(|(k, c)| (k.to_string(), c.to_string(), c.to_string()))
-        .collect();
-    assert_eq!(seen, want, "{ctx}");
+    let (ranks, text) = cpus_of(&torch, &["python3", "-c", code]);
+    let cpus: Vec<&str> = ranks.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(cpus, ["0", "0", "1", "1"], "{text}");
+    // An explicit --cpu-bind wins, said once; --tf-bind=off: Slurm's.
+    let tf = ["-N1", "-w", "node1", "-n2", "--gres=gpu:4", "--tf-cluster"];
+    for extra in ["--cpu-bind=cores", "--tf-bind=off"] {
+        let args: Vec<&str> = tf.iter().copied().chain([extra]).collect();
+        let (ranks, text) = cpus_of(&args, &sh);
+        let unbound = ("0-1".to_string(), "unset".to_string());
+        assert_eq!(ranks, [unbound.clone(), unbound], "{text}");
+        let said = text
+            .matches("wins: each task keeps Slurm's binding")
+            .count();
+        assert_eq!(said, usize::from(extra != "--tf-bind=off"), "{text}");
+    }
+    // Behind the container stand-in, which moves the task in its task_init.
+    bed.plugstack(&format!(
+        "required {}\n{fault}",
+        common::standin::STANDIN_SO
+    ));
+    let image = ["--container-image=/opt/tfc-images/busybox"];
+    let args: Vec<&str> = tf.iter().chain(&image).copied().collect();
+    let (ranks, text) = cpus_of(&args, &sh);
+    let want = [("0", "0"), ("1", "1")].map(|(c, v)| (c.to_string(), v.to_string()));
+    assert_eq!(ranks, want, "{text}");
 }
