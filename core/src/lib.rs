@@ -11,7 +11,8 @@
 //! the [`network`]'s decision (and srun's name lookups, the one place the
 //! core starts threads: [`network::lookups`]), the heterogeneous job's
 //! variables ([`het`]) and the [`step`]; the [`layout`] (where every rank
-//! runs: it knows no framework); the node's [`node_plan`] and [`gpus`]; the
+//! runs: it knows no framework) and its NVLink domains ([`nvl_domains`]); the
+//! node's [`node_plan`] and [`gpus`]; the
 //! [`frameworks`] (each framework's variables, one module each, driven by
 //! one table); and the [`node`], then what a node checks of its share
 //! before its tasks start ([`preflight`]) and the [`record`] of the step.
@@ -39,6 +40,9 @@ pub mod node_plan;
 #[cfg(test)]
 mod node_tests;
 pub mod number;
+pub mod nvl_domains;
+#[cfg(test)]
+mod nvl_domains_tests;
 pub mod os;
 pub mod ports;
 #[cfg(test)]

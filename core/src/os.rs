@@ -299,6 +299,19 @@ pub fn user_file_text(path: &str, bytes: Vec<u8>) -> Result<String> {
 /// blocking, a directory listing capped.
 pub struct Root(pub std::path::PathBuf);
 
+/// A file of Slurm's configuration (`gres.conf`, `topology.conf`): beside
+/// SLURM_CONF in this process's environment, else in /etc/slurm. None where
+/// it cannot be read.
+pub fn slurm_conf_file(name: &str) -> Option<String> {
+    use crate::gpus::topology::KernelFiles;
+    let conf = std::env::var_os("SLURM_CONF").map(std::path::PathBuf::from);
+    let dir = conf
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map_or_else(|| "/etc/slurm".into(), std::path::Path::to_path_buf);
+    Root("/".into()).read(&dir.join(name).to_string_lossy())
+}
+
 /// Largest kernel file read (a `local_cpulist` of 8,192 CPUs is far less).
 const MAX_KERNEL_FILE: u64 = 64 << 10;
 

@@ -126,6 +126,9 @@ pub struct Step {
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
     pub block_topology: Option<String>,
+    /// topology.conf's blocks as the node reads them (topology/block: an
+    /// NVLink domain each), for each task's domain.
+    pub nvl_blocks: Option<crate::nvl_domains::Blocks>,
     /// This node's interface on the step's network, if the step names one
     /// ([`network::decision::for_node`]).
     pub network: Option<NodeNetwork>,
@@ -275,6 +278,9 @@ impl Step {
         ) {
             self.node_gpus = Some(source.gpu_count()?);
         }
+        self.nvl_blocks = source
+            .topology_conf()
+            .and_then(|text| crate::nvl_domains::Blocks::parse(&text));
         self.network = network::decision::for_node(
             settings,
             source,
@@ -367,6 +373,7 @@ impl Step {
             secret: None,
             from_srun,
             block_topology: None,
+            nvl_blocks: None,
             network: None,
             engine_host: None,
             engine_kept: Vec::new(),

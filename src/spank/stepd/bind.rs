@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::super::handle::{Spank, notice};
 use super::apply::CVars;
@@ -22,7 +22,7 @@ use crate::core::gpus::DEVICE_VARS;
 use crate::core::gpus::cpu_plan::{CpuPlan, TaskPlace, explicit_cpu_bind};
 use crate::core::gpus::gres_conf::gpu_devices;
 use crate::core::gpus::topology::{KernelFiles, Topology};
-use crate::core::os::Root;
+use crate::core::os::{Root, slurm_conf_file};
 use crate::core::preflight::gpu_indices;
 use crate::core::settings::Bind;
 
@@ -51,10 +51,9 @@ pub fn prepare(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -
         return None;
     }
     let step_gpus = gpu_indices(host_env.get("SLURM_STEP_GPUS")?);
-    let conf = conf_dir();
     let mut host = Root(PathBuf::from("/"));
-    let gres = host.read(&conf.join("gres.conf").to_string_lossy());
-    let cgroup = host.read(&conf.join("cgroup.conf").to_string_lossy());
+    let gres = slurm_conf_file("gres.conf");
+    let cgroup = slurm_conf_file("cgroup.conf");
     let nodename = node.step().nodename.clone().unwrap_or_default();
     let devices = gpu_devices(&gres.unwrap_or_default(), &nodename, &step_gpus);
     let topology = Topology::read(&mut Root(kernel_root(spank)), &devices);
@@ -131,14 +130,6 @@ impl NodeBind {
             _ => None,
         }
     }
-}
-
-/// Where Slurm's configuration is: SLURM_CONF's folder, else /etc/slurm.
-fn conf_dir() -> PathBuf {
-    let conf = std::env::var_os("SLURM_CONF").map(PathBuf::from);
-    conf.as_deref()
-        .and_then(Path::parent)
-        .map_or_else(|| PathBuf::from("/etc/slurm"), Path::to_path_buf)
 }
 
 /// cgroup.conf's `ConstrainDevices=yes`: device lists count from 0 within

@@ -158,6 +158,11 @@ impl Probe for OnHost<'_, '_> {
     fn interfaces(&mut self) -> Result<Vec<Interface>> {
         node_interfaces()
     }
+
+    /// Read once per node, here on the host (a local file, size-capped).
+    fn topology_conf(&mut self) -> Option<String> {
+        crate::core::os::slurm_conf_file("topology.conf")
+    }
 }
 
 /// The task's environment read in place, for the core's parsers.
