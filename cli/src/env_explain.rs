@@ -150,7 +150,7 @@ fn previewed(
     handed.settings = settings;
     // The NVLink domains of topology/block, from this machine's topology.conf.
     handed.step.nvl_blocks = core::os::slurm_conf_file("topology.conf")
-        .and_then(|text| core::nvl_domains::Blocks::parse(&text));
+        .and_then(|text| core::topology_blocks::Blocks::parse(&text));
     // The job's restart count as srun reads it: the ids shown are those the
     // step's tasks get.
     handed.step.restart_count = core::step::restart_count(&mut ProcessEnv)?;

@@ -3,7 +3,7 @@
 //! out, and from it one [`Injection`] (the variables to set) per task.
 //!
 //! Each file imports only files before it, in this order: the error, the
-//! numbers and the limits; the grammars of Slurm's variables (host lists,
+//! numbers and the limits; the grammars of Slurm's variables (host lists, topology.conf's blocks,
 //! runs, tasks per node, distributions, srun's task map, roles, ports, GPU
 //! devices and bindings, the network's [`addresses`]); [`os`], the one place
 //! the core touches the operating system; the [`settings`] (what the step
@@ -71,6 +71,7 @@ pub mod tasks_per_node;
 #[cfg(test)]
 mod test_support;
 pub mod tf_config;
+pub mod topology_blocks;
 
 pub use error::{Error, Kind, Result};
 pub use frameworks::{FRAMEWORKS, Framework, Frameworks, Launch, check_before_launch};

@@ -5,9 +5,8 @@
 //! framework can place tensor- or expert-parallel groups inside a domain
 //! without parsing SLURM_TOPOLOGY_ADDR or node names.
 
-use crate::hostlist::HostList;
 use crate::layout::Layout;
-use crate::limits::MAX_NODES;
+use crate::topology_blocks::Blocks;
 
 /// The variables, in the order they are set.
 pub const VARS: [&str; 4] = [
@@ -16,34 +15,6 @@ pub const VARS: [&str; 4] = [
     "TF_CLUSTER_NVL_DOMAIN_SIZE",
     "TF_CLUSTER_NVL_DOMAINS",
 ];
-
-/// topology.conf's blocks (`BlockName=b1 Nodes=node[1-18]`), in its order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Blocks(Vec<HostList>);
-
-impl Blocks {
-    /// None where the file names no block (tree, flat, no file) or a block
-    /// is not a host list.
-    pub fn parse(text: &str) -> Option<Blocks> {
-        let mut blocks = Vec::new();
-        for line in text.lines() {
-            let line = line.split('#').next().unwrap_or_default();
-            let mut words = line.split_whitespace().filter_map(|w| w.split_once('='));
-            let named = words
-                .clone()
-                .any(|(k, _)| k.eq_ignore_ascii_case("BlockName"));
-            let nodes = words.find(|(k, _)| k.eq_ignore_ascii_case("Nodes"));
-            if let (true, Some((_, nodes))) = (named, nodes) {
-                blocks.push(HostList::parse(nodes, MAX_NODES as usize).ok()?);
-            }
-        }
-        (!blocks.is_empty()).then_some(Blocks(blocks))
-    }
-
-    fn of(&self, host: &str) -> Option<usize> {
-        self.0.iter().position(|b| b.position(host).is_some())
-    }
-}
 
 /// Each rank's domain, its rank in it, and the domains' sizes.
 #[derive(Debug, Clone, PartialEq, Eq)]

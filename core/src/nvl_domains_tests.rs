@@ -1,10 +1,11 @@
 //! Each rank's NVLink domain from topology.conf's blocks and the layout.
 
 use crate::layout::Layout;
-use crate::nvl_domains::{Blocks, Domains};
+use crate::nvl_domains::Domains;
 use crate::settings::Settings;
 use crate::step::Step;
 use crate::test_support::given;
+use crate::topology_blocks::Blocks;
 
 fn layout(nodes: &str, per_node: &str, dist: Option<&str>) -> Layout {
     let mut vars = vec![

@@ -295,7 +295,7 @@ pub fn user_file_text(path: &str, bytes: Vec<u8>) -> Result<String> {
 
 /// The kernel's files under a root directory (`/` on a node; a fixture's
 /// directory in the tests and a test build), as
-/// crate::gpus::topology::KernelFiles: each read bounded, opened without
+/// crate::gpus::kernel_files::KernelFiles: each read bounded, opened without
 /// blocking, a directory listing capped.
 pub struct Root(pub std::path::PathBuf);
 
@@ -303,7 +303,7 @@ pub struct Root(pub std::path::PathBuf);
 /// SLURM_CONF in this process's environment, else in /etc/slurm. None where
 /// it cannot be read.
 pub fn slurm_conf_file(name: &str) -> Option<String> {
-    use crate::gpus::topology::KernelFiles;
+    use crate::gpus::kernel_files::KernelFiles;
     let conf = std::env::var_os("SLURM_CONF").map(std::path::PathBuf::from);
     let dir = conf
         .as_deref()
@@ -321,7 +321,7 @@ impl Root {
     }
 }
 
-impl crate::gpus::topology::KernelFiles for Root {
+impl crate::gpus::kernel_files::KernelFiles for Root {
     fn read(&mut self, path: &str) -> Option<String> {
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -345,7 +345,9 @@ impl crate::gpus::topology::KernelFiles for Root {
         let Ok(entries) = std::fs::read_dir(self.path(dir)) else {
             return Vec::new();
         };
-        let names = entries.take(crate::gpus::topology::MAX_ENTRIES).flatten();
+        let names = entries
+            .take(crate::gpus::kernel_files::MAX_ENTRIES)
+            .flatten();
         names
             .filter_map(|e| e.file_name().to_str().map(str::to_string))
             .collect()
@@ -368,7 +370,7 @@ mod tests {
     /// A fixture root: files, a link and a directory, read as on a node.
     #[test]
     fn kernel_files_are_read_under_their_root() {
-        use crate::gpus::topology::KernelFiles;
+        use crate::gpus::kernel_files::KernelFiles;
         let dir = std::env::temp_dir().join(format!("tfc-root-{}", std::process::id()));
         let pci = dir.join("sys/bus/pci/devices/0000:41:00.0");
         std::fs::create_dir_all(&pci).unwrap();

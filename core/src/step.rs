@@ -128,7 +128,7 @@ pub struct Step {
     pub block_topology: Option<String>,
     /// topology.conf's blocks as the node reads them (topology/block: an
     /// NVLink domain each), for each task's domain.
-    pub nvl_blocks: Option<crate::nvl_domains::Blocks>,
+    pub nvl_blocks: Option<crate::topology_blocks::Blocks>,
     /// This node's interface on the step's network, if the step names one
     /// ([`network::decision::for_node`]).
     pub network: Option<NodeNetwork>,
@@ -280,7 +280,7 @@ impl Step {
         }
         self.nvl_blocks = source
             .topology_conf()
-            .and_then(|text| crate::nvl_domains::Blocks::parse(&text));
+            .and_then(|text| crate::topology_blocks::Blocks::parse(&text));
         self.network = network::decision::for_node(
             settings,
             source,

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use super::cpu_plan::{CpuPlan, TaskPlace};
 use super::gres_conf::gpu_devices;
-use super::topology::{KernelFiles, Topology};
+use super::kernel_files::KernelFiles;
+use super::topology::Topology;
 use crate::cpulist::Cpus;
 
 /// A node's kernel files: text files and links by absolute path.

@@ -2,7 +2,7 @@
 //! `/dev/dri/card1`), whose `/sys/class/drm/<name>/device` link names the
 //! GPU's PCI function. (AMD's `/dev/kfd` is every GPU's: no place.)
 
-use super::topology::{KernelFiles, Vendor, is_pci_address};
+use super::kernel_files::{KernelFiles, Vendor, is_pci_address};
 
 pub const VENDOR: Vendor = Vendor {
     name: "drm",

@@ -29,7 +29,7 @@
 //! frameworks ask of the GPUs), [`refusals`] (the texts that refuse a
 //! request), [`plan`] (one node's GPU plan) and [`request`] (srun's check of
 //! the request before launch); where each GPU sits ([`topology`], read from
-//! the kernel's files through each vendor's file, [`nvidia`] and [`drm`], by
+//! the kernel's files ([`kernel_files`]) through each vendor's file, [`nvidia`] and [`drm`], by
 //! gres.conf's device files, [`gres_conf`]) and each task's CPUs and memory
 //! chosen from its GPUs ([`cpu_plan`]). Whether a node's GPUs are counted is a fact of
 //! the step (crate::step::needs_probe).
@@ -41,6 +41,7 @@ mod cpu_plan_tests;
 pub mod devices;
 pub mod drm;
 pub mod gres_conf;
+pub mod kernel_files;
 pub mod nvidia;
 pub mod plan;
 #[cfg(test)]

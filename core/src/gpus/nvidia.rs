@@ -2,7 +2,7 @@
 //! GPU's PCI address in `/proc/driver/nvidia/gpus/<pci>/information`
 //! ("Device Minor: N", "Bus Location: 0000:41:00.0").
 
-use super::topology::{KernelFiles, MAX_ENTRIES, Vendor, trailing_number};
+use super::kernel_files::{KernelFiles, MAX_ENTRIES, Vendor, trailing_number};
 
 pub const VENDOR: Vendor = Vendor {
     name: "nvidia",
