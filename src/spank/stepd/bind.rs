@@ -15,7 +15,6 @@ use std::ffi::CString;
 use std::path::PathBuf;
 
 use super::super::handle::{Spank, notice};
-use super::apply::CVars;
 use crate::core::Node;
 use crate::core::cpulist::Cpus;
 use crate::core::gpus::DEVICE_VARS;
@@ -83,7 +82,7 @@ pub fn prepare(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -
 /// In `task_init`, after the task's variables are set: its part of the
 /// plan, by the device list it now has (ours, else Slurm's), and
 /// TF_CLUSTER_CPUS naming the CPUs it runs on.
-pub fn apply(spank: &Spank, bind: &NodeBind, vars: &CVars, local: u32) {
+pub fn apply(spank: &Spank, bind: &NodeBind, vars: &[(CString, CString)], local: u32) {
     let ours = vars.iter().find_map(|(name, value)| {
         let name = name.to_str().ok()?;
         DEVICE_VARS
