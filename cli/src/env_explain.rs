@@ -148,9 +148,20 @@ fn previewed(
     };
     let mut handed = Step::gather(gather, &mut source)?.handed()?;
     handed.settings = settings;
-    // The NVLink domains of topology/block, from this machine's topology.conf.
-    handed.step.nvl_blocks = core::os::slurm_conf_file("topology.conf")
-        .and_then(|text| core::topology_blocks::Blocks::parse(&text));
+    // The NVLink domains of topology/block, from this machine's topology.conf
+    // where slurm.conf names that plugin.
+    let block = core::os::slurm_conf_file("slurm.conf").is_some_and(|conf| {
+        conf.lines().any(|l| {
+            l.split('#')
+                .next()
+                .unwrap_or_default()
+                .contains("topology/block")
+        })
+    });
+    if block {
+        handed.step.nvl_blocks = core::os::slurm_conf_file("topology.conf")
+            .and_then(|text| core::topology_blocks::Blocks::parse(&text));
+    }
     // The job's restart count as srun reads it: the ids shown are those the
     // step's tasks get.
     handed.step.restart_count = core::step::restart_count(&mut ProcessEnv)?;

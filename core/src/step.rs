@@ -278,9 +278,14 @@ impl Step {
         ) {
             self.node_gpus = Some(source.gpu_count()?);
         }
-        self.nvl_blocks = source
-            .topology_conf()
-            .and_then(|text| crate::topology_blocks::Blocks::parse(&text));
+        // Only where Slurm runs topology/block (its address pattern names
+        // blocks): a topology.conf it does not use names no domain.
+        let pattern = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
+        if pattern.is_some_and(|p| p.split('.').any(|level| level == "block")) {
+            self.nvl_blocks = source
+                .topology_conf()
+                .and_then(|text| crate::topology_blocks::Blocks::parse(&text));
+        }
         self.network = network::decision::for_node(
             settings,
             source,
