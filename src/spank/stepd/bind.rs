@@ -33,6 +33,8 @@ pub struct NodeBind {
     picks: bool,
     /// The step's tasks on this node.
     tasks: u32,
+    /// TF_CLUSTER_CPUS also as Apptainer's (`--tf-apptainer-env`).
+    mirror: bool,
 }
 
 /// In `user_init`: the node's plan, or None (nothing is bound).
@@ -77,6 +79,7 @@ pub fn prepare(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -
         plan,
         picks: node.picks_gpu_by_local_rank(),
         tasks: node.here().len() as u32,
+        mirror: node.settings().apptainer_env,
     })
 }
 
@@ -112,6 +115,10 @@ pub fn apply(spank: &Spank, bind: &NodeBind, vars: &[(CString, CString)], local:
     }
     if let Ok(value) = CString::new(cpus.list()) {
         let _ = spank.setenv_c(c"TF_CLUSTER_CPUS", &value);
+        if bind.mirror {
+            let _ = spank.setenv_c(c"APPTAINERENV_TF_CLUSTER_CPUS", &value);
+            let _ = spank.setenv_c(c"SINGULARITYENV_TF_CLUSTER_CPUS", &value);
+        }
     }
 }
 
