@@ -8,7 +8,7 @@
 mod common;
 mod topology;
 
-use common::{exec, testbed_with_topology};
+use common::{exec, srun_tasks, testbed_with_topology, wait_all_idle};
 use topology::{assert_case, slurm_version};
 
 /// `scontrol show config`'s TopologyPlugin and the files in its PluginDir.
@@ -131,4 +131,58 @@ fn block_layouts_follow_the_blocks() {
             &["node1", "node1", "node1", "node2"],
         ),
     );
+}
+
+/// Each task is told its NVLink domain, topology/block's block (one node
+/// each here): the step's blocks numbered in the order of their first ranks,
+/// the task's rank in its block, the block's size and the count. Where Slurm
+/// has no topology/block (22.05), no task is told one, though topology.conf
+/// names the blocks.
+#[test]
+fn each_task_is_told_its_nvlink_domain() {
+    let _s = topology::serial();
+    let _t = testbed_with_topology("block");
+    wait_all_idle();
+    let probe = r#"printf 'NVL %s %s %s %s %s %s\n' "$SLURM_PROCID" "$(hostname)" "${TF_CLUSTER_NVL_DOMAIN--}" "${TF_CLUSTER_NVL_DOMAIN_RANK--}" "${TF_CLUSTER_NVL_DOMAIN_SIZE--}" "${TF_CLUSTER_NVL_DOMAINS--}""#;
+    let args = [
+        "-N3",
+        "--ntasks-per-node=2",
+        "--torch-cluster",
+        "sh",
+        "-c",
+        probe,
+    ];
+    let out = srun_tasks(&args);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut seen: Vec<Vec<String>> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("NVL "))
+        .map(|l| l.split(' ').map(String::from).collect())
+        .collect();
+    seen.sort_by_key(|f| f[0].parse::<u32>().unwrap());
+    assert_eq!(seen.len(), 6, "{text}");
+    // The hosts in rank order name the domains.
+    let mut order: Vec<String> = Vec::new();
+    for f in &seen {
+        if !order.contains(&f[1]) {
+            order.push(f[1].clone());
+        }
+        let want = if slurm_version() >= (23, 11) {
+            let domain = order.iter().position(|h| *h == f[1]).unwrap();
+            let before = seen
+                .iter()
+                .take_while(|g| g[0] != f[0])
+                .filter(|g| g[1] == f[1])
+                .count();
+            [
+                domain.to_string(),
+                before.to_string(),
+                "2".into(),
+                "3".into(),
+            ]
+        } else {
+            ["-", "-", "-", "-"].map(String::from)
+        };
+        assert_eq!(f[2..], want, "rank {}: {text}", f[0]);
+    }
 }

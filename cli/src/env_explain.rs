@@ -43,7 +43,7 @@ pub fn run(args: &StepArgs, explain: bool) -> Result<Output> {
         // srun's word applied as slurmstepd applies it: the options are the
         // ones given here.
         let gathered = Step::gather(&settings, &mut ProcessEnv)?;
-        return render(explain, gathered, None, Vec::new());
+        return render(explain, gathered, None, bound_note().into_iter().collect());
     }
     preview_step(args, settings, place, explain)
 }
@@ -103,6 +103,17 @@ fn preview_step(
     render(explain, gathered, Some(preview.rank), notes)
 }
 
+/// Inside a step: the CPUs the plugin bound this task to, near its GPUs
+/// (TF_CLUSTER_CPUS, which slurmstepd set as it bound the task).
+fn bound_note() -> Option<String> {
+    let cpus = std::env::var("TF_CLUSTER_CPUS").ok()?;
+    let cpus = tf_cluster_core::cpulist::Cpus::parse(&cpus)?;
+    Some(format!(
+        "this task runs on CPUs {} (TF_CLUSTER_CPUS): the CPUs near its GPUs (--tf-bind=gpu)",
+        cpus.list()
+    ))
+}
+
 /// The first note of a preview: which step it shows.
 fn what_is_previewed(place: Place, shape_given: bool) -> String {
     match place {
@@ -137,6 +148,20 @@ fn previewed(
     };
     let mut handed = Step::gather(gather, &mut source)?.handed()?;
     handed.settings = settings;
+    // The NVLink domains of topology/block, from this machine's topology.conf
+    // where slurm.conf names that plugin.
+    let block = core::os::slurm_conf_file("slurm.conf").is_some_and(|conf| {
+        conf.lines().any(|l| {
+            l.split('#')
+                .next()
+                .unwrap_or_default()
+                .contains("topology/block")
+        })
+    });
+    if block {
+        handed.step.nvl_blocks = core::os::slurm_conf_file("topology.conf")
+            .and_then(|text| core::topology_blocks::Blocks::parse(&text));
+    }
     // The job's restart count as srun reads it: the ids shown are those the
     // step's tasks get.
     handed.step.restart_count = core::restart_count(&mut ProcessEnv)?;

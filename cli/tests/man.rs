@@ -67,8 +67,14 @@ fn every_option_is_in_the_manual_and_back() {
     });
     man.remove("--help");
     // Options of other programs the manual names: Apptainer's, sbatch's
-    // and srun's (hang's overlap step).
-    for other in ["--cleanenv", "--no-requeue", "--overlap", "--jobid"] {
+    // and srun's (hang's overlap step; --cpu-bind, which wins over --tf-bind).
+    for other in [
+        "--cleanenv",
+        "--no-requeue",
+        "--overlap",
+        "--jobid",
+        "--cpu-bind",
+    ] {
         assert!(!help.contains(other), "{other} is an option of tf-cluster");
         man.remove(other);
     }

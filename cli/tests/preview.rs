@@ -1043,3 +1043,45 @@ fn login_node_roles() {
         "{err}"
     );
 }
+
+/// Under topology/block, the preview names each rank's NVLink domain from
+/// topology.conf beside slurm.conf (node2 and node3 one block, node1
+/// another); without it, none.
+#[test]
+fn env_names_the_nvlink_domain_under_topology_block() {
+    let dir = std::env::temp_dir().join(format!("tfc-preview-blocks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("slurm.conf");
+    std::fs::write(&conf, "ClusterName=c\nTopologyPlugin=topology/block\n").unwrap();
+    std::fs::write(
+        dir.join("topology.conf"),
+        "BlockName=b1 Nodes=node[2-3]\nBlockName=b2 Nodes=node1\n",
+    )
+    .unwrap();
+    let env = [("SLURM_CONF", conf.to_str().unwrap())];
+    let domain = |rank: &str| {
+        let args = [
+            "env",
+            "-N3",
+            "--ntasks-per-node=2",
+            "--torch-cluster",
+            "--rank",
+            rank,
+        ];
+        let vars: Value = serde_json::from_str(&ok(&cli(&args, &env))).unwrap();
+        [
+            "TF_CLUSTER_NVL_DOMAIN",
+            "TF_CLUSTER_NVL_DOMAIN_RANK",
+            "TF_CLUSTER_NVL_DOMAIN_SIZE",
+            "TF_CLUSTER_NVL_DOMAINS",
+        ]
+        .map(|n| vars[n].as_str().unwrap_or("-").to_string())
+    };
+    // Ranks 0-1 on node1 (domain 0), 2-5 on node2 and node3 (domain 1).
+    assert_eq!(domain("1"), ["0", "1", "2", "2"]);
+    assert_eq!(domain("4"), ["1", "2", "4", "2"]);
+    let args = ["env", "-N3", "--ntasks-per-node=2", "--torch-cluster"];
+    let vars: Value = serde_json::from_str(&ok(&cli(&args, &[]))).unwrap();
+    assert!(vars.get("TF_CLUSTER_NVL_DOMAIN").is_none(), "{vars}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -3,7 +3,7 @@
 //! out, and from it one [`Injection`] (the variables to set) per task.
 //!
 //! Each file imports only files before it, in this order: the error, the
-//! numbers and the limits; the grammars of Slurm's variables (host lists,
+//! numbers and the limits; the grammars of Slurm's variables (host lists, topology.conf's blocks,
 //! runs, tasks per node, distributions, srun's task map, roles, ports, GPU
 //! devices and bindings, the network's `addresses`); [`os`], the one place
 //! the core touches the operating system; the [`settings`] (what the step
@@ -11,7 +11,8 @@
 //! the [`network`]'s decision (and srun's name lookups, the one place the
 //! core starts threads: [`network::lookups`]), the heterogeneous job's
 //! variables ([`het`]) and the `step`; the `layout` (where every rank
-//! runs: it knows no framework); the node's `node_plan` and [`gpus`]; the
+//! runs: it knows no framework) and its NVLink domains (`nvl_domains`); the
+//! node's `node_plan` and [`gpus`]; the
 //! [`frameworks`] (each framework's variables, one module each, driven by
 //! one table); and the `node`, then what a node checks of its share
 //! before its tasks start ([`preflight`]) and the [`record`] of the step.
@@ -28,6 +29,7 @@
 //! lookups srun runs through [`network::lookups`] and what [`os`] reads.
 
 pub(crate) mod addresses;
+pub mod cpulist;
 pub mod distribution;
 mod error;
 pub mod frameworks;
@@ -46,6 +48,9 @@ pub(crate) mod node_plan;
 #[cfg(test)]
 mod node_tests;
 pub mod number;
+pub(crate) mod nvl_domains;
+#[cfg(test)]
+mod nvl_domains_tests;
 pub mod os;
 pub mod ports;
 #[cfg(test)]
@@ -74,6 +79,7 @@ pub mod tasks_per_node;
 #[cfg(test)]
 mod test_support;
 pub(crate) mod tf_config;
+pub mod topology_blocks;
 
 pub use addresses::{Interface, Network};
 pub use error::{Error, Kind, Result};

@@ -34,6 +34,8 @@ pub struct Node {
     shared: Vec<String>,
     /// The step's roles (`--tf-roles`) and each task's own ports.
     worlds: RoleWorlds,
+    /// Each rank's NVLink domain, where the step's nodes are in blocks.
+    nvl: Option<crate::nvl_domains::Domains>,
 }
 
 impl Node {
@@ -67,7 +69,12 @@ impl Node {
         }
         // Every cache a task reads is filled here, once, not in each task.
         layout.warm();
+        let nvl = step
+            .nvl_blocks
+            .as_ref()
+            .and_then(|b| crate::nvl_domains::Domains::of(b, &layout));
         Ok(Node {
+            nvl,
             settings,
             step,
             layout,
@@ -151,6 +158,9 @@ impl Node {
         if let Some(id) = self.step.run_id() {
             vars.push((RUN_ID_VAR, id));
         }
+        if let Some(domain) = self.nvl.as_ref().and_then(|d| d.vars(rank)) {
+            vars.extend(domain);
+        }
         let mut list: Vec<_> = vars.into_iter().map(|(n, v)| (n.into(), v)).collect();
         let step_port = self.step_port();
         let placed = (rank, placement, world);
@@ -231,6 +241,12 @@ impl Node {
     pub fn gpus_of(&self, local: u32) -> Option<String> {
         let gpus = self.plan.gpus(&self.settings, local, None).ok()?;
         gpus.vars.into_iter().next().map(|(_, list)| list)
+    }
+
+    /// Whether each task is shown the node's GPUs and uses its
+    /// LOCAL_RANK-th (PyTorch's `set_device(LOCAL_RANK)`).
+    pub fn picks_gpu_by_local_rank(&self) -> bool {
+        self.plan.rules().whole.is_some()
     }
 
     /// The role and index of `rank` (`worker 3`): its step role's

@@ -280,6 +280,11 @@ impl NodePlan {
         )
     }
 
+    /// What the step's frameworks ask of the GPUs.
+    pub fn rules(&self) -> Rules {
+        self.rules
+    }
+
     /// The GPUs of local task `local`: the node's plan, or, for a task
     /// Slurm bound to GPUs of its own, the plan of its binding.
     pub fn gpus(

@@ -293,9 +293,107 @@ pub fn user_file_text(path: &str, bytes: Vec<u8>) -> Result<String> {
     String::from_utf8(bytes).map_err(|_| user_file_refused(path, "not UTF-8 text"))
 }
 
+/// The kernel's files under a root directory (`/` on a node; a fixture's
+/// directory in the tests and a test build), as
+/// crate::gpus::kernel_files::KernelFiles: each read bounded, opened without
+/// blocking, a directory listing capped.
+pub struct Root(pub std::path::PathBuf);
+
+/// A file of Slurm's configuration (`gres.conf`, `topology.conf`): beside
+/// SLURM_CONF in this process's environment, else in /etc/slurm. None where
+/// it cannot be read.
+pub fn slurm_conf_file(name: &str) -> Option<String> {
+    use crate::gpus::kernel_files::KernelFiles;
+    let conf = std::env::var_os("SLURM_CONF").map(std::path::PathBuf::from);
+    let dir = conf
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .map_or_else(|| "/etc/slurm".into(), std::path::Path::to_path_buf);
+    Root("/".into()).read(&dir.join(name).to_string_lossy())
+}
+
+/// Largest kernel file read (a `local_cpulist` of 8,192 CPUs is far less).
+const MAX_KERNEL_FILE: u64 = 64 << 10;
+
+impl Root {
+    fn path(&self, path: &str) -> std::path::PathBuf {
+        self.0.join(path.trim_start_matches('/'))
+    }
+}
+
+impl crate::gpus::kernel_files::KernelFiles for Root {
+    fn read(&mut self, path: &str) -> Option<String> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(self.path(path))
+            .ok()?;
+        if !file.metadata().ok()?.file_type().is_file() {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_KERNEL_FILE).read_to_end(&mut bytes).ok()?;
+        String::from_utf8(bytes).ok()
+    }
+
+    fn link(&mut self, path: &str) -> Option<String> {
+        let target = std::fs::read_link(self.path(path)).ok()?;
+        target.to_str().map(str::to_string)
+    }
+
+    fn list(&mut self, dir: &str) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.path(dir)) else {
+            return Vec::new();
+        };
+        let names = entries
+            .take(crate::gpus::kernel_files::MAX_ENTRIES)
+            .flatten();
+        names
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect()
+    }
+
+    fn minor(&mut self, path: &str) -> Option<u32> {
+        use std::os::unix::fs::FileTypeExt;
+        let meta = std::fs::metadata(self.path(path)).ok()?;
+        let rdev = meta.rdev();
+        // Linux's dev_t: minor in bits 0-7 and 20-39.
+        let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+        (meta.file_type().is_char_device()).then_some(minor as u32)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fixture root: files, a link and a directory, read as on a node.
+    #[test]
+    fn kernel_files_are_read_under_their_root() {
+        use crate::gpus::kernel_files::KernelFiles;
+        let dir = std::env::temp_dir().join(format!("tfc-root-{}", std::process::id()));
+        let pci = dir.join("sys/bus/pci/devices/0000:41:00.0");
+        std::fs::create_dir_all(&pci).unwrap();
+        std::fs::write(pci.join("local_cpulist"), "0-3\n").unwrap();
+        std::fs::create_dir_all(dir.join("sys/class/drm/renderD128")).unwrap();
+        std::os::unix::fs::symlink(
+            "../../../0000:41:00.0",
+            dir.join("sys/class/drm/renderD128/device"),
+        )
+        .unwrap();
+        let mut root = Root(dir.clone());
+        let read = root.read("/sys/bus/pci/devices/0000:41:00.0/local_cpulist");
+        assert_eq!(read.as_deref(), Some("0-3\n"));
+        let link = root.link("/sys/class/drm/renderD128/device");
+        assert_eq!(link.as_deref(), Some("../../../0000:41:00.0"));
+        assert_eq!(root.list("/sys/bus/pci/devices"), ["0000:41:00.0"]);
+        assert_eq!(root.read("/sys/bus/pci/devices"), None);
+        assert_eq!(
+            root.minor("/sys/bus/pci/devices/0000:41:00.0/local_cpulist"),
+            None
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn amd_gpus_are_counted_from_kfd_topology() {

@@ -76,6 +76,17 @@ impl NodeLine<'_> {
 /// without a framework option has its node's line alone ([`NodeLine`]):
 /// its node learns each rank as its task ends, from its exit line.
 pub fn node_lines(node: &Node, run_id: &str) -> String {
+    node_lines_placed(node, run_id, &|_| None)
+}
+
+/// [`node_lines`] with each local task's CPUs and memory nodes where they
+/// are chosen from its GPUs (`placed`: by local id, the CPU list and the
+/// nodes' list).
+pub fn node_lines_placed(
+    node: &Node,
+    run_id: &str,
+    placed: &dyn Fn(u32) -> Option<(String, String)>,
+) -> String {
     let step = node.step();
     let host = step.nodename.as_deref().unwrap_or("?");
     let (job, id) = step.job_step.unwrap_or((0, 0));
@@ -99,7 +110,7 @@ pub fn node_lines(node: &Node, run_id: &str) -> String {
             .map(u16::to_string)
             .collect();
         let line = format!(
-            "{{\"record\":{VERSION},\"kind\":\"rank\",\"rank\":{rank},\"local\":{local},\"host\":{},\"address\":{},\"ports\":[{}],\"gpus\":{},\"interface\":{},\"role\":{},\"run_id\":{}}}\n",
+            "{{\"record\":{VERSION},\"kind\":\"rank\",\"rank\":{rank},\"local\":{local},\"host\":{},\"address\":{},\"ports\":[{}],\"gpus\":{},\"interface\":{},\"role\":{},\"run_id\":{}{}}}\n",
             quoted(host),
             opt(address.as_deref()),
             ports.join(","),
@@ -107,6 +118,11 @@ pub fn node_lines(node: &Node, run_id: &str) -> String {
             opt(interface),
             opt(node.role_of(rank).as_deref()),
             quoted(run_id),
+            placed(local).map_or(String::new(), |(cpus, mems)| format!(
+                ",\"cpus\":{},\"mems\":{}",
+                quoted(&cpus),
+                quoted(&mems)
+            )),
         );
         if line.len() <= MAX_LINE {
             out.push_str(&line);

@@ -24,7 +24,8 @@ fn every_setting_has_a_key_an_argument_and_help() {
             "requeue-on",
             "requeue-max",
             "roles",
-            "ports-per-task"
+            "ports-per-task",
+            "bind"
         ]
     );
     for s in &crate::settings::SETTINGS {

@@ -43,6 +43,12 @@ pub trait Source {
 /// What the node has, probed only when the step needs it; a source that
 /// cannot tell keeps the default, which refuses.
 pub trait Probe {
+    /// Slurm's topology.conf as the node has it (None: no such file): its
+    /// blocks name the NVLink domains (crate::nvl_domains).
+    fn topology_conf(&mut self) -> Option<String> {
+        None
+    }
+
     /// The number of GPUs the node has.
     fn gpu_count(&mut self) -> Result<u32> {
         bail!("the node's GPUs are not counted here")
@@ -80,6 +86,10 @@ impl Source for ProcessEnv {
 impl Probe for ProcessEnv {
     fn gpu_count(&mut self) -> Result<u32> {
         os::node_gpu_count()
+    }
+
+    fn topology_conf(&mut self) -> Option<String> {
+        os::slurm_conf_file("topology.conf")
     }
 
     fn read_file(&mut self, path: &str) -> Result<String> {

@@ -126,6 +126,9 @@ pub struct Step {
     /// topology/tree), read only where Slurm fills the nodes of a block
     /// distribution in topology order ([`Source::blocks_follow_topology`]).
     pub block_topology: Option<String>,
+    /// topology.conf's blocks as the node reads them (topology/block: an
+    /// NVLink domain each), for each task's domain.
+    pub nvl_blocks: Option<crate::topology_blocks::Blocks>,
     /// This node's interface on the step's network, if the step names one
     /// ([`network::decision::for_node`]).
     pub network: Option<NodeNetwork>,
@@ -277,6 +280,14 @@ impl Step {
         ) {
             self.node_gpus = Some(source.gpu_count()?);
         }
+        // Only where Slurm runs topology/block (its address pattern names
+        // blocks): a topology.conf it does not use names no domain.
+        let pattern = source.var("SLURM_TOPOLOGY_ADDR_PATTERN")?;
+        if pattern.is_some_and(|p| p.split('.').any(|level| level == "block")) {
+            self.nvl_blocks = source
+                .topology_conf()
+                .and_then(|text| crate::topology_blocks::Blocks::parse(&text));
+        }
         self.network = network::decision::for_node(
             settings,
             source,
@@ -369,6 +380,7 @@ impl Step {
             secret: None,
             from_srun,
             block_topology: None,
+            nvl_blocks: None,
             network: None,
             engine_host: None,
             engine_kept: Vec::new(),

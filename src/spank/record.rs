@@ -34,7 +34,7 @@ use super::handle::Spank;
 use super::record_dir::Under;
 use crate::core::Node;
 use crate::core::record::{
-    NodeLine, exit_line, node_file_name, node_lines, run_dir_name, user_dir_name,
+    NodeLine, exit_line, node_file_name, node_lines_placed, run_dir_name, user_dir_name,
 };
 use crate::core::settings::Settings;
 
@@ -89,7 +89,11 @@ impl Budget {
 /// the node's file when the step asked for a record. A record that cannot
 /// be written is said in slurmd's log and on the user's terminal, never
 /// fails the step.
-pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
+pub fn begin(
+    spank: &Spank,
+    node: &Node,
+    placed: &dyn Fn(u32) -> Option<(String, String)>,
+) -> Option<Record> {
     let settings = node.settings();
     if !settings.record_log && settings.record.is_none() {
         return None;
@@ -108,7 +112,7 @@ pub fn begin(spank: &Spank, node: &Node) -> Option<Record> {
         );
     }
     let dir = settings.record.as_deref()?;
-    let lines = node_lines(node, &run_id);
+    let lines = node_lines_placed(node, &run_id, placed);
     let ranks = Some(here.iter().map(|&(rank, _)| rank).collect());
     written(spank, dir, &run_id, host, &lines, ranks)
 }

@@ -17,6 +17,9 @@
 //! no two ranks of a node may pick the same. Where no rule can hold, the
 //! step must be refused with one line, by srun before launch where srun can
 //! see the request (Slurm 24.11 on), else by the tasks before their program.
+//!
+//! And each task is born next to its GPUs ([`tasks_are_born_next_to_their_gpus`]):
+//! on fixture kernel files, every task runs on the CPUs near the GPUs it uses.
 
 use crate::common;
 
@@ -570,4 +573,139 @@ fn cpu_only_step() {
     let run = srun(&["-N3", "-n3", "--tf-cluster"]);
     run.assert_workers(3);
     assert_eq!(run.gpus(), [None; 3]);
+}
+
+/// The nodes' kernel files as the NVIDIA driver and sysfs show them, on the
+/// shared /home: GPU i's minor i at PCI 0000:0i:00.0, GPUs 0-1 near CPU 0
+/// and 2-3 near CPU 1 (NUMA node 0 holds both). Only the plugin's test build
+/// reads them, under TF_CLUSTER_TEST_KERNEL_ROOT (a release build reads `/`).
+fn kernel_fixture() -> &'static str {
+    let root = common::run_dir().join("home/alice/tfc-kernel");
+    let write = |path: &str, text: &str| {
+        let file = root.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+    };
+    write("sys/devices/system/node/node0/cpulist", "0-1\n");
+    for gpu in 0..4 {
+        let pci = format!("0000:0{gpu}:00.0");
+        let info = format!("Model: \t\t Fixture\nDevice Minor: \t {gpu}\nBus Location: \t {pci}\n");
+        write(&format!("proc/driver/nvidia/gpus/{pci}/information"), &info);
+        let near = if gpu < 2 { "0\n" } else { "1\n" };
+        write(&format!("sys/bus/pci/devices/{pci}/local_cpulist"), near);
+        write(&format!("sys/bus/pci/devices/{pci}/numa_node"), "0\n");
+    }
+    "TF_CLUSTER_TEST_KERNEL_ROOT=/home/alice/tfc-kernel"
+}
+
+/// Each task's rank, its CPUs (Cpus_allowed_list) and TF_CLUSTER_CPUS.
+const CPU_PROBE: &str = r#"printf 'CPU %s %s %s\n' "$SLURM_PROCID" "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)" "${TF_CLUSTER_CPUS-unset}""#;
+
+/// `srun ARGS` with the fixture: each rank's (CPUs, TF_CLUSTER_CPUS), and
+/// the step's text for messages.
+fn cpus_of(args: &[&str], command: &[&str]) -> (Vec<(String, String)>, String) {
+    let mut all = vec!["--time=2"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(command);
+    let out = common::srun_tasks_env(&[kernel_fixture()], &all);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let text = format!(
+        "srun {}:\n{stdout}{}",
+        all.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut ranks: Vec<(u32, String, String)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.strip_prefix("CPU ")?.split(' ').collect();
+            Some((f[0].parse().ok()?, f[1].to_string(), f.get(2)?.to_string()))
+        })
+        .collect();
+    ranks.sort();
+    let ranks = ranks.into_iter().map(|(_, c, v)| (c, v)).collect();
+    (ranks, text)
+}
+
+/// Each task runs on the CPUs near the GPU it uses, against Slurm's own
+/// binding (the testbed's task/none binds none: every task would run on
+/// 0-1), with the fixture: GPUs 0-1 near CPU 0, 2-3 near CPU 1. Under each
+/// way of giving GPUs: TensorFlow's slices, Slurm's per-task binding and
+/// a --gpu-bind map, PyTorch's LOCAL_RANK-th GPU (seen from a Python thread
+/// started before any framework); behind the container stand-in (its
+/// task_init moves the task first). An explicit --cpu-bind wins, said once;
+/// --tf-bind=off binds nothing.
+#[test]
+fn tasks_are_born_next_to_their_gpus() {
+    let bed = common::exclusive();
+    let fault = "required /opt/tf-cluster/libtf_cluster_fault.so\n";
+    bed.plugstack(fault);
+    let node1 = ["-N1", "-w", "node1"];
+    let sh = ["sh", "-c", CPU_PROBE];
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["-n2", "--gres=gpu:4", "--tf-cluster"], &["0", "1"]),
+        (
+            &["-n4", "--gpus-per-task=1", "--tf-cluster"],
+            &["0", "0", "1", "1"],
+        ),
+        (
+            &[
+                "-n2",
+                "--gres=gpu:4",
+                "--gpu-bind=map_gpu:3,0",
+                "--tf-cluster",
+            ],
+            &["1", "0"],
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = node1.iter().chain(args).copied().collect();
+        let (ranks, text) = cpus_of(&args, &sh);
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|c| (c.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(ranks, want, "{text}");
+    }
+    // PyTorch's LOCAL_RANK-th GPU, seen from a Python thread started before
+    // any framework: its CPUs are the task's.
+    let code = "import threading\n\
+        seen = []\n\
+        t = threading.Thread(target=lambda: seen.append(open('/proc/thread-self/status').read()))\n\
+        t.start(); t.join()\n\
+        import os\n\
+        line = [l for l in seen[0].splitlines() if l.startswith('Cpus_allowed_list')][0]\n\
+        print('CPU', os.environ['SLURM_PROCID'], line.split()[1], os.environ.get('TF_CLUSTER_CPUS'))\n";
+    let torch = [
+        "-N1",
+        "-w",
+        "node1",
+        "-n4",
+        "--gres=gpu:4",
+        "--torch-cluster",
+    ];
+    let (ranks, text) = cpus_of(&torch, &["python3", "-c", code]);
+    let want = ["0", "0", "1", "1"].map(|c| (c.to_string(), c.to_string()));
+    assert_eq!(ranks, want, "{text}");
+    // An explicit --cpu-bind wins, said once; --tf-bind=off: Slurm's.
+    let tf = ["-N1", "-w", "node1", "-n2", "--gres=gpu:4", "--tf-cluster"];
+    for extra in ["--cpu-bind=cores", "--tf-bind=off"] {
+        let args: Vec<&str> = tf.iter().copied().chain([extra]).collect();
+        let (ranks, text) = cpus_of(&args, &sh);
+        let unbound = ("0-1".to_string(), "unset".to_string());
+        assert_eq!(ranks, [unbound.clone(), unbound], "{text}");
+        let said = text
+            .matches("wins: each task keeps Slurm's binding")
+            .count();
+        assert_eq!(said, usize::from(extra != "--tf-bind=off"), "{text}");
+    }
+    // Behind the container stand-in, which moves the task in its task_init.
+    bed.plugstack(&format!(
+        "required {}\n{fault}",
+        common::standin::STANDIN_SO
+    ));
+    let image = ["--container-image=/opt/tfc-images/busybox"];
+    let args: Vec<&str> = tf.iter().chain(&image).copied().collect();
+    let (ranks, text) = cpus_of(&args, &sh);
+    let want = [("0", "0"), ("1", "1")].map(|(c, v)| (c.to_string(), v.to_string()));
+    assert_eq!(ranks, want, "{text}");
 }

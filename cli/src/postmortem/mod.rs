@@ -106,6 +106,21 @@ mod tests {
         )
     }
 
+    /// Each rank's CPUs and memory node, where the record has them.
+    #[test]
+    fn each_ranks_cpus_are_shown() {
+        let placed = rank(0, "node1", "0").replace(
+            "\"run_id\":\"42.0\"",
+            "\"run_id\":\"42.0\",\"cpus\":\"0-15\",\"mems\":\"0\"",
+        );
+        let lines = vec![placed, rank(1, "node1", "1")];
+        let text = report("42.0", Path::new("/r/42.0"), &lines);
+        let row = |r: &str| text.lines().find(|l| l.starts_with(r)).unwrap().to_string();
+        assert!(text.contains("GPUS  CPUS"), "{text}");
+        assert!(row("0 ").contains(" 0-15 mem 0 "), "{text}");
+        assert!(row("1 ").contains(" 1     -  "), "{text}");
+    }
+
     /// The first failure by time, whatever the files' order; the count of
     /// failures; a later format's line is skipped and said.
     #[test]

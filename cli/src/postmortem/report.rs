@@ -97,6 +97,7 @@ fn rank_rows(ranks: &BTreeMap<u64, Rank>) -> Vec<Vec<String>> {
             "ADDRESS",
             "PORTS",
             "GPUS",
+            "CPUS",
             "INTERFACE",
             "ROLE",
             "END",
@@ -131,6 +132,16 @@ fn rank_rows(ranks: &BTreeMap<u64, Rank>) -> Vec<Vec<String>> {
             text("address"),
             ports,
             text("gpus"),
+            match (
+                g.and_then(|g| g["cpus"].as_str()),
+                g.and_then(|g| g["mems"].as_str()),
+            ) {
+                (Some(cpus), Some(mems)) if !mems.is_empty() => {
+                    printable(&format!("{cpus} mem {mems}"))
+                }
+                (Some(cpus), _) => printable(cpus),
+                _ => "-".into(),
+            },
             text("interface"),
             text("role"),
             r.end.as_ref().map_or("running or lost".into(), end_text),

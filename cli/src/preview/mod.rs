@@ -143,7 +143,7 @@ pub fn preview(shape: &Shape, env: &mut (impl Source + Probe), place: Place) -> 
         notes.push(invented(&pool, &counted));
     }
     notes.push(
-        "CPU binding is not shown: Slurm's task plugin binds each task's CPUs at launch".into(),
+        "CPU binding is not shown: each node binds its tasks' CPUs at launch (near their GPUs with --tf-bind=gpu, else Slurm's task plugin)".into(),
     );
     let hostfile = (req.dist == Distribution::Arbitrary)
         .then(|| {

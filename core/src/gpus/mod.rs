@@ -28,17 +28,28 @@
 //! [`bind`] (Slurm's binding, SLURMD_TRES_BIND), [`rules`] (what the
 //! frameworks ask of the GPUs), [`refusals`] (the texts that refuse a
 //! request), [`plan`] (one node's GPU plan) and [`request`] (srun's check of
-//! the request before launch). Whether a node's GPUs are counted is a fact of
+//! the request before launch); where each GPU sits ([`topology`], read from
+//! the kernel's files ([`kernel_files`]) through each vendor's file, [`nvidia`] and [`drm`], by
+//! gres.conf's device files, [`gres_conf`]) and each task's CPUs and memory
+//! chosen from its GPUs ([`cpu_plan`]). Whether a node's GPUs are counted is a fact of
 //! the step (crate::step::needs_probe).
 
 pub mod bind;
+pub mod cpu_plan;
+#[cfg(test)]
+mod cpu_plan_tests;
 pub mod devices;
+pub mod drm;
+pub mod gres_conf;
+pub mod kernel_files;
+pub mod nvidia;
 pub mod plan;
 #[cfg(test)]
 mod plan_tests;
 pub mod refusals;
 pub mod request;
 pub mod rules;
+pub mod topology;
 
 pub use bind::GpuBind;
 pub use devices::{DEVICE_VARS, MAX_GPUS, Visible};

@@ -7,4 +7,6 @@ mod table;
 mod values;
 
 pub use table::{Alone, ROLE_FRAMEWORKS, SETTINGS, Setting, Unset};
-pub use values::{DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_REQUEUE_MAX, Settings};
+pub use values::{
+    Bind, DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_REQUEUE_MAX, Settings,
+};

@@ -2,7 +2,7 @@
 //! range, default, and its parser into [`Settings`]; plugstack.conf
 //! arguments, the SPANK options and the CLI's flags are all made from it.
 
-use super::values::{MAX_REQUEUE_MAX, Settings};
+use super::values::{Bind, MAX_REQUEUE_MAX, Settings};
 use crate::addresses::Network;
 use crate::error::{Error, Result, bail, shown};
 use crate::limits::MAX_GPUS;
@@ -99,7 +99,7 @@ fn within(v: &str, (lo, hi): (u32, u32)) -> std::result::Result<u32, Option<u32>
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 16] = [
+pub const SETTINGS: [Setting; 17] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -350,6 +350,23 @@ pub const SETTINGS: [Setting; 16] = [
                     let (lo, hi) = TASK_PORTS;
                     return Err(format!("{}: ports per task must be {lo}-{hi}", shown(v)));
                 }
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "bind",
+        arg: "gpu|off",
+        help: "gpu: each task given GPUs runs on the CPUs near its own GPUs, within the step's CPUs on the node and shared with no other task there, its memory preferred on their NUMA nodes; an explicit --cpu-bind wins; off: Slurm's binding stays (default gpu)",
+        range: None,
+        default: Unset::Value("gpu"),
+        only_with: None,
+        alone: Alone::Refused,
+        set: |s, v| {
+            s.bind = match v {
+                "gpu" => Bind::Gpu,
+                "off" => Bind::Off,
+                _ => return Err(format!("{}: use gpu or off", shown(v))),
             };
             Ok(())
         },

@@ -60,6 +60,17 @@ pub struct Settings {
     /// Ports of each task's own (`--tf-ports-per-task`); None: the
     /// default of a step with roles, none without.
     pub ports_per_task: Option<u32>,
+    /// Each task's CPUs and memory chosen from its GPUs (`--tf-bind`).
+    pub bind: Bind,
+}
+
+/// What `--tf-bind` binds each task to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// The CPUs near its own GPUs, its memory on their NUMA nodes.
+    Gpu,
+    /// Nothing: Slurm's binding stays.
+    Off,
 }
 
 /// The most times `--tf-requeue-on` lets a job be restarted, unless the site
@@ -94,6 +105,7 @@ impl Default for Settings {
             requeue_max: DEFAULT_REQUEUE_MAX,
             step_roles: None,
             ports_per_task: None,
+            bind: Bind::Gpu,
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct Ready {
     /// The node's network namespace, read in `user_init` on the host (None:
     /// unreadable).
     pub net_ns: Option<PathBuf>,
+    /// Each task's CPUs and memory from its GPUs (None: nothing bound).
+    pub bind: Option<super::bind::NodeBind>,
 }
 
 /// A task's variables as C strings: (name, value).
@@ -109,6 +111,9 @@ pub fn apply(
         }
     }
     say_replaced(&replaced);
+    if let Some(bind) = &ready.bind {
+        super::bind::apply(spank, bind, vars, local);
+    }
     Ok(())
 }
 

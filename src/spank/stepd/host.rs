@@ -158,6 +158,11 @@ impl Probe for OnHost<'_, '_> {
     fn interfaces(&mut self) -> Result<Vec<Interface>> {
         node_interfaces()
     }
+
+    /// Read once per node, here on the host (a local file, size-capped).
+    fn topology_conf(&mut self) -> Option<String> {
+        crate::core::os::slurm_conf_file("topology.conf")
+    }
 }
 
 /// The task's environment read in place, for the core's parsers.
@@ -167,6 +172,19 @@ impl Source for TaskEnv<'_, '_> {
     fn var(&mut self, name: &str) -> Result<Option<String>> {
         Ok(self.0.get(name)?.map(str::to_string))
     }
+}
+
+/// The step's environment as the host gave it (before any container plugin).
+pub fn host_env(spank: &Spank) -> Result<HashMap<String, String>> {
+    Ok(spank
+        .env()?
+        .entries()
+        .filter_map(|entry| {
+            let text = std::str::from_utf8(entry).ok()?;
+            let (name, value) = text.split_once('=')?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -89,11 +89,12 @@ use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 
 mod apply;
 mod async_step;
+mod bind;
 mod host;
 mod sattach;
 
 use apply::{Ready, apply, c_strings};
-use host::{OnHost, entered_namespaces, mount_namespace, net_namespace};
+use host::{OnHost, entered_namespaces, host_env, mount_namespace, net_namespace};
 
 /// slurm.h: step ids above this are special (batch script, extern, interactive).
 const SLURM_MAX_NORMAL_STEP_ID: u32 = 0xffff_fff0;
@@ -260,7 +261,10 @@ impl Stepd {
         recorded_bind: Recorded,
         host_env: HashMap<String, String>,
     ) -> Result<Prepared> {
-        let record = super::record::begin(spank, &node).map(Box::new);
+        // The node's files read once, here on the host (see bind.rs).
+        let bind = bind::prepare(spank, &node, &host_env);
+        let placed = |local| bind.as_ref()?.placed(&node, local);
+        let record = super::record::begin(spank, &node, &placed).map(Box::new);
         // Only where the run's directory was made. The step's environment
         // as srun sent it (here on the host, before any container plugin)
         // says what the user set: that wins, these are defaults.
@@ -292,6 +296,7 @@ impl Stepd {
             host_env,
             debug_files,
             net_ns: net_namespace(),
+            bind,
         })))
     }
 
@@ -442,19 +447,6 @@ impl Stepd {
             }
         }
     }
-}
-
-/// The step's environment as the host gave it (before any container plugin).
-fn host_env(spank: &Spank) -> Result<HashMap<String, String>> {
-    Ok(spank
-        .env()?
-        .entries()
-        .filter_map(|entry| {
-            let text = std::str::from_utf8(entry).ok()?;
-            let (name, value) = text.split_once('=')?;
-            Some((name.to_string(), value.to_string()))
-        })
-        .collect())
 }
 
 /// A task of a step that asked for the plugin, without the node's share.
