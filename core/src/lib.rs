@@ -21,6 +21,7 @@
 
 pub mod addresses;
 pub mod distribution;
+pub mod exclusion;
 mod error;
 pub mod frameworks;
 pub mod gpus;

@@ -344,6 +344,7 @@ impl Plain {
             text.push_str(&format!(";requeue-on={code}"));
         }
         text.push_str(&format!(";requeue-max={}", self.requeue_max));
+        text.push_str(&format!(";exclude-max={}", self.exclude_max));
     }
 
     /// Its fields, each checked as its setting is.
@@ -373,6 +374,10 @@ impl Plain {
         match next_field(fields, "requeue-max") {
             Some(Some(max)) => set("requeue-max", max)?,
             _ => return Err(bad("plain: no requeue-max")),
+        }
+        match next_field(fields, "exclude-max") {
+            Some(Some(max)) => set("exclude-max", max)?,
+            _ => return Err(bad("plain: no exclude-max")),
         }
         Ok(Plain::of(&settings))
     }

@@ -7,4 +7,7 @@ mod table;
 mod values;
 
 pub use table::{Alone, ROLE_FRAMEWORKS, SETTINGS, Setting, Unset};
-pub use values::{DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_REQUEUE_MAX, Settings};
+pub use values::{
+    DEFAULT_EXCLUDE_MAX, DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_EXCLUDE_MAX,
+    MAX_REQUEUE_MAX, Settings,
+};

@@ -2,7 +2,7 @@
 //! range, default, and its parser into [`Settings`]; plugstack.conf
 //! arguments, the SPANK options and the CLI's flags are all made from it.
 
-use super::values::{MAX_REQUEUE_MAX, Settings};
+use super::values::{MAX_EXCLUDE_MAX, MAX_REQUEUE_MAX, Settings};
 use crate::addresses::Network;
 use crate::error::{Error, Result, bail, shown};
 use crate::limits::MAX_GPUS;
@@ -86,6 +86,8 @@ const GPU_COUNTS: (u32, u32) = (0, MAX_GPUS);
 const EXIT_CODES: (u32, u32) = (3, 125);
 /// The counts of restarts `requeue-max` takes.
 const RESTART_COUNTS: (u32, u32) = (0, MAX_REQUEUE_MAX);
+/// The counts of nodes `exclude-max` takes.
+const EXCLUDED_COUNTS: (u32, u32) = (0, MAX_EXCLUDE_MAX);
 /// The ports a task may ask for of its own.
 const TASK_PORTS: (u32, u32) = (1, MAX_PORTS_PER_TASK);
 
@@ -99,7 +101,7 @@ fn within(v: &str, (lo, hi): (u32, u32)) -> std::result::Result<u32, Option<u32>
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 16] = [
+pub const SETTINGS: [Setting; 17] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -317,6 +319,25 @@ pub const SETTINGS: [Setting; 16] = [
                         "{}: a count of requeues must be {lo}-{hi}",
                         shown(v)
                     ));
+                }
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "exclude-max",
+        arg: "N",
+        help: "--tf-requeue-on excludes from the job the node whose task exited with the code (or that the preflight refused) before it requeues, at most N nodes over the job's life (0-64; 0: none, as before); never one that would leave its partition too few nodes (default 1)",
+        range: Some(EXCLUDED_COUNTS),
+        default: Unset::Value("1"),
+        only_with: None,
+        alone: Alone::Beside("requeue-on"),
+        set: |s, v| {
+            s.exclude_max = match within(v, EXCLUDED_COUNTS) {
+                Ok(n) => n,
+                Err(_) => {
+                    let (lo, hi) = EXCLUDED_COUNTS;
+                    return Err(format!("{}: a count of nodes must be {lo}-{hi}", shown(v)));
                 }
             };
             Ok(())
