@@ -82,11 +82,14 @@ pub fn decide(node: &str, max: u32, p: &Placement) -> Exclusion {
         ));
     }
     let names = |list: &str| HostList::parse(list, MAX_NAMES).ok();
-    if !names(&p.nodes).is_some_and(|n| n.position(node).is_some()) {
+    if names(&p.nodes).is_none_or(|n| n.position(node).is_none()) {
         return not("slurmctld does not record it among the job's nodes".into());
     }
     let excluded = names(&p.exc_nodes);
-    if excluded.as_ref().is_some_and(|e| e.position(node).is_some()) {
+    if excluded
+        .as_ref()
+        .is_some_and(|e| e.position(node).is_some())
+    {
         return not("the job excludes it already".into());
     }
     if names(&p.req_nodes).is_some_and(|r| r.position(node).is_some()) {
@@ -212,7 +215,10 @@ mod tests {
             partition_nodes: Some("node[1-6]".into()),
             ..placement()
         };
-        assert!(matches!(decide("node1", 1, &already), Exclusion::Not(Some(_))));
+        assert!(matches!(
+            decide("node1", 1, &already),
+            Exclusion::Not(Some(_))
+        ));
         for (node, p, why) in [
             ("node9", placement(), "among the job's nodes"),
             (

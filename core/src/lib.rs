@@ -21,8 +21,8 @@
 
 pub mod addresses;
 pub mod distribution;
-pub mod exclusion;
 mod error;
+pub mod exclusion;
 pub mod frameworks;
 pub mod gpus;
 pub mod handoff;

@@ -5,6 +5,7 @@
 //! (`srun`, with its Ctrl-C sentinel in `interrupt`), slurmstepd's side
 //! (`stepd`), and what either asks of slurmctld (`slurmctld`).
 
+mod bad_node;
 mod bindings;
 mod bounded_child;
 mod bounded_io;

@@ -185,7 +185,10 @@ fn a_plain_word_round_trips_with_the_record_and_the_requeue() {
     let bare = Plain::of(&Settings::default());
     let mut h = Handoff::new(7, 3, Verdict::Rebuild);
     h.plain(bare);
-    assert_eq!(round_trip(&h), "1;7.3;verdict=plain;requeue-max=3;exclude-max=1");
+    assert_eq!(
+        round_trip(&h),
+        "1;7.3;verdict=plain;requeue-max=3;exclude-max=1"
+    );
     // A step whose options ask for a framework is no plain step.
     let asked = Options::Read(Box::new(|_| Ok(Some(Settings::default()))));
     assert!(word.applied(asked).is_err());

@@ -116,6 +116,9 @@ pub struct Stepd {
     /// The step's private directory on this node (a `--ray-cluster`
     /// step's), removed at the step's end.
     private_dir: OnceLock<PrivateDir>,
+    /// The step's settings when the preflight refused it on this node in
+    /// a step with `--tf-requeue-on`: `task_exit` requeues the job.
+    preflight_refused: OnceLock<Box<Settings>>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -151,6 +154,7 @@ impl Stepd {
             host_kill: OnceLock::new(),
             record: OnceLock::new(),
             private_dir: OnceLock::new(),
+            preflight_refused: OnceLock::new(),
         }
     }
 
@@ -263,7 +267,7 @@ impl Stepd {
         if let Some(dir) = private_dir(spank, &node) {
             let _ = self.private_dir.set(dir);
         }
-        super::preflight::run(spank, &node)?;
+        super::bad_node::preflight(spank, &node, &self.preflight_refused)?;
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
                 .into_iter()
@@ -374,6 +378,7 @@ impl Stepd {
         guard("task_exit", Some(spank), Answer::Succeeds, || {
             if let Some(host_kill) = self.host_kill.get()
                 && host_kill.take()
+                && !super::slurmctld::requeue::requeued()
             {
                 end_from_host(spank);
             }
@@ -383,16 +388,24 @@ impl Stepd {
 
     /// The requeue on the step's code, as srun's word or the node's share
     /// set it. A task the plugin refused exits with 1, whatever the step's
-    /// code: never a requeue (the refusal would come back with every
-    /// incarnation).
+    /// code: never a requeue on the code; a step the preflight refused
+    /// here is requeued (without this node) in a step with
+    /// `--tf-requeue-on`.
     fn requeue(&self, spank: &Spank) {
         let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
+        let name = super::bad_node::own_name();
+        let node = name.as_deref();
         match &*self.node.lock().unwrap_or_else(PoisonError::into_inner) {
             Some(Prepared::Ready(r)) if !refused_here => {
-                super::slurmctld::requeue::task_exit(spank, r.node.settings());
+                super::slurmctld::requeue::task_exit(spank, r.node.settings(), node);
             }
             Some(Prepared::Plain(settings)) => {
-                super::slurmctld::requeue::task_exit(spank, settings);
+                super::slurmctld::requeue::task_exit(spank, settings, node);
+            }
+            Some(Prepared::Failed(_))
+                if refused_here && let Some(s) = self.preflight_refused.get() =>
+            {
+                super::slurmctld::requeue::refused(spank, s, node);
             }
             _ => {}
         }
