@@ -4,8 +4,10 @@
 //! of failing the run. Without `--tf-requeue-on` a refusal stays a refusal.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::handle::Spank;
+use super::record::Record;
 use crate::core::{Error, Node, Result, Settings};
 
 /// The node's preflight (super::preflight). Its refusal, in a step with
@@ -28,6 +30,17 @@ pub fn preflight(spank: &Spank, node: &Node, refused: &OnceLock<Box<Settings>>) 
         "{}: the job is requeued{without} (--tf-requeue-on)",
         e.message()
     )))
+}
+
+/// After the requeue: the node this slurmstepd excluded, and why, in the
+/// step's record (once).
+pub fn record(record: Option<&Record>) {
+    static WRITTEN: AtomicBool = AtomicBool::new(false);
+    if let (Some(record), Some((node, why))) = (record, super::slurmctld::exclude::excluded())
+        && !WRITTEN.swap(true, Ordering::SeqCst)
+    {
+        super::record::excluded(record, node, why);
+    }
 }
 
 /// slurmstepd's own name of its node (slurmstepd.c sets SLURMD_NODENAME in

@@ -14,6 +14,7 @@
 //! the setting is 0.
 
 use std::ffi::{CStr, CString, c_char};
+use std::sync::OnceLock;
 
 use super::super::bindings as sys;
 use super::api;
@@ -25,6 +26,14 @@ use crate::core::{Error, Result, Settings};
 const SHOW_ALL: u16 = 0x0001;
 /// Most bytes of one string read from slurmctld's records.
 const MAX_TEXT: usize = 1 << 20;
+
+/// The node this slurmstepd excluded and why, for the step's record.
+static EXCLUDED: OnceLock<(String, String)> = OnceLock::new();
+
+/// The node this slurmstepd excluded from the job and why, once made.
+pub fn excluded() -> Option<&'static (String, String)> {
+    EXCLUDED.get()
+}
 
 /// An exclusion decided before the requeue, sent after it.
 pub struct Plan {
@@ -54,8 +63,9 @@ impl Plan {
     }
 
     /// After the requeue: the job's excluded nodes and the plugin's count
-    /// updated in one request. The words the requeue's line ends with.
-    pub fn send(self) -> String {
+    /// updated in one request; `why` the requeue's cause. The words the
+    /// requeue's line ends with.
+    pub fn send(self, why: &str) -> String {
         let (exc_nodes, admin_comment, count) = match self.exclusion {
             Exclusion::Not(None) => return String::new(),
             Exclusion::Not(Some(line)) => return format!("; {line}"),
@@ -67,9 +77,12 @@ impl Plan {
         };
         let node = &self.node;
         match update(self.job, &exc_nodes, &admin_comment) {
-            Ok(()) => format!(
-                "; {node} excluded from the job ({count} node(s) by tf-cluster; ExcNodeList={exc_nodes})"
-            ),
+            Ok(()) => {
+                let _ = EXCLUDED.set((node.clone(), why.to_string()));
+                format!(
+                    "; {node} excluded from the job ({count} node(s) by tf-cluster; ExcNodeList={exc_nodes})"
+                )
+            }
             Err(e) => format!("; {node} is not excluded: {e}"),
         }
     }

@@ -156,7 +156,7 @@ fn requeue(spank: &Spank, settings: &Settings, node: Option<&str>, cause: Cause,
     match api::check(rc, || format!("{why} but job {job} was not requeued")) {
         Ok(()) => {
             REQUEUED.store(true, Ordering::SeqCst);
-            let excluded = plan.map(Plan::send).unwrap_or_default();
+            let excluded = plan.map(|p| p.send(&why)).unwrap_or_default();
             log::warn!(
                 "job {job} requeued ({} of at most {max}): {why}{excluded}",
                 seen.restarts + 1

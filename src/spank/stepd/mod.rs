@@ -373,6 +373,7 @@ impl Stepd {
         });
         guard("task_exit_requeue", Some(spank), Answer::Succeeds, || {
             self.requeue(spank);
+            super::bad_node::record(self.record.get().and_then(Option::as_deref));
             Ok(())
         });
         guard("task_exit", Some(spank), Answer::Succeeds, || {
