@@ -52,23 +52,21 @@ fn wait(job: &str, done: &dyn Fn(&str) -> bool) -> std::collections::BTreeMap<St
     }
 }
 
-/// A job of `script` in folder `dir`: its id.
-fn submit(dir: &str, script: &str) -> String {
+/// A job of `script` in folder `dir`, given `gres`: its id.
+fn submit(dir: &str, script: &str, gres: &[&str]) -> String {
     common::install(dir, &[("job.sh", script)], "");
     let out_file = format!("{dir}/job.out");
     let job_sh = format!("{dir}/job.sh");
-    let out = exec(&[
+    let mut cmd = vec![
         "sbatch",
         "--parsable",
         "--requeue",
         "--open-mode=append",
         "-N2",
-        "-D",
-        dir,
-        "-o",
-        &out_file,
-        &job_sh,
-    ]);
+    ];
+    cmd.extend_from_slice(gres);
+    cmd.extend_from_slice(&["-D", dir, "-o", &out_file, &job_sh]);
+    let out = exec(&cmd);
     let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(
         out.status.success() && !job.is_empty(),
@@ -117,7 +115,7 @@ fn exit_job(
     Vec<String>,
 ) {
     let dir = format!("/home/alice/tfc-bad-node-{tag}-{}", std::process::id());
-    let job = submit(&dir, &EXIT_SCRIPT.replace("EXTRA", extra));
+    let job = submit(&dir, &EXIT_SCRIPT.replace("EXTRA", extra), &[]);
     let record = wait(&job, &|s| matches!(s, "COMPLETED" | "FAILED" | "CANCELLED"));
     let (text, lines) = hosts(&dir);
     let ctx = format!("job {job} {record:?}\n{text}");
@@ -172,7 +170,11 @@ fn with_exclude_max_0_the_job_is_requeued_as_before() {
 fn a_node_the_preflight_refuses_is_excluded_and_the_job_completes_elsewhere() {
     let _alone = exclusive();
     let dir = format!("/home/alice/tfc-bad-node-refused-{}", std::process::id());
-    let job = submit(&dir, &REFUSED_SCRIPT.replace("DIR", &dir));
+    let job = submit(
+        &dir,
+        &REFUSED_SCRIPT.replace("DIR", &dir),
+        &["--gres=gpu:2"],
+    );
     let running = wait(&job, &|s| s == "RUNNING");
     let nodes = running["NodeList"].clone();
     let out = exec(&["scontrol", "show", "hostnames", &nodes]);
