@@ -24,6 +24,7 @@ pub mod distribution;
 mod error;
 pub mod exclusion;
 pub mod frameworks;
+pub mod gpu_health;
 pub mod gpus;
 pub mod handoff;
 pub mod het;
