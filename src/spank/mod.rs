@@ -10,6 +10,7 @@ mod bindings;
 mod bounded_child;
 mod bounded_io;
 mod fault;
+mod gpu_probe;
 mod guard;
 mod handle;
 mod hooks;

@@ -7,6 +7,10 @@
 //! in `AdminComment`). With `--tf-exclude-max=0` the job is requeued as
 //! before, nothing excluded.
 //!
+//! node2 given the tests' stand-in of NVIDIA's management library: a GPU it
+//! reports with uncorrectable ECC errors or a fabric not completed is refused
+//! in the preflight, named by node, Slurm's index and PCI address.
+//!
 //! Cost: three two-node batch jobs, each requeued once (the testbed's
 //! credential expiry: 30 s before the next incarnation starts).
 
@@ -218,5 +222,94 @@ fn a_node_the_preflight_refuses_is_excluded_and_the_job_completes_elsewhere() {
         "BAD_NODE refused: {bad} refused and the job requeued in {:.1} s, next incarnation on {second:?}",
         took.as_secs_f64()
     );
+    exec(&["rm", "-rf", &dir]);
+}
+
+/// The tests' stand-in of NVIDIA's management library
+/// (tests/nvml_standin/nvml_standin.c), built on the host, as hex.
+fn nvml_standin_hex() -> String {
+    let dir = std::env::temp_dir().join(format!("tfc-nvml-tb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let so = dir.join("libnvidia-ml.so.1");
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/nvml_standin/nvml_standin.c"
+    );
+    let out = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&so)
+        .arg(src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&so).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the node's dynamic linker finds the library, as NVIDIA's driver
+/// installs it.
+const NVML: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+
+/// node2 has the stand-in library, its GPUs as `gpus` says
+/// (`MINOR BUSID STATE` lines); removed when dropped.
+struct StandinNvml;
+
+impl StandinNvml {
+    fn on_node2(hex_file: &str, gpus: &str) -> StandinNvml {
+        let script = format!(
+            "python3 -c 'import sys; open(sys.argv[2], \"wb\").write(bytes.fromhex(open(sys.argv[1]).read().strip()))' {hex_file} {NVML} && printf '{gpus}' > /etc/tfc-nvml-standin"
+        );
+        let out = on("node2", &["bash", "-c", &script]);
+        assert!(out.status.success(), "{out:?}");
+        StandinNvml
+    }
+}
+
+impl Drop for StandinNvml {
+    fn drop(&mut self) {
+        on("node2", &["rm", "-f", NVML, "/etc/tfc-nvml-standin"]);
+    }
+}
+
+/// node2's GPU 1 with volatile uncorrectable ECC errors, then with a fabric
+/// not completed, as the stand-in library reports them: each step on its
+/// two GPUs is refused within 10 s naming the node, Slurm's GPU index and
+/// its PCI address; with every GPU healthy the same step runs.
+#[test]
+fn a_gpu_the_library_reports_unfit_is_refused_naming_node_and_gpu() {
+    let _alone = exclusive();
+    let dir = format!("/home/alice/tfc-nvml-{}", std::process::id());
+    let hex = nvml_standin_hex();
+    common::install(&dir, &[("nvml.hex", hex.as_str())], "");
+    let hex_file = format!("{dir}/nvml.hex");
+    let step = ["-N1", "-w", "node2", "--gres=gpu:2", "--torch-cluster"];
+    let payload = "exec perl -e \"sleep 30; print qq(finished\\n)\"";
+    for (state, why) in [
+        ("ecc", "3 volatile uncorrectable ECC error(s)"),
+        ("fabric", "its NVLink fabric is not completed (state 2)"),
+    ] {
+        let gpus = format!("0 00000000:3B:00.0 healthy\\n1 00000000:3C:00.0 {state}\\n");
+        let _nvml = StandinNvml::on_node2(&hex_file, &gpus);
+        let ended = common::srun_timed(&step, payload);
+        let want = format!("node2: GPU 1 (00000000:3C:00.0): {why}");
+        let ctx = format!("{state}: {:.1} s\n{}", ended.took.as_secs_f64(), ended.text);
+        assert_ne!(ended.code, 0, "{ctx}");
+        let lines = common::messages(&ended.text);
+        assert!(
+            !lines.is_empty() && lines.iter().all(|l| *l == want),
+            "want {want}\n{ctx}"
+        );
+        assert!(ended.took < Duration::from_secs(10), "{ctx}");
+        assert!(!ended.text.contains("finished"), "{ctx}");
+        eprintln!("TIMING nvml {state}: {:.1} s", ended.took.as_secs_f64());
+    }
+    let _nvml = StandinNvml::on_node2(
+        &hex_file,
+        "0 00000000:3B:00.0 healthy\\n1 00000000:3C:00.0 healthy\\n",
+    );
+    let ended = common::srun_timed(&step, "true");
+    assert_eq!(ended.code, 0, "healthy: {}", ended.text);
+    assert!(common::messages(&ended.text).is_empty(), "{}", ended.text);
     exec(&["rm", "-rf", &dir]);
 }
