@@ -375,9 +375,11 @@ impl Plain {
             Some(Some(max)) => set("requeue-max", max)?,
             _ => return Err(bad("plain: no requeue-max")),
         }
+        // Absent from an older srun's word: the default.
         match next_field(fields, "exclude-max") {
+            None => {}
             Some(Some(max)) => set("exclude-max", max)?,
-            _ => return Err(bad("plain: no exclude-max")),
+            Some(None) => return Err(bad("a field without its value")),
         }
         Ok(Plain::of(&settings))
     }
