@@ -97,7 +97,15 @@ fn update(job: u32, exc_nodes: &str, admin_comment: &str) -> Result<()> {
     let mut desc: sys::job_desc_msg_t = unsafe { std::mem::zeroed() };
     // SAFETY: a descriptor we own.
     unsafe { sys::slurm_init_job_desc_msg(&mut desc) };
-    desc.job_id = job;
+    #[cfg(not(slurm_requeue_by_id))]
+    {
+        desc.job_id = job;
+    }
+    // 26.05 on (as slurm_requeue): the job named by a step id.
+    #[cfg(slurm_requeue_by_id)]
+    {
+        desc.step_id = api::step_id(job, sys::NO_VAL);
+    }
     desc.exc_nodes = exc_nodes.as_ptr().cast_mut();
     desc.admin_comment = admin_comment.as_ptr().cast_mut();
     // SAFETY: the descriptor's strings outlive the call; libslurm sends
