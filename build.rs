@@ -105,6 +105,8 @@ fn main() {
         .allowlist_function("slurm_job_step_layout_(get|free)|slurm_kill_job_step|slurm_requeue")
         .allowlist_function("slurm_get_job_steps|slurm_free_job_step_info_response_msg")
         .allowlist_function("slurm_load_job|slurm_free_job_info_msg")
+        .allowlist_function("slurm_(init_job_desc_msg|update_job)")
+        .allowlist_function("slurm_load_partitions|slurm_free_partition_info_msg")
         .allowlist_type("spank_option|spank_err_t|spank_item_t|spank_t|job_states")
         .allowlist_var("SLURM_VERSION_NUMBER|ESPANK_SUCCESS|NO_VAL")
         .layout_tests(false)

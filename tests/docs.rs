@@ -492,10 +492,22 @@ fn cli_subcommands() -> Vec<String> {
         .split_once("enum Command {")
         .expect("cli/src/main.rs: no enum Command");
     let (body, _) = body.split_once("\n}").expect("enum Command's end");
+    // A hidden subcommand (`#[command(hide = true)]`, the preflight's
+    // probe) is the plugin's, not the users'.
+    let mut hidden = false;
     body.lines()
         .filter(|l| l.starts_with("    ") && !l.starts_with("     "))
         .map(str::trim)
-        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .filter(|l| {
+            let name = l.starts_with(|c: char| c.is_ascii_uppercase());
+            let keep = name && !hidden;
+            if name {
+                hidden = false;
+            } else if l.contains("hide = true") {
+                hidden = true;
+            }
+            keep
+        })
         .map(|l| {
             let name: String = l.chars().take_while(|c| c.is_alphanumeric()).collect();
             let mut kebab = String::new();

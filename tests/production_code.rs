@@ -631,9 +631,11 @@ fn nested_functions_closures_strings_and_chars_do_not_confuse_it() {
     assert_eq!(names(&text), [("after".to_string(), 71)]);
 }
 
-/// The files that send a root action's request (a requeue, a step's kill)
-/// and the one that makes its targets from slurmctld's record.
-const ROOT_ACTIONS: [&str; 2] = [
+/// The files that send a root action's request (a requeue, a step's kill,
+/// a node's exclusion) and the one that makes its targets from slurmctld's
+/// record.
+const ROOT_ACTIONS: [&str; 3] = [
+    "src/spank/slurmctld/exclude.rs",
     "src/spank/slurmctld/requeue.rs",
     "src/spank/slurmctld/step_kill.rs",
 ];
@@ -684,7 +686,9 @@ fn a_root_requests_target_comes_from_slurmctld_never_from_an_environment() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let senders: BTreeSet<String> = plugin_effects(root)
         .into_iter()
-        .filter(|(_, kind)| kind == "slurm_requeue" || kind == "slurm_kill_job_step")
+        .filter(|(_, kind)| {
+            ["slurm_requeue", "slurm_kill_job_step", "slurm_update_job"].contains(&kind.as_str())
+        })
         .map(|(path, _)| path)
         .collect();
     assert_eq!(

@@ -14,6 +14,7 @@ mod launcher_env;
 mod options;
 mod postmortem;
 mod preview;
+mod probe_gpus;
 mod ray;
 mod ray_node;
 mod ray_ports;
@@ -74,6 +75,13 @@ enum Command {
     /// 1: a problem that breaks srun or the plugin, 2: warnings only
     /// (a usage error of any command exits 64).
     Doctor,
+    /// (For the plugin's preflight.) Each GPU of these minors' health from
+    /// NVIDIA's management library, one line each; nothing without it.
+    #[command(hide = true)]
+    ProbeGpus {
+        /// The GPUs' device minors (`/dev/nvidiaN`), comma-separated.
+        minors: String,
+    },
     /// Print the variables that give these options to sbatch and srun
     /// through the environment, for launchers that write their own sbatch
     /// script (TorchX, submitit, NeMo-Run), for this node's plugstack.conf.
@@ -224,6 +232,9 @@ fn main() -> ExitCode {
         Command::Doctor => {
             let report = doctor::diagnose(&mut site::System, env!("TF_CLUSTER_BUILD_ID"));
             write_out(&report.render(), report.exit_code())
+        }
+        Command::ProbeGpus { minors } => {
+            write_out(&probe_gpus::probe(&probe_gpus::minors(&minors)), 0)
         }
         Command::LauncherEnv(options) => {
             let (out, errors, code) = launcher_env::main(&options, &mut site::System);

@@ -147,6 +147,15 @@ pub fn exit_line(rank: u32, local: u32, host: &str, status: i32, unix_ns: u128) 
     )
 }
 
+/// A node a requeue excluded from the job (`--tf-exclude-max`), and why.
+pub fn excluded_line(node: &str, why: &str, unix_ns: u128) -> String {
+    format!(
+        "{{\"record\":{VERSION},\"kind\":\"excluded\",\"host\":{},\"why\":{},\"unix_ns\":{unix_ns}}}\n",
+        quoted(node),
+        quoted(why),
+    )
+}
+
 /// WIFEXITED.
 fn libc_exited(status: i32) -> bool {
     status & 0x7f == 0

@@ -23,6 +23,7 @@ fn every_setting_has_a_key_an_argument_and_help() {
             "record-log",
             "requeue-on",
             "requeue-max",
+            "exclude-max",
             "roles",
             "ports-per-task",
             "bind"
@@ -94,6 +95,7 @@ fn every_setting_takes_its_declared_range_and_no_more() {
             "gpus-per-task",
             "requeue-on",
             "requeue-max",
+            "exclude-max",
             "ports-per-task"
         ]
     );

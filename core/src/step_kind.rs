@@ -131,6 +131,7 @@ mod tests {
             record_log: false,
             requeue_on: Some(43),
             requeue_max: 3,
+            exclude_max: 1,
         };
         let plain_word = word(|h| h.plain(plain.clone()));
         assert_eq!(

@@ -5,10 +5,12 @@
 //! (`srun`, with its Ctrl-C sentinel in `interrupt`), slurmstepd's side
 //! (`stepd`), and what either asks of slurmctld (`slurmctld`).
 
+mod bad_node;
 mod bindings;
 mod bounded_child;
 mod bounded_io;
 mod fault;
+mod gpu_probe;
 mod guard;
 mod handle;
 mod hooks;

@@ -12,8 +12,9 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
 use super::handle::Spank;
+use crate::core::gpu_health;
 use crate::core::preflight::{Checks, Device, Host, Link, check};
-use crate::core::{Node, Result};
+use crate::core::{Error, Node, Result};
 
 /// Runs the node's preflight unless the step or the site turned it off.
 pub fn run(spank: &Spank, node: &Node) -> Result<()> {
@@ -21,7 +22,16 @@ pub fn run(spank: &Spank, node: &Node) -> Result<()> {
         return Ok(());
     }
     let gpus = spank.getenv("SLURM_STEP_GPUS")?;
-    check(&Checks::of(node, gpus.as_deref()), &mut OnHost)
+    let checks = Checks::of(node, gpus.as_deref());
+    check(&checks, &mut OnHost)?;
+    // The GPUs' own health (NVIDIA's library, in an exec'd probe): Slurm's
+    // index i is the device of minor i, as the device node check reads it.
+    let pairs: Vec<(u32, u32)> = checks.gpus.iter().map(|&i| (i, i)).collect();
+    let answer = super::gpu_probe::probe(&checks.gpus);
+    match gpu_health::refusal(&checks.node, &pairs, &answer) {
+        Some(why) => Err(Error::new(why)),
+        None => Ok(()),
+    }
 }
 
 struct OnHost;

@@ -305,6 +305,25 @@ pub fn task_exit(spank: &Spank, record: &Record) {
     }
 }
 
+/// In `task_exit` (slurmstepd, root), after a requeue that excluded
+/// `node`: the exclusion and why in the node's file, as the job's user.
+pub fn excluded(record: &Record, node: &str, why: &str) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let line = crate::core::record::excluded_line(node, why, now);
+    let write = bounded_io::Write {
+        dirs: &[],
+        under: None,
+        file: &record.file,
+        create: false,
+        bytes: line.as_bytes(),
+    };
+    if let Err(why) = bounded_io::write(Some(&record.ids), &write, TASK_LIMIT) {
+        log::warn!("record: the exclusion of {node} not written: {why}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bad_node;
 mod concurrent;
 mod containers;
 mod elastic;

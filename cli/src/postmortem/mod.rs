@@ -121,6 +121,29 @@ mod tests {
         assert!(row("1 ").contains(" 1     -  "), "{text}");
     }
 
+    /// A node a requeue excluded is named with why, one line each.
+    #[test]
+    fn an_excluded_node_is_named_with_why() {
+        let line = tf_cluster_core::record::excluded_line(
+            "node2",
+            "a task exited with 43 (--tf-requeue-on=43)",
+            1_000_000_000,
+        );
+        let lines = vec![
+            rank(0, "node2", "0"),
+            exit(0, "node2", "\"code\":43,\"signal\":null", 1_000_000_000),
+            line.trim_end().to_string(),
+        ];
+        let text = report("42.0", Path::new("/r/42.0"), &lines);
+        assert!(
+            text.contains(
+                "node2 excluded from the job before its requeue: a task exited with 43 (--tf-requeue-on=43)\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("not read"), "{text}");
+    }
+
     /// The first failure by time, whatever the files' order; the count of
     /// failures; a later format's line is skipped and said.
     #[test]

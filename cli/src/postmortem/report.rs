@@ -27,6 +27,8 @@ struct Record {
     total: Option<u64>,
     /// Lines not of the record's format (or of a later one).
     skipped: usize,
+    /// The nodes a requeue excluded from the job, and why.
+    excluded: Vec<(String, String)>,
 }
 
 /// A run's record from its lines (any order, any node's).
@@ -49,6 +51,10 @@ fn parse_record(lines: &[String]) -> Record {
             }
             (Some("rank"), Some(r)) => record.ranks.entry(r).or_default().given = Some(v),
             (Some("exit"), Some(r)) => record.ranks.entry(r).or_default().end = Some(v),
+            (Some("excluded"), _) => {
+                let text = |k: &str| printable(v[k].as_str().unwrap_or("?"));
+                record.excluded.push((text("host"), text("why")));
+            }
             _ => record.skipped += 1,
         }
     }
@@ -62,6 +68,7 @@ pub(super) fn report(run: &str, path: &Path, lines: &[String]) -> String {
         nodes,
         total,
         skipped,
+        excluded,
     } = parse_record(lines);
     let mut out = format!(
         "run {run}: {} rank(s) recorded{} on {} node(s); record {}\n",
@@ -73,6 +80,11 @@ pub(super) fn report(run: &str, path: &Path, lines: &[String]) -> String {
     out.push_str(&crate::render::table(&rank_rows(&ranks)));
     out.push('\n');
     out.push_str(&first_failure(&ranks, path));
+    for (host, why) in excluded {
+        out.push_str(&format!(
+            "{host} excluded from the job before its requeue: {why}\n"
+        ));
+    }
     let dumps = fr_dumps(path, my_uid());
     if !dumps.is_empty() {
         out.push_str("flight recorder dumps:\n");

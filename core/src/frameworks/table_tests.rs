@@ -320,7 +320,11 @@ fn every_setting_alone_is_applied_or_refused_by_name() {
     assert!(check_given_settings(&[], none).is_ok());
     assert!(!acts_alone(&[]));
     let acting = ["record", "requeue-on"];
-    let beside = [("record-log", "record"), ("requeue-max", "requeue-on")];
+    let beside = [
+        ("record-log", "record"),
+        ("requeue-max", "requeue-on"),
+        ("exclude-max", "requeue-on"),
+    ];
     for setting in SETTINGS.iter() {
         let option = format!("tf-{}", setting.key);
         let got = check_given_settings(&[&option], none);

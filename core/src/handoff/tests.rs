@@ -188,13 +188,14 @@ fn a_plain_word_round_trips_with_the_record_and_the_requeue() {
         record_log: true,
         requeue_on: Some(43),
         requeue_max: 2,
+        exclude_max: 0,
     };
     let mut h = Handoff::undecided(7, 3, false, 1, None);
     h.plain(plain.clone());
     let text = round_trip(&h);
     assert_eq!(
         text,
-        "1;7.3;verdict=plain;record=2f686f6d652f6d652f72756e733b783d3120c3a9;record-log;requeue-on=43;requeue-max=2;restart=1"
+        "1;7.3;verdict=plain;record=2f686f6d652f6d652f72756e733b783d3120c3a9;record-log;requeue-on=43;requeue-max=2;exclude-max=0;restart=1"
     );
     let word = Word::decode(Some(&text), Some((7, 3))).unwrap();
     assert_eq!(word.plain(), Some((&plain, 1)));
@@ -214,7 +215,10 @@ fn a_plain_word_round_trips_with_the_record_and_the_requeue() {
     let bare = Plain::of(&Settings::default());
     let mut h = Handoff::new(7, 3, Verdict::Rebuild);
     h.plain(bare);
-    assert_eq!(round_trip(&h), "1;7.3;verdict=plain;requeue-max=3");
+    assert_eq!(
+        round_trip(&h),
+        "1;7.3;verdict=plain;requeue-max=3;exclude-max=1"
+    );
     // A step whose options ask for a framework is no plain step.
     let asked = Options::Read(Box::new(|_| Ok(Some(Settings::default()))));
     assert!(word.applied(asked).is_err());

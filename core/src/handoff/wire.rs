@@ -361,6 +361,7 @@ impl Plain {
             text.push_str(&format!(";requeue-on={code}"));
         }
         text.push_str(&format!(";requeue-max={}", self.requeue_max));
+        text.push_str(&format!(";exclude-max={}", self.exclude_max));
     }
 
     /// Its fields, each checked as its setting is.
@@ -390,6 +391,12 @@ impl Plain {
         match next_field(fields, "requeue-max") {
             Some(Some(max)) => set("requeue-max", max)?,
             _ => return Err(bad("plain: no requeue-max")),
+        }
+        // Absent from an older srun's word: the default.
+        match next_field(fields, "exclude-max") {
+            None => {}
+            Some(Some(max)) => set("exclude-max", max)?,
+            Some(None) => return Err(bad("a field without its value")),
         }
         Ok(Plain::of(&settings))
     }

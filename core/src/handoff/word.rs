@@ -46,6 +46,7 @@ pub struct Plain {
     pub record_log: bool,
     pub requeue_on: Option<u8>,
     pub requeue_max: u32,
+    pub exclude_max: u32,
 }
 
 impl Plain {
@@ -56,6 +57,7 @@ impl Plain {
             record_log: settings.record_log,
             requeue_on: settings.requeue_on,
             requeue_max: settings.requeue_max,
+            exclude_max: settings.exclude_max,
         }
     }
 
@@ -67,6 +69,7 @@ impl Plain {
             record_log: self.record_log,
             requeue_on: self.requeue_on,
             requeue_max: self.requeue_max,
+            exclude_max: self.exclude_max,
             ..Settings::default()
         }
     }

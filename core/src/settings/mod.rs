@@ -3,10 +3,13 @@
 //! the one table that declares each setting ([`table`]). This file only
 //! names them.
 
+mod setting;
 mod table;
 mod values;
 
-pub use table::{Alone, ROLE_FRAMEWORKS, SETTINGS, Setting, Unset};
+pub use setting::{Alone, ROLE_FRAMEWORKS, Setting, Unset};
+pub use table::SETTINGS;
 pub use values::{
-    Bind, DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_REQUEUE_MAX, Settings,
+    Bind, DEFAULT_EXCLUDE_MAX, DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_EXCLUDE_MAX,
+    MAX_REQUEUE_MAX, Settings,
 };

@@ -1,79 +1,15 @@
-//! The one table of settings ([`SETTINGS`]): each setting's key, help,
-//! range, default, and its parser into [`Settings`]; plugstack.conf
-//! arguments, the SPANK options and the CLI's flags are all made from it.
+//! The one table of settings ([`SETTINGS`]), each a [`Setting`];
+//! plugstack.conf arguments, the SPANK options and the CLI's flags are all
+//! made from it.
 
-use super::values::{Bind, MAX_REQUEUE_MAX, Settings};
+use super::setting::{Alone, Setting, Unset};
+use super::values::{Bind, MAX_EXCLUDE_MAX, MAX_REQUEUE_MAX, Settings};
 use crate::addresses::Network;
 use crate::error::{Error, Result, bail, shown};
 use crate::limits::MAX_GPUS;
 use crate::number::parse_u32;
 use crate::ports::PortRange;
 use crate::step_roles::{MAX_PORTS_PER_TASK, StepRoles};
-
-/// One setting. This table is the only declaration: the SPANK shell makes
-/// `--tf-<key>=<arg>` options of srun, sbatch and salloc from it, admins
-/// write `key=value` in plugstack.conf, and the CLI takes `--tf-<key>`.
-/// Adding one is an entry here, a field of [`Settings`] and a test. Its
-/// range and default are data the pages that describe it are tested against
-/// (the manual, the admin guide, the user guide), and its help states both
-/// (settings_tests.rs).
-/// In a setting's help, the options of the frameworks that take roles.
-pub const ROLE_FRAMEWORKS: &str = "{role-frameworks}";
-
-pub struct Setting {
-    pub key: &'static str,
-    /// The argument's name in `--help`.
-    pub arg: &'static str,
-    /// Its help, where [`ROLE_FRAMEWORKS`] stands for the options of the
-    /// frameworks that take roles (`Setting::help_text`, beside the
-    /// framework table, writes them out).
-    pub help: &'static str,
-    /// The whole numbers it takes, both ends included, where its value is
-    /// one: the parser takes exactly these.
-    pub range: Option<(u32, u32)>,
-    /// What it is where neither the site nor the step gives it.
-    pub default: Unset,
-    /// The one framework option it acts with (`tf-cluster` for TensorFlow's
-    /// rpc_layer), where it acts with one only; None: with any.
-    pub only_with: Option<&'static str>,
-    /// What it does on a step that asks for no framework option.
-    pub alone: Alone,
-    pub(super) set: fn(&mut Settings, &str) -> std::result::Result<(), String>,
-}
-
-/// What a setting does given to an srun whose step asks for no framework
-/// option (no `--tf-cluster`, `--torch-cluster`, `--jax-cluster`,
-/// `--ray-cluster`): srun refuses the step with one line naming why, or the
-/// setting acts on the step's tasks, which get no framework's variables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alone {
-    /// It shapes a framework's variables, ports or GPUs: refused alone.
-    Refused,
-    /// It acts alone: the record, the requeue.
-    Acts,
-    /// It acts beside this setting given to the same srun
-    /// (`requeue-max` beside `requeue-on`), refused without it.
-    Beside(&'static str),
-}
-
-/// What a setting is where neither the site nor the step gives it, in the
-/// words its help and every page use after "default".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unset {
-    /// This value, as if given: `Settings::default()` is the setting at it.
-    Value(&'static str),
-    /// No value: what the step does instead ("none" where it does nothing).
-    Absent(&'static str),
-}
-
-impl Unset {
-    /// The words after "default".
-    pub fn words(self) -> &'static str {
-        match self {
-            Unset::Value(w) | Unset::Absent(w) => w,
-        }
-    }
-}
 
 /// The ports a port base may be.
 const PORTS: (u32, u32) = (1, 65535);
@@ -86,6 +22,8 @@ const GPU_COUNTS: (u32, u32) = (0, MAX_GPUS);
 const EXIT_CODES: (u32, u32) = (3, 125);
 /// The counts of restarts `requeue-max` takes.
 const RESTART_COUNTS: (u32, u32) = (0, MAX_REQUEUE_MAX);
+/// The counts of nodes `exclude-max` takes.
+const EXCLUDED_COUNTS: (u32, u32) = (0, MAX_EXCLUDE_MAX);
 /// The ports a task may ask for of its own.
 const TASK_PORTS: (u32, u32) = (1, MAX_PORTS_PER_TASK);
 
@@ -99,7 +37,7 @@ fn within(v: &str, (lo, hi): (u32, u32)) -> std::result::Result<u32, Option<u32>
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 17] = [
+pub const SETTINGS: [Setting; 18] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -317,6 +255,25 @@ pub const SETTINGS: [Setting; 17] = [
                         "{}: a count of requeues must be {lo}-{hi}",
                         shown(v)
                     ));
+                }
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "exclude-max",
+        arg: "N",
+        help: "--tf-requeue-on excludes from the job the node whose task exited with the code (or that the preflight refused) before it requeues, at most N nodes over the job's life (0-64; 0: none, as before); never one that would leave its partition too few nodes (default 1)",
+        range: Some(EXCLUDED_COUNTS),
+        default: Unset::Value("1"),
+        only_with: None,
+        alone: Alone::Beside("requeue-on"),
+        set: |s, v| {
+            s.exclude_max = match within(v, EXCLUDED_COUNTS) {
+                Ok(n) => n,
+                Err(_) => {
+                    let (lo, hi) = EXCLUDED_COUNTS;
+                    return Err(format!("{}: a count of nodes must be {lo}-{hi}", shown(v)));
                 }
             };
             Ok(())

@@ -55,6 +55,10 @@ pub struct Settings {
     /// `requeue_on` requeues no job Slurm has already restarted this many
     /// times (its restart count, whatever requeued it).
     pub requeue_max: u32,
+    /// The most nodes `requeue_on` excludes from the job over its life, one
+    /// per requeue: the node whose task ended with the code, or that the
+    /// preflight refused (0: none).
+    pub exclude_max: u32,
     /// The step's roles (`--tf-roles`): each its own world.
     pub step_roles: Option<StepRoles>,
     /// Ports of each task's own (`--tf-ports-per-task`); None: the
@@ -77,6 +81,13 @@ pub enum Bind {
 /// (`requeue-max=`) or the step says otherwise: a training that exits with
 /// its code every time comes back three times, not for ever.
 pub const DEFAULT_REQUEUE_MAX: u32 = 3;
+
+/// The most nodes `--tf-requeue-on` excludes from a job over its life,
+/// unless the site (`exclude-max=`) or the step says otherwise.
+pub const DEFAULT_EXCLUDE_MAX: u32 = 1;
+
+/// The largest `exclude-max`.
+pub const MAX_EXCLUDE_MAX: u32 = 64;
 
 /// The largest `requeue-max` (Slurm counts restarts in 16 bits).
 pub const MAX_REQUEUE_MAX: u32 = 1000;
@@ -103,6 +114,7 @@ impl Default for Settings {
             record_log: false,
             requeue_on: None,
             requeue_max: DEFAULT_REQUEUE_MAX,
+            exclude_max: DEFAULT_EXCLUDE_MAX,
             step_roles: None,
             ports_per_task: None,
             bind: Bind::Gpu,

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use super::super::bindings as sys;
 use super::super::handle::Spank;
 use super::api;
+use super::exclude::Plan;
 use super::job_record::{JobRecord, Targets, load};
 use crate::core::{Result, Settings};
 
@@ -48,9 +49,39 @@ static SENT: AtomicBool = AtomicBool::new(false);
 const GRACE: Duration = Duration::from_secs(5);
 const GRACE_POLL: Duration = Duration::from_secs(1);
 
+/// Whether this node requeued the job (the kill of a refused step is then
+/// not sent: the requeue ended every step of the job).
+static REQUEUED: AtomicBool = AtomicBool::new(false);
+
+/// Why the job is requeued.
+#[derive(Clone, Copy)]
+enum Cause {
+    /// A task of this node exited with the step's code.
+    Code(u8),
+    /// The preflight refused the step on this node.
+    Refused(u8),
+}
+
+impl Cause {
+    fn words(self) -> String {
+        match self {
+            Cause::Code(code) => format!("a task exited with {code} (--tf-requeue-on={code})"),
+            Cause::Refused(code) => {
+                format!("the preflight refused this node (--tf-requeue-on={code})")
+            }
+        }
+    }
+}
+
+/// Whether this node requeued the job.
+pub fn requeued() -> bool {
+    REQUEUED.load(Ordering::SeqCst)
+}
+
 /// After each task of the node exits: requeues the job when it exited with
 /// the step's CODE, below the cap, unless another node already did.
-pub fn task_exit(spank: &Spank, settings: &Settings) {
+/// `node`: slurmstepd's own name of this node, the one excluded.
+pub fn task_exit(spank: &Spank, settings: &Settings, node: Option<&str>) {
     let Some(code) = settings.requeue_on else {
         return;
     };
@@ -60,37 +91,49 @@ pub fn task_exit(spank: &Spank, settings: &Settings) {
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == i32::from(code)) {
         return;
     }
+    let first = spank.node_id().map_or(true, |n| n == 0);
+    requeue(spank, settings, node, Cause::Code(code), first);
+}
+
+/// After a task the preflight refused exits, in a step with
+/// `--tf-requeue-on`: requeues the job at once, without this node, below
+/// the cap (once per node; any other node that refuses too finds the job
+/// requeued already).
+pub fn refused(spank: &Spank, settings: &Settings, node: Option<&str>) {
+    if let Some(code) = settings.requeue_on {
+        requeue(spank, settings, node, Cause::Refused(code), true);
+    }
+}
+
+fn requeue(spank: &Spank, settings: &Settings, node: Option<&str>, cause: Cause, first: bool) {
     if SENT.swap(true, Ordering::SeqCst) {
         return;
     }
+    let why = cause.words();
     // The job as slurmctld records it for the step's user (in a
     // heterogeneous job its leader), never a variable.
-    let (job, own) = match Targets::with_record(spank) {
+    let (targets, own) = match Targets::with_record(spank) {
         // The step's own job's record is the first look at a plain job.
-        Ok((targets, record)) => (targets.whole(), targets.is_own().then_some(record)),
+        Ok((targets, record)) => (targets, targets.is_own().then_some(record)),
         Err(e) => {
-            log::error!(
-                "a task exited with {code} (--tf-requeue-on={code}) but the job was not requeued: {e}"
-            );
+            log::error!("{why} but the job was not requeued: {e}");
             return;
         }
     };
-    let first = spank.node_id().map_or(true, |n| n == 0);
+    let job = targets.whole();
     let seen = match wait_for_node0(job, first, own) {
         Ok(Some(seen)) => seen,
         // Another node requeued it, or the job is ending anyway.
         Ok(None) => return,
         Err(e) => {
-            log::error!(
-                "a task exited with {code} (--tf-requeue-on={code}) but job {job} was not requeued: {e}"
-            );
+            log::error!("{why} but job {job} was not requeued: {e}");
             return;
         }
     };
     let max = settings.requeue_max;
     if seen.restarts >= max {
         let line = format!(
-            "a task exited with {code} (--tf-requeue-on={code}) but job {job} was not requeued: Slurm restarted it {} times already, the most --tf-requeue-max allows ({max})",
+            "{why} but job {job} was not requeued: Slurm restarted it {} times already, the most --tf-requeue-max allows ({max})",
             seen.restarts
         );
         // One line in the step's stderr, node 0's (every rank usually
@@ -101,19 +144,24 @@ pub fn task_exit(spank: &Spank, settings: &Settings) {
         }
         return;
     }
+    // Read before the requeue, sent after it (slurmctld changes the
+    // excluded nodes of a pending job only).
+    let plan = node.and_then(|node| Plan::read(targets, node, settings));
     // SAFETY: integers only; libslurm (linked into slurmstepd) sends the RPC.
     #[cfg(not(slurm_requeue_by_id))]
     let rc = unsafe { sys::slurm_requeue(job, 0) };
     // 26.05 on: the job named by a step id (the whole job: no step).
     #[cfg(slurm_requeue_by_id)]
     let rc = unsafe { sys::slurm_requeue(api::step_id(job, sys::NO_VAL), 0) };
-    match api::check(rc, || {
-        format!("a task exited with {code} (--tf-requeue-on={code}) but job {job} was not requeued")
-    }) {
-        Ok(()) => log::warn!(
-            "job {job} requeued ({} of at most {max}): a task exited with {code} (--tf-requeue-on)",
-            seen.restarts + 1
-        ),
+    match api::check(rc, || format!("{why} but job {job} was not requeued")) {
+        Ok(()) => {
+            REQUEUED.store(true, Ordering::SeqCst);
+            let excluded = plan.map(|p| p.send(&why)).unwrap_or_default();
+            log::warn!(
+                "job {job} requeued ({} of at most {max}): {why}{excluded}",
+                seen.restarts + 1
+            );
+        }
         Err(e) => log::error!("{e}"),
     }
 }

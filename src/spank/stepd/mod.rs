@@ -81,7 +81,7 @@ use super::guard::{Answer, caught, guard};
 use super::handle::Spank;
 use super::options;
 use super::private_dir::PrivateDir;
-use super::slurmctld::step_kill::{HostKill, end_from_host, end_refused_step};
+use super::slurmctld::step_kill::HostKill;
 use crate::core::gpus::bind::Recorded;
 use crate::core::handoff;
 use crate::core::record::DebugFiles;
@@ -90,6 +90,7 @@ use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 mod apply;
 mod async_step;
 mod bind;
+mod ends;
 mod host;
 mod sattach;
 
@@ -119,6 +120,9 @@ pub struct Stepd {
     /// The step's private directory on this node (a `--ray-cluster`
     /// step's), removed at the step's end.
     private_dir: OnceLock<PrivateDir>,
+    /// The step's settings when the preflight refused it on this node in
+    /// a step with `--tf-requeue-on`: `task_exit` requeues the job.
+    preflight_refused: OnceLock<Box<Settings>>,
 }
 
 /// What `user_init` made of the step for this node's tasks.
@@ -154,6 +158,7 @@ impl Stepd {
             host_kill: OnceLock::new(),
             record: OnceLock::new(),
             private_dir: OnceLock::new(),
+            preflight_refused: OnceLock::new(),
         }
     }
 
@@ -277,7 +282,7 @@ impl Stepd {
         if let Some(dir) = private_dir(spank, &node) {
             let _ = self.private_dir.set(dir);
         }
-        super::preflight::run(spank, &node)?;
+        super::bad_node::preflight(spank, &node, &self.preflight_refused)?;
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
                 .into_iter()
@@ -350,82 +355,6 @@ impl Stepd {
     fn moved(&self) -> bool {
         let placed = self.placed_in.get().and_then(Option::as_deref);
         entered_namespaces(placed, mount_namespace().as_deref())
-    }
-
-    /// A refusing task ends its step on every node: it asks slurmstepd to,
-    /// through the shared page, so that a node sends the kill once however
-    /// many of its tasks refuse (behind a container plugin the task could
-    /// not send it anyway: no munged socket there). Without the page (it
-    /// could not be mapped) a task on the host sends it itself.
-    fn end_step(&self, spank: &Spank) {
-        if let Some(host_kill) = self.host_kill.get() {
-            host_kill.ask();
-            return;
-        }
-        if !self.moved() {
-            end_refused_step(spank);
-        }
-    }
-
-    /// In slurmstepd itself (Slurm's `_wait_for_any_task`, as root, on the
-    /// host), after each task of the node exits: the task's end in the
-    /// step's record, the requeue on the step's code, and, when a task
-    /// asked, the first such call on the node ends the step on every node.
-    /// Each part in its own guard: a panic in one is said once, the others
-    /// still run, and slurmstepd goes on. A step that did not ask for the
-    /// plugin has no record, settings or page: each part returns at once.
-    /// Never fails: a failure here is no task's.
-    pub fn task_exit(&self, spank: &Spank) -> i32 {
-        guard("task_exit_record", Some(spank), Answer::Succeeds, || {
-            if let Some(Some(record)) = self.record.get() {
-                super::record::task_exit(spank, record);
-            }
-            Ok(())
-        });
-        guard("task_exit_requeue", Some(spank), Answer::Succeeds, || {
-            self.requeue(spank);
-            Ok(())
-        });
-        guard("task_exit", Some(spank), Answer::Succeeds, || {
-            if let Some(host_kill) = self.host_kill.get()
-                && host_kill.take()
-            {
-                end_from_host(spank);
-            }
-            Ok(())
-        })
-    }
-
-    /// The requeue on the step's code, as srun's word or the node's share
-    /// set it. A task the plugin refused exits with 1, whatever the step's
-    /// code: never a requeue (the refusal would come back with every
-    /// incarnation).
-    fn requeue(&self, spank: &Spank) {
-        let refused_here = self.host_kill.get().is_some_and(HostKill::refused_here);
-        match &*self.node.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(Prepared::Ready(r)) if !refused_here => {
-                super::slurmctld::requeue::task_exit(spank, r.node.settings());
-            }
-            Some(Prepared::Plain(settings)) => {
-                super::slurmctld::requeue::task_exit(spank, settings);
-            }
-            _ => {}
-        }
-    }
-
-    /// slurmstepd, once per node after every task of the step ended, as
-    /// root on the host: removes the step's private directory (a task
-    /// ended by `scancel` may not have). Never fails.
-    pub fn exit(&self) -> i32 {
-        if let Some(dir) = self.private_dir.get() {
-            let _ = caught("exit", || {
-                if let Err(why) = dir.remove() {
-                    log::warn!("cannot remove the step's directory {}: {why}", dir.path());
-                }
-                Ok(())
-            });
-        }
-        0
     }
 
     /// Without `user_init`'s share (it did not run): a step that asked for
