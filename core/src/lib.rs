@@ -41,6 +41,7 @@ pub mod het;
 #[cfg(test)]
 mod het_tests;
 pub mod hostlist;
+pub mod imex;
 mod injection;
 pub(crate) mod layout;
 mod limits;

@@ -288,6 +288,11 @@ impl Node {
         self.this_node.map(|n| self.layout.address(n).into_owned())
     }
 
+    /// The step's nodes.
+    pub fn num_nodes(&self) -> u32 {
+        self.layout.num_nodes()
+    }
+
     /// The step's tasks on every node.
     pub fn num_tasks(&self) -> u32 {
         self.layout.num_tasks()

@@ -709,3 +709,88 @@ fn tasks_are_born_next_to_their_gpus() {
     let want = [("0", "0"), ("1", "1")].map(|(c, v)| (c.to_string(), v.to_string()));
     assert_eq!(ranks, want, "{text}");
 }
+
+/// The IMEX channels of each node's /dev, as Slurm's switch/nvidia_imex
+/// would make them (`names`: channel files, each a character device).
+fn imex_channels(node: &str, names: &[&str]) {
+    let mut script = String::from(
+        "rm -rf /dev/nvidia-caps-imex-channels && mkdir -p /dev/nvidia-caps-imex-channels",
+    );
+    for (minor, name) in names.iter().enumerate() {
+        script += &format!(" && mknod -m 666 /dev/nvidia-caps-imex-channels/{name} c 236 {minor}");
+    }
+    let out = common::on(node, &["sh", "-c", &script]);
+    assert!(out.status.success(), "{node}: {out:?}");
+}
+
+/// On nodes whose /proc/devices (the test build's fixture root) names the
+/// IMEX channels' device, a step over two nodes runs only where each task
+/// sees exactly one channel: none, or two on one node, refuses the step
+/// naming that node; an exported NCCL_CUMEM_ENABLE=0 is said once and the
+/// step runs; a one-node step needs no channel.
+#[test]
+fn a_multi_node_step_needs_one_imex_channel_in_each_task() {
+    let bed = common::exclusive();
+    bed.plugstack("required /opt/tf-cluster/libtf_cluster_fault.so\n");
+    let root = common::run_dir().join("home/alice/tfc-imex/proc");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("devices"),
+        "Character devices:\n  1 mem\n195 nvidia\n236 nvidia-caps-imex-channels\n\nBlock devices:\n  8 sd\n",
+    )
+    .unwrap();
+    let fixture = "TF_CLUSTER_TEST_KERNEL_ROOT=/home/alice/tfc-imex";
+    let step = |nodes: &str, extra: &[&str]| {
+        let n = if nodes.contains(',') { "-n2" } else { "-n1" };
+        let mut args = vec!["--time=2", "-w", nodes, n, "--tf-cluster"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["sh", "-c", "echo RAN-$SLURM_PROCID"]);
+        let out = common::srun_tasks_env(&[fixture], &args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let two = "node1,node2";
+    imex_channels("node1", &[]);
+    imex_channels("node2", &["channel0"]);
+    let (ok, text) = step(two, &[]);
+    assert!(!ok && !text.contains("RAN-"), "{text}");
+    assert!(
+        text.contains("node1: this multi-node step's task sees no IMEX channel in /dev/nvidia-caps-imex-channels"),
+        "{text}"
+    );
+    // One node alone needs none.
+    let (ok, text) = step("node1", &[]);
+    assert!(ok && text.contains("RAN-0"), "{text}");
+    imex_channels("node1", &["channel3"]);
+    let (ok, text) = step(two, &[]);
+    assert!(
+        ok && text.contains("RAN-0") && text.contains("RAN-1"),
+        "{text}"
+    );
+    assert!(!text.contains("NVLink"), "{text}");
+    imex_channels("node2", &["channel0", "channel1"]);
+    let (ok, text) = step(two, &[]);
+    assert!(!ok && !text.contains("RAN-"), "{text}");
+    assert!(
+        text.contains(
+            "node2: this multi-node step's task sees 2 IMEX channels (channel0, channel1)"
+        ),
+        "{text}"
+    );
+    imex_channels("node2", &["channel0"]);
+    let (ok, text) = step(two, &["--export=ALL,NCCL_CUMEM_ENABLE=0"]);
+    assert!(ok && text.contains("RAN-1"), "{text}");
+    assert_eq!(
+        text.matches("NCCL_CUMEM_ENABLE=0 is exported: NCCL uses the network")
+            .count(),
+        1,
+        "{text}"
+    );
+    for node in ["node1", "node2"] {
+        common::on(node, &["rm", "-rf", "/dev/nvidia-caps-imex-channels"]);
+    }
+}

@@ -35,6 +35,8 @@ pub struct Ready {
     pub net_ns: Option<PathBuf>,
     /// Each task's CPUs and memory from its GPUs (None: nothing bound).
     pub bind: Option<super::bind::NodeBind>,
+    /// Each task must see exactly one IMEX channel (core::imex).
+    pub imex: bool,
 }
 
 /// A task's variables as C strings: (name, value).
@@ -56,6 +58,10 @@ pub fn apply(
     entered_namespaces: impl FnOnce() -> bool,
 ) -> Result<()> {
     refuse_private_network(ready.net_ns.as_deref(), net_namespace().as_deref())?;
+    if ready.imex {
+        let node = ready.node.step().nodename.as_deref().unwrap_or("this node");
+        core::imex::check_channels(node, &super::host::imex_channels())?;
+    }
     let env = spank.env()?;
     // Slurm's items and the node's share, never SLURM_PROCID: a container
     // plugin before this one may have imported an image's. S_TASK_GLOBAL_ID

@@ -180,7 +180,7 @@ fn step_cpus(host: &mut Root) -> Option<Cpus> {
 /// step name a fixture's (TF_CLUSTER_TEST_KERNEL_ROOT), which no release
 /// build reads.
 #[cfg(feature = "fault-injection")]
-fn kernel_root(spank: &Spank) -> PathBuf {
+pub(super) fn kernel_root(spank: &Spank) -> PathBuf {
     let given = spank.getenv("TF_CLUSTER_TEST_KERNEL_ROOT").ok().flatten();
     given
         .filter(|p| p.starts_with('/'))
@@ -188,7 +188,7 @@ fn kernel_root(spank: &Spank) -> PathBuf {
 }
 
 #[cfg(not(feature = "fault-injection"))]
-fn kernel_root(_: &Spank) -> PathBuf {
+pub(super) fn kernel_root(_: &Spank) -> PathBuf {
     PathBuf::from("/")
 }
 

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 use super::super::bindings as sys;
 use super::super::bounded_io;
-use super::super::handle::{Env, RawOption, Spank};
-use crate::core::Interface;
+use super::super::handle::{Env, RawOption, Spank, notice};
 use crate::core::os::{node_gpu_count, node_interfaces};
 use crate::core::{Error, Probe, Result, Source};
+use crate::core::{Interface, Node, imex};
 
 /// The mount namespace of the calling process (`mnt:[4026531841]`): always
 /// readable by the process itself, as the user too; None when /proc cannot
@@ -185,6 +185,38 @@ pub fn host_env(spank: &Spank) -> Result<HashMap<String, String>> {
             Some((name.to_string(), value.to_string()))
         })
         .collect())
+}
+
+/// In `user_init`, once per node: whether this node's tasks must each see
+/// one IMEX channel (the node has them, under `root`, and the step spans
+/// several nodes); the node of rank 0 says once for the step when an
+/// exported variable turns multi-node NVLink off.
+pub fn imex_needed(root: &Path, node: &Node, host_env: &HashMap<String, String>) -> bool {
+    let devices = std::fs::read_to_string(root.join("proc/devices")).unwrap_or_default();
+    let needed = imex::needed(imex::node_has_channels(&devices), node.num_nodes());
+    if needed && node.here().iter().any(|&(rank, _)| rank == 0) {
+        let value = |name: &str| host_env.get(name).map(String::as_str);
+        if let Some(line) = imex::nvlink_off_line(value) {
+            notice(&line);
+        }
+    }
+    needed
+}
+
+/// In `task_init`: the IMEX channels the task sees (the character devices
+/// of its channel directory, in its own mount namespace).
+pub fn imex_channels() -> Vec<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(dir) = std::fs::read_dir(imex::CHANNELS_DIR) else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        let entry = entry.ok()?;
+        entry.file_type().ok()?.is_char_device().then_some(())?;
+        entry.file_name().into_string().ok()
+    })
+    .take(64)
+    .collect()
 }
 
 #[cfg(test)]

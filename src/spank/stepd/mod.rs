@@ -283,6 +283,7 @@ impl Stepd {
             let _ = self.private_dir.set(dir);
         }
         super::bad_node::preflight(spank, &node, &self.preflight_refused)?;
+        let imex = host::imex_needed(&bind::kernel_root(spank), &node, &host_env);
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
                 .into_iter()
@@ -301,6 +302,7 @@ impl Stepd {
             host_env,
             debug_files,
             net_ns: net_namespace(),
+            imex,
             bind,
         })))
     }
