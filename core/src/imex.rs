@@ -24,11 +24,7 @@ pub fn node_has_channels(proc_devices: &str) -> bool {
         match line.trim() {
             "Character devices:" => chars = true,
             "Block devices:" => chars = false,
-            entry if chars => {
-                if entry.split_whitespace().nth(1) == Some(DEVICE) {
-                    return true;
-                }
-            }
+            entry if chars && entry.split_whitespace().nth(1) == Some(DEVICE) => return true,
             _ => {}
         }
     }
