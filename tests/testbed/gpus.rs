@@ -725,9 +725,11 @@ fn imex_channels(node: &str, names: &[&str]) {
 
 /// On nodes whose /proc/devices (the test build's fixture root) names the
 /// IMEX channels' device, a step over two nodes runs only where each task
-/// sees exactly one channel: none, or two on one node, refuses the step
-/// naming that node; an exported NCCL_CUMEM_ENABLE=0 is said once and the
-/// step runs; a one-node step needs no channel.
+/// sees exactly one channel: none, or two on one node, refuses that node's
+/// task before exec, naming the node, and fails the step (the other node's
+/// task, which saw its one channel, may start before the refusal ends the
+/// step); an exported NCCL_CUMEM_ENABLE=0 is said once and the step runs; a
+/// one-node step needs no channel.
 #[test]
 fn a_multi_node_step_needs_one_imex_channel_in_each_task() {
     let bed = common::exclusive();
@@ -757,7 +759,7 @@ fn a_multi_node_step_needs_one_imex_channel_in_each_task() {
     imex_channels("node1", &[]);
     imex_channels("node2", &["channel0"]);
     let (ok, text) = step(two, &[]);
-    assert!(!ok && !text.contains("RAN-"), "{text}");
+    assert!(!ok && !text.contains("RAN-0"), "{text}");
     assert!(
         text.contains("node1: this multi-node step's task sees no IMEX channel in /dev/nvidia-caps-imex-channels"),
         "{text}"
@@ -774,7 +776,7 @@ fn a_multi_node_step_needs_one_imex_channel_in_each_task() {
     assert!(!text.contains("NVLink"), "{text}");
     imex_channels("node2", &["channel0", "channel1"]);
     let (ok, text) = step(two, &[]);
-    assert!(!ok && !text.contains("RAN-"), "{text}");
+    assert!(!ok && !text.contains("RAN-1"), "{text}");
     assert!(
         text.contains(
             "node2: this multi-node step's task sees 2 IMEX channels (channel0, channel1)"

@@ -106,8 +106,10 @@ const SETTING_VALUES: &[(&str, &str)] = &[
     ("record-log", "true"),
     ("requeue-on", "42"),
     ("requeue-max", "3"),
+    ("exclude-max", "2"),
     ("roles", "a:1"),
     ("ports-per-task", "2"),
+    ("bind", "off"),
 ];
 
 /// Every setting of the table given alone to srun (no framework option),
