@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use super::super::bindings as sys;
 use super::api;
-use super::job_record::Targets;
+use super::job_record::{self, Targets};
 use crate::core::exclusion::{Exclusion, Placement, decide};
 use crate::core::{Error, Result, Settings};
 
@@ -127,38 +127,19 @@ impl<T> Drop for Owned<T> {
 /// The job's placement as slurmctld records it, with its partition's
 /// nodes: two reads.
 fn placement(job: u32) -> Result<Placement> {
-    let mut resp: *mut sys::job_info_msg_t = std::ptr::null_mut();
-    #[cfg(not(slurm_load_job_by_id))]
-    // SAFETY: `resp` is written with NULL or a response we own.
-    let rc = unsafe { sys::slurm_load_job(&mut resp, job, 0) };
-    #[cfg(slurm_load_job_by_id)]
-    // SAFETY: a valid step id; `resp` is written with NULL or a response we own.
-    let rc = unsafe { sys::slurm_load_job(&mut resp, api::step_id(job, sys::NO_VAL), 0) };
-    let what = || format!("slurmctld gave no record of job {job}");
-    api::check(rc, what)?;
-    let resp = Owned(
-        api::non_null(resp, what)?.as_ptr(),
-        sys::slurm_free_job_info_msg,
-    );
-    // SAFETY: non-NULL, filled by Slurm: record_count records.
-    let r = unsafe { &*resp.0 };
-    let jobs = match r.job_array.is_null() {
-        true => &[][..],
-        // SAFETY: job_array holds record_count records.
-        false => unsafe { std::slice::from_raw_parts(r.job_array, r.record_count as usize) },
-    };
-    let Some(j) = jobs.iter().find(|j| j.job_id == job) else {
-        return Err(Error::new(format!("slurmctld has no job {job}")));
-    };
-    let partition = text(j.partition)?;
-    Ok(Placement {
-        nodes: text(j.nodes)?,
-        exc_nodes: text(j.exc_nodes)?,
-        req_nodes: text(j.req_nodes)?,
-        admin_comment: text(j.admin_comment)?,
-        num_nodes: j.num_nodes,
-        partition_nodes: partition_nodes(&partition)?,
-    })
+    let (mut placement, partition) = job_record::with_job(job, |j| {
+        let placement = Placement {
+            nodes: text(j.nodes)?,
+            exc_nodes: text(j.exc_nodes)?,
+            req_nodes: text(j.req_nodes)?,
+            admin_comment: text(j.admin_comment)?,
+            num_nodes: j.num_nodes,
+            partition_nodes: None,
+        };
+        Ok((placement, text(j.partition)?))
+    })?;
+    placement.partition_nodes = partition_nodes(&partition)?;
+    Ok(placement)
 }
 
 /// The nodes of partition `name` (one read of every partition's record).

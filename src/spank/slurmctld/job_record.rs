@@ -48,6 +48,19 @@ impl Drop for Owned {
 
 /// Job `job` as slurmctld records it (one RPC, bounded by MessageTimeout).
 pub fn load(job: u32) -> Result<JobRecord> {
+    with_job(job, |j| {
+        Ok(JobRecord {
+            running: is_running(j.job_state),
+            restarts: u32::from(j.restart_cnt),
+            user: j.user_id,
+            het_job_id: j.het_job_id,
+        })
+    })
+}
+
+/// `read` of slurmctld's record of job `job` (one RPC, bounded by
+/// MessageTimeout), the response freed whatever `read` does.
+pub fn with_job<T>(job: u32, read: impl FnOnce(&sys::slurm_job_info_t) -> Result<T>) -> Result<T> {
     let mut resp: *mut sys::job_info_msg_t = std::ptr::null_mut();
     #[cfg(not(slurm_load_job_by_id))]
     // SAFETY: `resp` is written with NULL or a response we own.
@@ -62,20 +75,15 @@ pub fn load(job: u32) -> Result<JobRecord> {
     let resp = Owned(api::non_null(resp, what)?.as_ptr());
     // SAFETY: non-NULL, filled by Slurm: record_count records.
     let r = unsafe { &*resp.0 };
-    if r.job_array.is_null() {
-        return Err(Error::new(format!("slurmctld has no job {job}")));
-    }
-    // SAFETY: job_array holds record_count records.
-    let jobs = unsafe { std::slice::from_raw_parts(r.job_array, r.record_count as usize) };
-    let Some(j) = jobs.iter().find(|j| j.job_id == job) else {
-        return Err(Error::new(format!("slurmctld has no job {job}")));
+    let jobs = match r.job_array.is_null() {
+        true => &[][..],
+        // SAFETY: job_array holds record_count records.
+        false => unsafe { std::slice::from_raw_parts(r.job_array, r.record_count as usize) },
     };
-    Ok(JobRecord {
-        running: is_running(j.job_state),
-        restarts: u32::from(j.restart_cnt),
-        user: j.user_id,
-        het_job_id: j.het_job_id,
-    })
+    match jobs.iter().find(|j| j.job_id == job) {
+        Some(j) => read(j),
+        None => Err(Error::new(format!("slurmctld has no job {job}"))),
+    }
 }
 
 /// Running, with no requeue or completion under way.
