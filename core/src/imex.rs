@@ -1,5 +1,6 @@
 //! Multi-node NVLink at launch: NVIDIA's IMEX channels. On a node with them
-//! (the `nvidia-caps-imex-channels` device in /proc/devices) a step spanning
+//! (the `nvidia-caps-imex-channels` device in /proc/devices and the node's
+//! channel directory) a step spanning
 //! several nodes needs exactly one channel in each task's /dev
 //! (`/dev/nvidia-caps-imex-channels/channelN`, given by Slurm's
 //! switch/nvidia_imex and, in a container, mounted by enroot with
@@ -31,9 +32,12 @@ pub fn node_has_channels(proc_devices: &str) -> bool {
     false
 }
 
-/// Whether the node's tasks of a step on `nodes` nodes need their channel.
-pub fn needed(node_has_channels: bool, nodes: u32) -> bool {
-    node_has_channels && nodes > 1
+/// Whether the node's tasks of a step on `nodes` nodes need their channel:
+/// the driver registers the device (`device_listed`) on GPU nodes that use
+/// no IMEX at all, so only where the node also has the channel directory
+/// (Slurm's switch/nvidia_imex, or the site, made channels there).
+pub fn needed(device_listed: bool, channel_dir: bool, nodes: u32) -> bool {
+    device_listed && channel_dir && nodes > 1
 }
 
 /// A task's channels (the names of the character devices in its
@@ -95,9 +99,11 @@ mod tests {
 
     #[test]
     fn only_a_step_over_several_nodes_needs_a_channel() {
-        assert!(needed(true, 2));
-        assert!(!needed(true, 1));
-        assert!(!needed(false, 4));
+        assert!(needed(true, true, 2));
+        assert!(!needed(true, true, 1));
+        assert!(!needed(false, true, 4));
+        // The device registered, no channel made on the node: no IMEX here.
+        assert!(!needed(true, false, 4));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use super::super::bindings as sys;
 use super::super::bounded_io;
 use super::super::handle::{Env, RawOption, Spank, notice};
+use crate::core::os::Root;
 use crate::core::os::{node_gpu_count, node_interfaces};
 use crate::core::{Error, Probe, Result, Source};
 use crate::core::{Interface, Node, imex};
@@ -188,12 +189,18 @@ pub fn host_env(spank: &Spank) -> Result<HashMap<String, String>> {
 }
 
 /// In `user_init`, once per node: whether this node's tasks must each see
-/// one IMEX channel (the node has them, under `root`, and the step spans
-/// several nodes); the node of rank 0 says once for the step when an
-/// exported variable turns multi-node NVLink off.
+/// one IMEX channel (the node has them: its /proc/devices, under `root`,
+/// and its channel directory; and the step spans several nodes); the node
+/// of rank 0 says once for the step when an exported variable turns
+/// multi-node NVLink off.
 pub fn imex_needed(root: &Path, node: &Node, host_env: &HashMap<String, String>) -> bool {
-    let devices = std::fs::read_to_string(root.join("proc/devices")).unwrap_or_default();
-    let needed = imex::needed(imex::node_has_channels(&devices), node.num_nodes());
+    use crate::core::gpus::kernel_files::KernelFiles;
+    let devices = Root(root.to_path_buf())
+        .read("proc/devices")
+        .unwrap_or_default();
+    let listed = imex::node_has_channels(&devices);
+    let dir = Path::new(imex::CHANNELS_DIR).is_dir();
+    let needed = imex::needed(listed, dir, node.num_nodes());
     if needed && node.here().iter().any(|&(rank, _)| rank == 0) {
         let value = |name: &str| host_env.get(name).map(String::as_str);
         if let Some(line) = imex::nvlink_off_line(value) {
@@ -210,13 +217,13 @@ pub fn imex_channels() -> Vec<String> {
     let Ok(dir) = std::fs::read_dir(imex::CHANNELS_DIR) else {
         return Vec::new();
     };
-    dir.filter_map(|entry| {
-        let entry = entry.ok()?;
-        entry.file_type().ok()?.is_char_device().then_some(())?;
-        entry.file_name().into_string().ok()
-    })
-    .take(64)
-    .collect()
+    dir.take(64)
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            entry.file_type().ok()?.is_char_device().then_some(())?;
+            entry.file_name().into_string().ok()
+        })
+        .collect()
 }
 
 #[cfg(test)]
