@@ -52,8 +52,11 @@ pub fn probe(minors: &[u32]) -> String {
         // SAFETY: as above; the pointers were made before the fork.
         unsafe {
             libc::dup2(wr, 1);
-            libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0);
-            libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
+            // No exec holding slurmstepd's descriptors (a kernel without
+            // close_range fails it: then no probe, as without the library).
+            if libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0) == 0 {
+                libc::execve(argv[0], argv.as_ptr(), envp.as_ptr());
+            }
             libc::_exit(127);
         }
     }

@@ -132,8 +132,12 @@ pub fn layout(job: u32, step: u32, job_uid: u32) -> Result<Component> {
             libc::dup2(null, 0);
             libc::dup2(out, 1);
             libc::dup2(err, 2);
-            libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0);
-            if libc::setresgid(egid, egid, egid) == 0 && libc::setresuid(euid, euid, euid) == 0 {
+            // No exec as the user holding slurmstepd's descriptors (a
+            // kernel without close_range fails it: then no exec at all).
+            if libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, 0) == 0
+                && libc::setresgid(egid, egid, egid) == 0
+                && libc::setresuid(euid, euid, euid) == 0
+            {
                 libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
             }
             libc::_exit(127);
