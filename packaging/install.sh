@@ -156,8 +156,9 @@ cd "$repo"
 target=${CARGO_TARGET_DIR:-target}
 so=$target/release/libtf_cluster.so cli=$target/release/tf-cluster
 if [ "$build" = 1 ]; then
+    # TFC_CLI_PATH: where the plugin's GPU probe finds the CLI installed below.
     run env SLURM_INCLUDE_DIR="$include" TFC_SLURM_HEADERS_DIGEST="$(headers_digest "$include")" \
-        "${CARGO:-cargo}" build --release --quiet -p tf-cluster -p tf-cluster-cli
+        TFC_CLI_PATH="$prefix/bin/tf-cluster" "${CARGO:-cargo}" build --release --quiet -p tf-cluster -p tf-cluster-cli
 fi
 
 # The build checked against the headers: before the install, and with

@@ -189,6 +189,13 @@ fn installs_beside_a_slurm_under_a_prefix() {
         std::fs::metadata(&cli).unwrap().permissions().mode() & 0o777,
         0o755
     );
+    // The plugin's GPU probe execs the CLI where this install put it (not
+    // the packages' /usr/bin/tf-cluster, which is not there).
+    let cli_path = format!("{p}/bin/tf-cluster");
+    assert!(
+        so.windows(cli_path.len()).any(|w| w == cli_path.as_bytes()),
+        "the plugin does not name {cli_path}"
+    );
     assert_eq!(
         std::fs::read(staged(&format!("{p}/share/man/man1/tf-cluster.1"))).unwrap(),
         std::fs::read(repo().join("cli/tf-cluster.1")).unwrap()

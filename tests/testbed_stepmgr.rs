@@ -416,6 +416,36 @@ fn async_steps_refuse_and_record_as_srun_would() {
     assert_eq!(ended_well, 6, "{}", job.all());
 }
 
+/// `--tf-requeue-on` on an async step acts as on a plain one: its task
+/// exits with the code, slurmstepd requeues the job (once), and the next
+/// incarnation, whose script runs no such step, completes.
+#[test]
+fn an_async_step_exiting_with_the_code_requeues_its_job() {
+    let _t = testbed_with_stepmgr();
+    let body = "echo \"incarnation=${SLURM_RESTART_COUNT:-0}\"\n\
+        if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n\
+          srun --async -N1 -n1 --tf-requeue-on=43 bash -c 'exit 43'\n\
+          sleep 120; echo not-requeued\n\
+        fi";
+    let job = job("async-requeue", &["--requeue", "--open-mode=append"], body);
+    let incarnations: Vec<&str> = job
+        .log
+        .lines()
+        .filter_map(|l| l.strip_prefix("incarnation="))
+        .collect();
+    assert_eq!(incarnations, ["0", "1"], "{}", job.all());
+    assert!(!job.log.contains("not-requeued"), "{}", job.all());
+    let id = job
+        .log
+        .split_whitespace()
+        .find_map(|w| w.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no job id: {}", job.all()));
+    let shown = exec(&["scontrol", "show", "job", "-o", &id.to_string()]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("Restarts=1 "), "{shown}\n{}", job.all());
+    assert!(shown.contains("JobState=COMPLETED"), "{shown}");
+}
+
 /// A layout slurmstepd could not get (the fault build's `async_layout_rpc`,
 /// as if sattach had failed): every task refuses before the command, in one
 /// line naming the async case, and sacct shows the step FAILED.

@@ -10,6 +10,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use tf_cluster_core::gpu_health::{Fabric, GpuFacts, probe_line};
+use tf_cluster_core::imex;
 
 type Ret = c_int;
 type Device = *mut c_void;
@@ -79,12 +80,13 @@ pub fn probe(minors: &[u32]) -> String {
     if count.is_none_or(|f| unsafe { f(&mut n) } != SUCCESS) {
         return String::new();
     }
+    let domain = nvl_domain();
     let mut out = String::new();
     for i in 0..n.min(1024) {
         if let Some(g) = facts(&nvml, i)
             && minors.contains(&g.minor)
         {
-            out.push_str(&probe_line(&g));
+            out.push_str(&probe_line(&g, domain));
             out.push('\n');
         }
     }
@@ -94,6 +96,20 @@ pub fn probe(minors: &[u32]) -> String {
         unsafe { f() };
     }
     out
+}
+
+/// Whether this node is in a multi-node NVLink domain (it has IMEX
+/// channels): read on the host, where slurmstepd execs the probe.
+fn nvl_domain() -> bool {
+    use std::io::Read;
+    let mut devices = String::new();
+    let read = std::fs::File::open("/proc/devices")
+        .and_then(|f| f.take(64 << 10).read_to_string(&mut devices));
+    read.is_ok()
+        && imex::in_domain(
+            imex::node_has_channels(&devices),
+            std::path::Path::new(imex::CHANNELS_DIR).is_dir(),
+        )
 }
 
 /// GPU `index`'s facts (None: no handle or no minor).

@@ -6,8 +6,10 @@
 //! Unfit: pages waiting to be retired, a row remap that failed, volatile
 //! uncorrectable ECC errors since the driver loaded, and on a GPU attached
 //! to an NVLink fabric (GB200) a fabric state not completed with success,
-//! a zero clique id or a zero cluster UUID. A check the GPU does not
-//! support is no fault.
+//! a zero clique id or a zero cluster UUID (the last only on a node of a
+//! multi-node NVLink domain: a single-node NVSwitch system's GPUs report a
+//! completed fabric with zeros there). A check the GPU does not support is
+//! no fault.
 
 /// The fabric's state (NVML's `nvmlGpuFabricState_t`): completed.
 pub const FABRIC_COMPLETED: u8 = 3;
@@ -36,8 +38,9 @@ pub struct Fabric {
     pub cluster_uuid_zero: bool,
 }
 
-/// Why the GPU is unfit, in words; None: fit.
-pub fn fault(g: &GpuFacts) -> Option<String> {
+/// Why the GPU is unfit, in words; None: fit. `nvl_domain`: the node is
+/// in a multi-node NVLink domain (crate::imex::in_domain).
+pub fn fault(g: &GpuFacts, nvl_domain: bool) -> Option<String> {
     if g.retired_pages_pending == Some(true) {
         return Some("pages are pending retirement (reset the GPU)".into());
     }
@@ -57,7 +60,7 @@ pub fn fault(g: &GpuFacts) -> Option<String> {
         if f.status != NVML_SUCCESS {
             return Some(format!("its NVLink fabric failed (status {})", f.status));
         }
-        if f.clique_id == 0 || f.cluster_uuid_zero {
+        if nvl_domain && (f.clique_id == 0 || f.cluster_uuid_zero) {
             return Some("its NVLink fabric has a zero clique id or cluster UUID".into());
         }
     }
@@ -65,12 +68,12 @@ pub fn fault(g: &GpuFacts) -> Option<String> {
 }
 
 /// The probe's line for one GPU: `MINOR PCI ok` or `MINOR PCI REASON`.
-pub fn probe_line(g: &GpuFacts) -> String {
+pub fn probe_line(g: &GpuFacts, nvl_domain: bool) -> String {
     let pci = match g.pci.is_empty() || g.pci.contains(char::is_whitespace) {
         true => "?",
         false => g.pci.as_str(),
     };
-    let verdict = fault(g).unwrap_or_else(|| "ok".into());
+    let verdict = fault(g, nvl_domain).unwrap_or_else(|| "ok".into());
     format!("{} {pci} {verdict}", g.minor)
 }
 
@@ -114,12 +117,12 @@ mod tests {
 
     #[test]
     fn each_fault_is_named_and_a_healthy_gpu_passes() {
-        assert_eq!(fault(&healthy(0)), None);
+        assert_eq!(fault(&healthy(0), true), None);
         let unsupported = GpuFacts {
             minor: 0,
             ..GpuFacts::default()
         };
-        assert_eq!(fault(&unsupported), None, "nothing supported: no fault");
+        assert_eq!(fault(&unsupported, true), None, "nothing supported: no fault");
         let cases = [
             (
                 GpuFacts {
@@ -168,8 +171,8 @@ mod tests {
             ),
         ];
         for (g, want) in cases {
-            assert_eq!(fault(&g).as_deref(), Some(want));
-            let line = probe_line(&g);
+            assert_eq!(fault(&g, true).as_deref(), Some(want));
+            let line = probe_line(&g, true);
             assert_eq!(line, format!("1 00000000:3C:00.0 {want}"));
             // Slurm's GPU 3 is the device of minor 1 here.
             assert_eq!(
@@ -183,7 +186,37 @@ mod tests {
             );
         }
         let good = fabric_ok();
-        assert_eq!(fault(&good), None);
+        assert_eq!(fault(&good, true), None);
+    }
+
+    /// A single-node NVSwitch system (no IMEX channels: no multi-node
+    /// domain) reports a completed fabric with a zero clique id and cluster
+    /// UUID: fit. The same GPU on a node of a domain is not.
+    #[test]
+    fn zero_clique_ids_matter_only_in_a_multi_node_nvlink_domain() {
+        let single_node = GpuFacts {
+            fabric: Some(Fabric {
+                clique_id: 0,
+                cluster_uuid_zero: true,
+                ..fabric_ok().fabric.unwrap()
+            }),
+            ..healthy(0)
+        };
+        assert_eq!(fault(&single_node, false), None);
+        assert_eq!(probe_line(&single_node, false), "0 00000000:3B:00.0 ok");
+        assert_eq!(
+            fault(&single_node, true).as_deref(),
+            Some("its NVLink fabric has a zero clique id or cluster UUID")
+        );
+        // A fabric not completed is a fault with or without a domain.
+        let stuck = GpuFacts {
+            fabric: Some(Fabric {
+                state: 1,
+                ..fabric_ok().fabric.unwrap()
+            }),
+            ..healthy(0)
+        };
+        assert!(fault(&stuck, false).is_some());
     }
 
     fn fabric_ok() -> GpuFacts {
@@ -201,10 +234,13 @@ mod tests {
     /// GPUs not the step's, garbage and an empty answer (no library) pass.
     #[test]
     fn only_the_steps_gpus_are_refused() {
-        let bad = probe_line(&GpuFacts {
-            volatile_uncorrected: Some(1),
-            ..healthy(5)
-        });
+        let bad = probe_line(
+            &GpuFacts {
+                volatile_uncorrected: Some(1),
+                ..healthy(5)
+            },
+            false,
+        );
         assert_eq!(refusal("n", &[(0, 0)], &bad), None);
         assert_eq!(refusal("n", &[(0, 0)], ""), None);
         assert_eq!(refusal("n", &[(0, 0)], "x y\n\u{1b}[2J"), None);

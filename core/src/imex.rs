@@ -37,7 +37,13 @@ pub fn node_has_channels(proc_devices: &str) -> bool {
 /// no IMEX at all, so only where the node also has the channel directory
 /// (Slurm's switch/nvidia_imex, or the site, made channels there).
 pub fn needed(device_listed: bool, channel_dir: bool, nodes: u32) -> bool {
-    device_listed && channel_dir && nodes > 1
+    in_domain(device_listed, channel_dir) && nodes > 1
+}
+
+/// Whether the node is in a multi-node NVLink domain: it has IMEX channels
+/// (see [`needed`] for why the device alone does not say so).
+pub fn in_domain(device_listed: bool, channel_dir: bool) -> bool {
+    device_listed && channel_dir
 }
 
 /// A task's channels (the names of the character devices in its

@@ -13,8 +13,13 @@ use std::time::{Duration, Instant};
 
 use super::bounded_child::wait_within;
 
-/// The installed CLI (the package's).
-const CLI: &str = "/usr/bin/tf-cluster";
+/// The installed CLI: the packages' /usr/bin/tf-cluster, or where
+/// packaging/install.sh puts it (`--prefix`), fixed when the admin builds
+/// the plugin (`TFC_CLI_PATH`), never a variable at run time.
+const CLI: &str = match option_env!("TFC_CLI_PATH") {
+    Some(path) => path,
+    None => "/usr/bin/tf-cluster",
+};
 /// The longest the probe may take.
 const LIMIT: Duration = Duration::from_secs(5);
 /// The most bytes of its answer read.

@@ -172,8 +172,25 @@ fn with_exclude_max_0_the_job_is_requeued_as_before() {
 /// next incarnation's step runs on the other two nodes.
 #[test]
 fn a_node_the_preflight_refuses_is_excluded_and_the_job_completes_elsewhere() {
+    refused_job("refused", &[1]);
+}
+
+/// Both nodes of the step refused at once (each lost /dev/nvidia1): one
+/// requeue for the event, not one per node. Node 0 requeues and excludes
+/// itself (`--tf-exclude-max` 1); node 1 leaves node 0 the first word, so
+/// slurmctld logs no refused second requeue, and the job is not left with
+/// both nodes excluded (three nodes: it could never run again).
+#[test]
+fn two_nodes_refusing_one_step_requeue_the_job_once() {
+    refused_job("refused-both", &[0, 1]);
+}
+
+/// The job of REFUSED_SCRIPT, its step's nodes `broken` (by node id) made
+/// to fail the preflight once it runs: requeued in seconds without the
+/// lowest of them, once, and completed on nodes without it.
+fn refused_job(tag: &str, broken: &[usize]) {
     let _alone = exclusive();
-    let dir = format!("/home/alice/tfc-bad-node-refused-{}", std::process::id());
+    let dir = format!("/home/alice/tfc-bad-node-{tag}-{}", std::process::id());
     let job = submit(
         &dir,
         &REFUSED_SCRIPT.replace("DIR", &dir),
@@ -187,39 +204,52 @@ fn a_node_the_preflight_refuses_is_excluded_and_the_job_completes_elsewhere() {
         .map(str::to_string)
         .collect();
     assert_eq!(names.len(), 2, "{running:?}");
-    let bad = names[1].clone();
-    let rm = on(&bad, &["rm", "-f", "/dev/nvidia1"]);
-    assert!(rm.status.success(), "{rm:?}");
+    let bad: Vec<&String> = broken.iter().map(|&i| &names[i]).collect();
+    for node in &bad {
+        let rm = on(node, &["rm", "-f", "/dev/nvidia1"]);
+        assert!(rm.status.success(), "{rm:?}");
+    }
     let started = Instant::now();
     exec(&["touch", &format!("{dir}/go")]);
     let requeued = wait(&job, &|s| s != "RUNNING");
     let took = started.elapsed();
-    on(
-        &bad,
-        &["mknod", "-m", "666", "/dev/nvidia1", "c", "195", "1"],
-    );
+    for node in &bad {
+        on(
+            node,
+            &["mknod", "-m", "666", "/dev/nvidia1", "c", "195", "1"],
+        );
+    }
     let record = wait(&job, &|s| matches!(s, "COMPLETED" | "FAILED" | "CANCELLED"));
     let (text, lines) = hosts(&dir);
     let ctx = format!("job {job} {requeued:?} {record:?}\n{text}");
     assert_eq!(record["JobState"], "COMPLETED", "{ctx}");
     assert_eq!(record["Restarts"], "1", "{ctx}");
-    assert_eq!(record["ExcNodeList"], bad, "{ctx}");
+    let excluded = bad[0];
+    assert_eq!(&record["ExcNodeList"], excluded, "{ctx}");
+    for node in &bad {
+        let want = format!(
+            "tf-cluster: {node}: GPU 1's device node /dev/nvidia1 is missing: the job is requeued"
+        );
+        assert!(text.lines().any(|l| l.contains(&want)), "want {want}\n{ctx}");
+    }
     let want = format!(
-        "tf-cluster: {bad}: GPU 1's device node /dev/nvidia1 is missing: the job is requeued without this node (--tf-requeue-on)"
+        "tf-cluster: {excluded}: GPU 1's device node /dev/nvidia1 is missing: the job is requeued without this node (--tf-requeue-on)"
     );
     assert!(
         text.lines().any(|l| l.ends_with(&want)),
         "want {want}\n{ctx}"
     );
+    let errors = super::requeue_on::requeue_errors(&job);
+    assert!(errors.is_empty(), "{errors:#?}\n{ctx}");
     let second = of(&lines, "1");
     assert_eq!(second.len(), 2, "{ctx}");
-    assert!(!second.contains(&bad), "ran on {bad} again: {ctx}");
+    assert!(!second.contains(excluded), "ran on {excluded} again: {ctx}");
     assert!(
         took < Duration::from_secs(10),
         "requeued after {took:?}: {ctx}"
     );
     eprintln!(
-        "BAD_NODE refused: {bad} refused and the job requeued in {:.1} s, next incarnation on {second:?}",
+        "BAD_NODE {tag}: {bad:?} refused and the job requeued in {:.1} s, next incarnation on {second:?}",
         took.as_secs_f64()
     );
     exec(&["rm", "-rf", &dir]);

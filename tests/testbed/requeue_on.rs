@@ -150,7 +150,7 @@ fn a_no_requeue_job_is_not_requeued() {
 /// or the plugin's line about one. Not Slurm's own notice that a requeue
 /// ended the job's steps (`error: *** STEP J.0 ON node1 CANCELLED AT … DUE
 /// TO JOB REQUEUE ***`), which every requeue logs, `scontrol requeue`'s too.
-fn requeue_errors(job: &str) -> Vec<String> {
+pub(crate) fn requeue_errors(job: &str) -> Vec<String> {
     let mut found = Vec::new();
     for (host, log) in [
         ("ctl", "/var/log/slurm/slurmctld.log"),

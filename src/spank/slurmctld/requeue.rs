@@ -96,12 +96,14 @@ pub fn task_exit(spank: &Spank, settings: &Settings, node: Option<&str>) {
 }
 
 /// After a task the preflight refused exits, in a step with
-/// `--tf-requeue-on`: requeues the job at once, without this node, below
-/// the cap (once per node; any other node that refuses too finds the job
-/// requeued already).
+/// `--tf-requeue-on`: requeues the job, without this node, below the cap.
+/// Staggered as a task's code is: node 0 at once, any other refusing node
+/// after giving node 0 [`GRACE`], so that several nodes refusing one step
+/// make one requeue RPC, not one each.
 pub fn refused(spank: &Spank, settings: &Settings, node: Option<&str>) {
     if let Some(code) = settings.requeue_on {
-        requeue(spank, settings, node, Cause::Refused(code), true);
+        let first = spank.node_id().map_or(true, |n| n == 0);
+        requeue(spank, settings, node, Cause::Refused(code), first);
     }
 }
 
