@@ -15,7 +15,7 @@
 #        the /usr/include/slurm of the image's libslurm-dev copied out; the
 #        suites' images build side by side
 #   2. SLURM_INCLUDE_DIR=target/slurm-S/include TFC_SLURM_HEADERS_DIGEST=… \
-#        cargo build --release --lib --features fault-injection, then
+#        cargo build --profile tests -p tf-cluster --lib --features fault-injection, then
 #        packaging/deb.sh target/slurm-S/deb (each .so's plugin_version checked
 #        against the headers': packaging/slurm-headers.sh)
 #        the fault-injection build tests/testbed/faults.rs and hostile.rs load (kept as
@@ -235,10 +235,12 @@ build_plugin() {
     v=$(awk '/define SLURM_VERSION_NUMBER/ { print $3 }' "$dir/include/slurm/slurm_version.h")
     log "$suite" "plugin for Slurm $((v >> 16)).$(printf %02d $(((v >> 8) & 255))).$((v & 255))"
     mkdir -p "$dir/release"
+    # The fault-injection build in the tests' profile (no LTO, the plugin crate unoptimised, its
+    # dependencies built by the host stage): only the package's .so needs release's LTO.
     SLURM_INCLUDE_DIR="$dir/include" TFC_SLURM_HEADERS_DIGEST=$(headers_digest "$dir/include") \
-        cargo build --release --lib --features fault-injection || return 1
-    why=$(plugin_mismatch target/release/libtf_cluster.so "$v") || { log "$suite" "error: $why"; return 1; }
-    install -m 755 target/release/libtf_cluster.so "$dir/release/libtf_cluster_fault.so"
+        cargo build --profile tests -p tf-cluster --lib --features fault-injection || return 1
+    why=$(plugin_mismatch target/tests/libtf_cluster.so "$v") || { log "$suite" "error: $why"; return 1; }
+    install -m 755 target/tests/libtf_cluster.so "$dir/release/libtf_cluster_fault.so"
     SLURM_INCLUDE_DIR="$dir/include" bash packaging/deb.sh "$dir/deb" >/dev/null || return 1
     install -m 755 target/release/libtf_cluster.so target/release/tf-cluster "$dir/release/"
     # The container tests' stand-in of a container plugin (tests/container_standin/),

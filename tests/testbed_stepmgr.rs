@@ -58,6 +58,14 @@ struct Job {
 /// Runs `body` (lines calling `plain` and `async`) in a 3-node, 6-task batch
 /// job submitted with `sbatch SBATCH_ARGS`.
 fn job(tag: &str, sbatch_args: &[&str], body: &str) -> Job {
+    let mut args = vec!["-N3", "-n6"];
+    args.extend_from_slice(sbatch_args);
+    job_shaped(tag, &args, body)
+}
+
+/// [`job`] in a job of the shape `sbatch SHAPE` gives (a heterogeneous one:
+/// its components joined by `:`).
+fn job_shaped(tag: &str, shape: &[&str], body: &str) -> Job {
     let outputs = Outputs::new(tag);
     let file = format!("{}/job.sh", outputs.path());
     let text = format!("#!/bin/bash\n{}{body}\n", helpers(&outputs));
@@ -67,8 +75,7 @@ fn job(tag: &str, sbatch_args: &[&str], body: &str) -> Job {
         &format!("cat > {file} <<'TFC_EOF'\n{text}TFC_EOF\nchmod 755 {file}"),
     ]);
     assert!(wrote.status.success(), "{wrote:?}");
-    let mut args = vec!["-N3", "-n6"];
-    args.extend_from_slice(sbatch_args);
+    let mut args = shape.to_vec();
     args.push(&file);
     let (code, said) = outputs.sbatch(240, &[], &args);
     let log = exec(&["cat", &format!("{}/job.log", outputs.path())]);
@@ -444,6 +451,37 @@ fn an_async_step_exiting_with_the_code_requeues_its_job() {
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains("Restarts=1 "), "{shown}\n{}", job.all());
     assert!(shown.contains("JobState=COMPLETED"), "{shown}");
+}
+
+/// Slurm 26.05 makes no async step in a heterogeneous job: slurmctld
+/// refuses `srun --async` there ("Invalid feature specification"), with a
+/// framework option or without any of the plugin's (the control: the
+/// plugin leaves such a step alone, so the refusal is Slurm's), while the
+/// same job's plain het step runs. No het component ever runs as an async
+/// step, so none needs the layout an async step's tasks ask for; were a
+/// later Slurm to start them, this test fails first.
+#[test]
+fn slurm_makes_no_async_step_in_a_heterogeneous_job() {
+    let _t = testbed_with_stepmgr();
+    let body = "async het-torch --het-group=0,1 --torch-cluster\n\
+                async het-none --het-group=0,1\n\
+                plain het-plain --het-group=0,1 --torch-cluster";
+    let job = job_shaped("async-het", &["-N1", "-n2", ":", "-N2", "-n2"], body);
+    for tag in ["het-torch", "het-none"] {
+        // What srun said: from `TAG.srun=CODE` to `TAG.step=`.
+        let said = job
+            .log
+            .split_once(&format!("{tag}.srun="))
+            .and_then(|(_, rest)| rest.split_once(&format!("{tag}.step=")))
+            .map_or("", |(said, _)| said);
+        assert!(
+            said.starts_with("1 ") && said.contains("Invalid feature specification"),
+            "{tag}: {said}\n{}",
+            job.all()
+        );
+        assert_eq!(job.field(tag, "step"), "", "{tag}\n{}", job.all());
+    }
+    assert_eq!(job.field("het-plain", "code"), "0", "{}", job.all());
 }
 
 /// A layout slurmstepd could not get (the fault build's `async_layout_rpc`,

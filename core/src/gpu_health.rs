@@ -122,7 +122,11 @@ mod tests {
             minor: 0,
             ..GpuFacts::default()
         };
-        assert_eq!(fault(&unsupported, true), None, "nothing supported: no fault");
+        assert_eq!(
+            fault(&unsupported, true),
+            None,
+            "nothing supported: no fault"
+        );
         let cases = [
             (
                 GpuFacts {

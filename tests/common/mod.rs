@@ -14,6 +14,7 @@
 //! the test binaries name `common::X` whatever file holds it.
 
 pub mod exec;
+pub mod exec_server;
 pub mod installs;
 pub mod outputs;
 pub mod probe;
