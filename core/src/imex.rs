@@ -10,6 +10,7 @@
 //! turns multi-node NVLink off the same silent way: said, not refused.
 
 use super::error::{Error, Result};
+use super::settings::Imex;
 
 /// The device /proc/devices names when the node has IMEX channels.
 pub const DEVICE: &str = "nvidia-caps-imex-channels";
@@ -32,12 +33,19 @@ pub fn node_has_channels(proc_devices: &str) -> bool {
     false
 }
 
-/// Whether the node's tasks of a step on `nodes` nodes need their channel:
-/// the driver registers the device (`device_listed`) on GPU nodes that use
-/// no IMEX at all, so only where the node also has the channel directory
-/// (Slurm's switch/nvidia_imex, or the site, made channels there).
-pub fn needed(device_listed: bool, channel_dir: bool, nodes: u32) -> bool {
-    in_domain(device_listed, channel_dir) && nodes > 1
+/// Whether the node's tasks of a step on `nodes` nodes need their channel,
+/// as `mode` (`--tf-imex`, the site's `imex=`) says: `auto` only where the
+/// node shows channels ([`in_domain`]: the driver registers the device
+/// (`device_listed`) on GPU nodes that use no IMEX at all, so only where the
+/// node also has the channel directory, which Slurm's switch/nvidia_imex or
+/// the site made); `required` on every node; `off` never.
+pub fn needed(mode: Imex, device_listed: bool, channel_dir: bool, nodes: u32) -> bool {
+    let here = match mode {
+        Imex::Auto => in_domain(device_listed, channel_dir),
+        Imex::Required => true,
+        Imex::Off => false,
+    };
+    here && nodes > 1
 }
 
 /// Whether the node is in a multi-node NVLink domain: it has IMEX channels
@@ -105,11 +113,29 @@ mod tests {
 
     #[test]
     fn only_a_step_over_several_nodes_needs_a_channel() {
-        assert!(needed(true, true, 2));
-        assert!(!needed(true, true, 1));
-        assert!(!needed(false, true, 4));
+        assert!(needed(Imex::Auto, true, true, 2));
+        assert!(!needed(Imex::Auto, true, true, 1));
+        assert!(!needed(Imex::Auto, false, true, 4));
         // The device registered, no channel made on the node: no IMEX here.
-        assert!(!needed(true, false, 4));
+        assert!(!needed(Imex::Auto, true, false, 4));
+    }
+
+    /// The site's (or the step's) word beats what the node shows: required
+    /// on a node that shows nothing, off on one that shows channels; a
+    /// one-node step never needs one.
+    #[test]
+    fn the_setting_requires_or_turns_off_the_channel() {
+        assert!(needed(Imex::Required, false, false, 2));
+        assert!(!needed(Imex::Required, false, false, 1));
+        assert!(!needed(Imex::Off, true, true, 4));
+        let mut s = crate::Settings::default();
+        assert_eq!(s.imex, Imex::Auto);
+        s.set("imex", "required").unwrap();
+        assert_eq!(s.imex, Imex::Required);
+        s.set("imex", "off").unwrap();
+        assert_eq!(s.imex, Imex::Off);
+        let e = s.set("imex", "yes").unwrap_err();
+        assert!(e.message().contains("use auto, required or off"), "{e}");
     }
 
     #[test]

@@ -26,7 +26,8 @@ fn every_setting_has_a_key_an_argument_and_help() {
             "exclude-max",
             "roles",
             "ports-per-task",
-            "bind"
+            "bind",
+            "imex"
         ]
     );
     for s in &crate::settings::SETTINGS {

@@ -764,9 +764,14 @@ fn a_multi_node_step_needs_one_imex_channel_in_each_task() {
         text.contains("node1: this multi-node step's task sees no IMEX channel in /dev/nvidia-caps-imex-channels"),
         "{text}"
     );
-    // One node alone needs none.
+    // One node alone needs none; --tf-imex=off: no check.
     let (ok, text) = step("node1", &[]);
     assert!(ok && text.contains("RAN-0"), "{text}");
+    let (ok, text) = step(two, &["--tf-imex=off"]);
+    assert!(
+        ok && text.contains("RAN-0") && text.contains("RAN-1"),
+        "{text}"
+    );
     imex_channels("node1", &["channel3"]);
     let (ok, text) = step(two, &[]);
     assert!(
@@ -795,4 +800,16 @@ fn a_multi_node_step_needs_one_imex_channel_in_each_task() {
     for node in ["node1", "node2"] {
         common::on(node, &["rm", "-rf", "/dev/nvidia-caps-imex-channels"]);
     }
+    // No channel directory: auto checks nothing; required (the site's or
+    // the step's word) refuses the task that sees no channel.
+    let (ok, text) = step(two, &[]);
+    assert!(ok && text.contains("RAN-1"), "{text}");
+    let (ok, text) = step(two, &["--tf-imex=required"]);
+    assert!(!ok && !text.contains("RAN-"), "{text}");
+    assert!(
+        text.contains(
+            "this multi-node step's task sees no IMEX channel in /dev/nvidia-caps-imex-channels"
+        ),
+        "{text}"
+    );
 }

@@ -110,6 +110,7 @@ const SETTING_VALUES: &[(&str, &str)] = &[
     ("roles", "a:1"),
     ("ports-per-task", "2"),
     ("bind", "off"),
+    ("imex", "off"),
 ];
 
 /// Every setting of the table given alone to srun (no framework option),

@@ -10,6 +10,6 @@ mod values;
 pub use setting::{Alone, ROLE_FRAMEWORKS, Setting, Unset};
 pub use table::SETTINGS;
 pub use values::{
-    Bind, DEFAULT_EXCLUDE_MAX, DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, MAX_EXCLUDE_MAX,
-    MAX_REQUEUE_MAX, Settings,
+    Bind, DEFAULT_EXCLUDE_MAX, DEFAULT_PORT_BASE, DEFAULT_REQUEUE_MAX, Frameworks, Imex,
+    MAX_EXCLUDE_MAX, MAX_REQUEUE_MAX, Settings,
 };

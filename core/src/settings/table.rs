@@ -3,7 +3,7 @@
 //! made from it.
 
 use super::setting::{Alone, Setting, Unset};
-use super::values::{Bind, MAX_EXCLUDE_MAX, MAX_REQUEUE_MAX, Settings};
+use super::values::{Bind, Imex, MAX_EXCLUDE_MAX, MAX_REQUEUE_MAX, Settings};
 use crate::addresses::Network;
 use crate::error::{Error, Result, bail, shown};
 use crate::limits::MAX_GPUS;
@@ -37,7 +37,7 @@ fn within(v: &str, (lo, hi): (u32, u32)) -> std::result::Result<u32, Option<u32>
 }
 
 /// Every setting.
-pub const SETTINGS: [Setting; 18] = [
+pub const SETTINGS: [Setting; 19] = [
     Setting {
         key: "port-base",
         arg: "N",
@@ -324,6 +324,24 @@ pub const SETTINGS: [Setting; 18] = [
                 "gpu" => Bind::Gpu,
                 "off" => Bind::Off,
                 _ => return Err(format!("{}: use gpu or off", shown(v))),
+            };
+            Ok(())
+        },
+    },
+    Setting {
+        key: "imex",
+        arg: "auto|required|off",
+        help: "a step over several nodes needs exactly one IMEX channel (multi-node NVLink) in each task, else it is refused: auto, where the node shows IMEX channels (/proc/devices and /dev/nvidia-caps-imex-channels); required, on every node; off, never (default auto)",
+        range: None,
+        default: Unset::Value("auto"),
+        only_with: None,
+        alone: Alone::Refused,
+        set: |s, v| {
+            s.imex = match v {
+                "auto" => Imex::Auto,
+                "required" => Imex::Required,
+                "off" => Imex::Off,
+                _ => return Err(format!("{}: use auto, required or off", shown(v))),
             };
             Ok(())
         },

@@ -66,6 +66,20 @@ pub struct Settings {
     pub ports_per_task: Option<u32>,
     /// Each task's CPUs and memory chosen from its GPUs (`--tf-bind`).
     pub bind: Bind,
+    /// Whether a multi-node step needs one IMEX channel in each task
+    /// (`--tf-imex`, the site's `imex=`).
+    pub imex: Imex,
+}
+
+/// When a step over several nodes needs each task's IMEX channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Imex {
+    /// Where the node shows IMEX channels (crate::imex::in_domain).
+    Auto,
+    /// On every node: the site says its nodes use them, whatever they show.
+    Required,
+    /// Never: the step does not use multi-node NVLink.
+    Off,
 }
 
 /// What `--tf-bind` binds each task to.
@@ -118,6 +132,7 @@ impl Default for Settings {
             step_roles: None,
             ports_per_task: None,
             bind: Bind::Gpu,
+            imex: Imex::Auto,
         }
     }
 }

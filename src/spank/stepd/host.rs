@@ -200,7 +200,7 @@ pub fn imex_needed(root: &Path, node: &Node, host_env: &HashMap<String, String>)
         .unwrap_or_default();
     let listed = imex::node_has_channels(&devices);
     let dir = Path::new(imex::CHANNELS_DIR).is_dir();
-    let needed = imex::needed(listed, dir, node.num_nodes());
+    let needed = imex::needed(node.settings().imex, listed, dir, node.num_nodes());
     if needed && node.here().iter().any(|&(rank, _)| rank == 0) {
         let value = |name: &str| host_env.get(name).map(String::as_str);
         if let Some(line) = imex::nvlink_off_line(value) {
