@@ -30,7 +30,9 @@ finish() {
         echo "run: FAILED: ${failed[*]}" >&2
         exit 1
     fi
-    echo "run: passed in $((SECONDS - t0)) s" >&2
+    local skipped
+    skipped=$(stages_skipped)
+    echo "run: passed in $((SECONDS - t0)) s${skipped:+ (skipped, their hardware absent: $skipped)}" >&2
 }
 # Runs stage $1 (CMD $2..); a failure is recorded and the run goes on.
 step() { stage "$@" || failed+=("$1"); }
@@ -72,6 +74,10 @@ step "host: a fifth framework" cargo test --profile tests \
 # The plugin's .so in the tests' profile too: tests/symbols.rs reads the one
 # built beside it.
 step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --lib && cargo test --profile tests -p tf-cluster --lib "$@"' _ "${host_tests[@]}"
+# The GPU check of --tf-bind=gpu (tests/gpu-affinity.sh): on a node with
+# NVIDIA GPUs and Slurm with the plugin, each task's CPUs against nvidia-smi's
+# affinity of its GPU; elsewhere one line and "skipped" (never "passed").
+STAGE_MAY_SKIP=1 step "host: GPU affinity" bash tests/gpu-affinity.sh
 # The testbed binaries (docker/matrix.sh runs them; the same command, so
 # there it finds them built): built now, while the images still build.
 testbed_tests=()

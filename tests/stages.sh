@@ -1,6 +1,9 @@
 # Where the time of a test run goes (sourced by tests/run.sh and docker/matrix.sh).
 #
 #   stage NAME CMD..     runs CMD, appends one line to $STAGES_FILE, returns CMD's status
+#                        (with STAGE_MAY_SKIP=1, 77: skipped, its hardware absent:
+#                        recorded so, returns 0)
+#   stages_skipped       the skipped stages' names
 #   stage_report [TITLE] prints every line of $STAGES_FILE as a table (stderr)
 #
 # Per stage: the wall time; the CPU time (user+sys) of CMD and the processes it
@@ -68,8 +71,19 @@ stage() {
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" \
         "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }')" "${cpu:-0}" "$docker" \
         "$(awk -v a="$b0" -v b="$b1" -v c="$d0" -v d="$d1" 'BEGIN { printf "%.0f", (d > c ? 100 * (b - a) / (d - c) : 0) }')" \
-        "$([ $rc = 0 ] && echo passed || echo "FAILED ($rc)")" >>"$STAGES_FILE"
+        "$(if [ $rc = 0 ]; then echo passed; elif [ $rc = 77 ] && [ "${STAGE_MAY_SKIP:-0}" = 1 ]; then
+            echo skipped; else echo "FAILED ($rc)"; fi)" >>"$STAGES_FILE"
+    # 77 from a stage run with STAGE_MAY_SKIP=1: its hardware is not here (it
+    # said so in one line): skipped, in the table and the run's last line,
+    # never passed. Any other stage's 77 fails it.
+    if [ $rc = 77 ] && [ "${STAGE_MAY_SKIP:-0}" = 1 ]; then return 0; fi
     return $rc
+}
+
+# The names of the stages that were skipped, comma-separated.
+stages_skipped() {
+    [ -s "$STAGES_FILE" ] || return 0
+    awk -F'\t' '$6 == "skipped" { printf "%s%s", (n++ ? ", " : ""), $1 }' "$STAGES_FILE"
 }
 
 stage_report() {
