@@ -77,6 +77,22 @@ pub fn probe_line(g: &GpuFacts, nvl_domain: bool) -> String {
     format!("{} {pci} {verdict}", g.minor)
 }
 
+/// Each of the step's GPUs (Slurm's `indices`) with its NVIDIA device minor,
+/// from Slurm's own index-to-file map (crate::gpus::gres_conf::gpu_devices:
+/// gres.conf's order, `/dev/nvidiaN` where GPUs are autodetected); a GPU
+/// whose file is not an NVIDIA device node is left out (the probe knows
+/// NVIDIA's GPUs only).
+pub fn probe_pairs(devices: &[(u32, String)], indices: &[u32]) -> Vec<(u32, u32)> {
+    indices
+        .iter()
+        .filter_map(|&i| {
+            let (_, file) = devices.iter().find(|(j, _)| *j == i)?;
+            let minor = file.strip_prefix("/dev/nvidia")?;
+            Some((i, crate::number::parse_u32(minor)?))
+        })
+        .collect()
+}
+
 /// The preflight's refusal from the probe's answer: the first GPU of
 /// Slurm's `gpus` (index, minor) whose line is not `ok`, named by node,
 /// Slurm's index and PCI address. GPUs the probe did not name pass.
@@ -233,6 +249,24 @@ mod tests {
             }),
             ..healthy(0)
         }
+    }
+
+    /// Slurm's index is not the minor where gres.conf lists the devices out
+    /// of order: the probe is asked about, and a refusal names, the right
+    /// one. Not NVIDIA's device files (AMD's, Intel's) are not asked about.
+    #[test]
+    fn slurms_index_goes_to_the_minor_gres_conf_gives_it() {
+        let gres = "NodeName=n1 Name=gpu File=/dev/nvidia3\nNodeName=n1 Name=gpu File=/dev/nvidia1\n";
+        let devices = crate::gpus::gres_conf::gpu_devices(gres, "n1", &[0, 1]);
+        let pairs = probe_pairs(&devices, &[0, 1]);
+        assert_eq!(pairs, [(0, 3), (1, 1)]);
+        let answer = "1 00000000:3C:00.0 ok\n3 00000000:3E:00.0 a row remap failed\n";
+        assert_eq!(
+            refusal("n1", &pairs, answer).as_deref(),
+            Some("n1: GPU 0 (00000000:3E:00.0): a row remap failed")
+        );
+        let amd = vec![(0, "/dev/dri/renderD128".to_string())];
+        assert_eq!(probe_pairs(&amd, &[0]), []);
     }
 
     /// GPUs not the step's, garbage and an empty answer (no library) pass.

@@ -13,6 +13,8 @@ use std::path::Path;
 
 use super::handle::Spank;
 use crate::core::gpu_health;
+use crate::core::gpus::gres_conf::gpu_devices;
+use crate::core::os::slurm_conf_file;
 use crate::core::preflight::{Checks, Device, Host, Link, check};
 use crate::core::{Error, Node, Result};
 
@@ -24,10 +26,14 @@ pub fn run(spank: &Spank, node: &Node) -> Result<()> {
     let gpus = spank.getenv("SLURM_STEP_GPUS")?;
     let checks = Checks::of(node, gpus.as_deref());
     check(&checks, &mut OnHost)?;
-    // The GPUs' own health (NVIDIA's library, in an exec'd probe): Slurm's
-    // index i is the device of minor i, as the device node check reads it.
-    let pairs: Vec<(u32, u32)> = checks.gpus.iter().map(|&i| (i, i)).collect();
-    let answer = super::gpu_probe::probe(&checks.gpus);
+    // The GPUs' own health (NVIDIA's library, in an exec'd probe), each of
+    // Slurm's indices asked about by the device minor gres.conf gives it.
+    let gres = slurm_conf_file("gres.conf").unwrap_or_default();
+    let nodename = node.step().nodename.clone().unwrap_or_default();
+    let devices = gpu_devices(&gres, &nodename, &checks.gpus);
+    let pairs = gpu_health::probe_pairs(&devices, &checks.gpus);
+    let minors: Vec<u32> = pairs.iter().map(|&(_, minor)| minor).collect();
+    let answer = super::gpu_probe::probe(&minors);
     match gpu_health::refusal(&checks.node, &pairs, &answer) {
         Some(why) => Err(Error::new(why)),
         None => Ok(()),

@@ -349,6 +349,8 @@ fn a_gpu_the_library_reports_unfit_is_refused_naming_node_and_gpu() {
     let step = ["-N1", "-w", "node2", "--gres=gpu:2", "--torch-cluster"];
     let payload = "exec perl -e \"sleep 30; print qq(finished\\n)\"";
     for (state, why) in [
+        ("retired", "pages are pending retirement (reset the GPU)"),
+        ("remap", "a row remap failed"),
         ("ecc", "3 volatile uncorrectable ECC error(s)"),
         ("fabric", "its NVLink fabric is not completed (state 2)"),
     ] {
