@@ -16,7 +16,8 @@ fn script() -> Command {
 
 #[test]
 fn reads_each_gpus_cpu_affinity_from_nvidia_smi_topo() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu/nvidia-smi-topo.txt");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu/nvidia-smi-topo.txt");
     let out = script().arg("--parse").arg(&fixture).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(

@@ -432,7 +432,7 @@ fn an_async_step_exiting_with_the_code_requeues_its_job() {
     let body = "echo \"incarnation=${SLURM_RESTART_COUNT:-0}\"\n\
         if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n\
           srun --async -N1 -n1 --tf-requeue-on=43 bash -c 'exit 43'\n\
-          sleep 120; echo not-requeued\n\
+          sleep 120 && echo not-requeued\n\
         fi";
     let job = job("async-requeue", &["--requeue", "--open-mode=append"], body);
     let incarnations: Vec<&str> = job

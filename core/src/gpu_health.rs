@@ -256,7 +256,8 @@ mod tests {
     /// one. Not NVIDIA's device files (AMD's, Intel's) are not asked about.
     #[test]
     fn slurms_index_goes_to_the_minor_gres_conf_gives_it() {
-        let gres = "NodeName=n1 Name=gpu File=/dev/nvidia3\nNodeName=n1 Name=gpu File=/dev/nvidia1\n";
+        let gres =
+            "NodeName=n1 Name=gpu File=/dev/nvidia3\nNodeName=n1 Name=gpu File=/dev/nvidia1\n";
         let devices = crate::gpus::gres_conf::gpu_devices(gres, "n1", &[0, 1]);
         let pairs = probe_pairs(&devices, &[0, 1]);
         assert_eq!(pairs, [(0, 3), (1, 1)]);

@@ -128,7 +128,7 @@ mod tests {
         assert!(needed(Imex::Required, false, false, 2));
         assert!(!needed(Imex::Required, false, false, 1));
         assert!(!needed(Imex::Off, true, true, 4));
-        let mut s = crate::Settings::default();
+        let mut s = crate::settings::Settings::default();
         assert_eq!(s.imex, Imex::Auto);
         s.set("imex", "required").unwrap();
         assert_eq!(s.imex, Imex::Required);
