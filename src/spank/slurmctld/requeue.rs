@@ -91,8 +91,7 @@ pub fn task_exit(spank: &Spank, settings: &Settings, node: Option<&str>) {
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == i32::from(code)) {
         return;
     }
-    let first = spank.node_id().map_or(true, |n| n == 0);
-    requeue(spank, settings, node, Cause::Code(code), first);
+    requeue(spank, settings, node, Cause::Code(code));
 }
 
 /// After a task the preflight refused exits, in a step with
@@ -102,12 +101,14 @@ pub fn task_exit(spank: &Spank, settings: &Settings, node: Option<&str>) {
 /// make one requeue RPC, not one each.
 pub fn refused(spank: &Spank, settings: &Settings, node: Option<&str>) {
     if let Some(code) = settings.requeue_on {
-        let first = spank.node_id().map_or(true, |n| n == 0);
-        requeue(spank, settings, node, Cause::Refused(code), first);
+        requeue(spank, settings, node, Cause::Refused(code));
     }
 }
 
-fn requeue(spank: &Spank, settings: &Settings, node: Option<&str>, cause: Cause, first: bool) {
+/// Node 0 of the step (`first`) asks at once, any other node after
+/// giving node 0 [`GRACE`], whatever the cause.
+fn requeue(spank: &Spank, settings: &Settings, node: Option<&str>, cause: Cause) {
+    let first = spank.node_id().map_or(true, |n| n == 0);
     if SENT.swap(true, Ordering::SeqCst) {
         return;
     }
