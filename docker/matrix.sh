@@ -36,12 +36,14 @@
 #        the units of lane alt (the testbed in another configuration) one after
 #        another on testbed tfc-ID-S-alt, in the file's order;
 #        those of lane main from a queue both lanes take from (the file's order,
-#        the units on S alone first): on testbed tfc-ID-S, TFC_MATRIX_BINARIES
+#        the units of lane first, then those on S alone first; a unit of lane
+#        first with its testbed's containers at a CPU weight far above the
+#        others' while it runs): on testbed tfc-ID-S, TFC_MATRIX_BINARIES
 #        (default 1) at a time (tests/common/testbed.rs's lock keeps a test that
 #        swaps plugstack.conf alone on its testbed, across processes), and on
 #        tfc-ID-S-alt once its own units are done
 #      each testbed comes up on its first test and is removed afterwards
-#      (TFC_KEEP=1 keeps them); then the units of lane end, alone, suite by suite.
+#      (TFC_KEEP=1 keeps them).
 # ID is a hash of this checkout's path (TFC_MATRIX_PREFIX=P gives P-S instead), so
 # runs from two checkouts on one Docker host never share a testbed; the default
 # testbed (prefix tfc, docker/run) is never touched. The prefixes are printed.
@@ -138,7 +140,7 @@ fi
 # shellcheck source=tests/where.sh
 source tests/where.sh
 known_suites="bookworm trixie forky"
-mapfile -t binaries < <(where_binaries alt main end)
+mapfile -t binaries < <(where_binaries alt main first)
 
 # The test binaries, built once (the host's build: they only drive docker):
 # name and path of each in $lists/binaries.tsv.
@@ -268,13 +270,42 @@ run_unit() {
         echo "$label: none of its tests runs on $suite (tests/where.tsv)" >"$out"
         return 0
     fi
+    # A unit of lane first runs as on a quiet machine: its testbed's containers
+    # (up, or brought up by its first test) get the CPU first; the other lanes
+    # take the rest.
+    local boost=
+    if [[ " ${first[*]} " == *" $label "* ]]; then
+        weigh "$bed" "$out.done" &
+        boost=$!
+    fi
     # shellcheck disable=SC2086 # TFC_CARGO_TEST_ARGS: words
     if ! TFC_SUITE=$suite TFC_PREFIX=$bed TFC_PLUGIN_DIR=$dir/release TFC_DEB_DIR=$dir/deb \
         stage "$suite $label" "${exe[${unit_bin[$label]}]}" --exact "${names[@]}" ${TFC_CARGO_TEST_ARGS-} >"$out" 2>&1; then
+        [ -z "$boost" ] || { touch "$out.done"; wait "$boost" || true; }
         echo "$suite $label" >>"$logs/failed"
         log "$suite" "$label FAILED (log: $out)"
         return 1
     fi
+    [ -z "$boost" ] || { touch "$out.done"; wait "$boost" || true; }
+}
+
+# Sets the CPU weight of testbed $1's containers (PREFIX-ctl, PREFIX-nodeN) to
+# 100 times the default, again whenever they change (the testbed comes up or
+# is brought up again), until file $2 exists; then back to the default.
+weigh() {
+    local bed=$1 done=$2 ids set=
+    rm -f "$done"
+    until [ -e "$done" ]; do
+        ids=$(docker ps -q --filter "name=^$bed-(ctl|node[0-9]+)\$" | sort | tr '\n' ' ')
+        if [ -n "$ids" ] && [ "$ids" != "$set" ]; then
+            # shellcheck disable=SC2086 # the ids: words
+            docker update --cpu-shares 102400 $ids >/dev/null 2>&1 && set=$ids
+        fi
+        sleep 1
+    done
+    # shellcheck disable=SC2086 # the ids: words
+    [ -z "$set" ] || docker update --cpu-shares 1024 $set >/dev/null 2>&1 || true
+    rm -f "$done"
 }
 
 # Claims unit $2 of suite $1 from the suite's queue: true for the one lane
@@ -321,7 +352,8 @@ run_suite() {
     log "$suite" "testing (logs: $logs/$suite/)"
     rm -rf "$logs/$suite/.claims"
     mkdir -p "$logs/$suite/.claims"
-    local -a alone own=() queue=()
+    local -a alone own=() queue=() first=()
+    mapfile -t first < <(units_of "$suite" first)
     mapfile -t alone < <(units_of "$suite" alt)
     # The units that run on this suite alone first in its queue: elsewhere they
     # end at once or run less, here they are among the longest.
@@ -329,7 +361,7 @@ run_suite() {
     while read -r name; do
         if only_here "$suite" "$name"; then own+=("$name"); else queue+=("$name"); fi
     done < <(units_of "$suite" main)
-    queue=("${own[@]}" "${queue[@]}")
+    queue=("${first[@]}" "${own[@]}" "${queue[@]}")
     log "$suite" "testbeds $prefix-$suite and $prefix-$suite-alt (first ${alone[*]}), the queue: ${queue[*]}"
     run_lane "$suite" "$prefix-$suite" many &
     local p1=$!
@@ -353,15 +385,6 @@ for suite in "${suites[@]}"; do
     fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
-# The units that run alone at the end (lane end), suite by suite.
-for suite in "${suites[@]}"; do
-    while read -r name; do
-        log "$suite" "$name, alone at the end"
-        run_unit "$suite" "$name" "$prefix-$suite" || true
-        [ "${TFC_KEEP:-0}" = 1 ] ||
-            TFC_SUITE=$suite TFC_PREFIX=$prefix-$suite docker/testbed.sh down >>"$logs/$suite/testbed.log" 2>&1 || true
-    done < <(units_of "$suite" end)
-done
 
 [ $report = 0 ] || stage_report "matrix: time per suite, build and unit"
 if [ -s "$logs/failed" ]; then

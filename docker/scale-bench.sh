@@ -36,6 +36,12 @@
 #    tf2/tf and floor-tf2/floor-tf are the noise floor (A/A).
 #    SCALE_PROBES_ONLY=1 skips the timed launches (2.).
 #
+# SCALE_GPUS=G: every node has G GPUs (fixture kernel files and device nodes,
+# docker/scale/cluster.sh) and every step holds all of them (--gres=gpu:G);
+# the checks add the binding (each task on the CPU near its GPU; Slurm's CPUs
+# with --tf-bind=off), the timed and probe variants add tf-off and torch-off
+# (--tf-bind=off): tf/tf-off and torch/torch-off are the binding's cost.
+#
 # Everything runs in a private mount namespace and stops on exit (trap).
 set -Eeuo pipefail
 # Fail loudly: name the command that failed.
@@ -84,6 +90,7 @@ if scale_step block --tf-cluster=chief:1,worker:$((TASKS - 1)) true >/dev/null 2
     scale_die "--tf-cluster was accepted with the plugin absent"
 fi
 scale_plugstack plugin
+((${SCALE_GPUS:-0} == 0)) || scale_bind_check
 check_s=$((SECONDS - t0))
 if [ "${SCALE_SMOKE:-0}" = 1 ]; then
     scale_note "smoke: $SCALE_NODES nodes x $SCALE_TPN tasks, tf and torch, block and cyclic: every task right (${check_s} s)"
@@ -106,9 +113,12 @@ run() {
     tf) scale_plugstack plugin; timed "$2" --tf-cluster=chief:1,worker:$((TASKS - 1)) ;;
     tf-nopf) scale_plugstack plugin; timed "$2" --tf-cluster=chief:1,worker:$((TASKS - 1)) --tf-preflight=false ;;
     torch) scale_plugstack plugin; timed "$2" --torch-cluster ;;
+    tf-off) scale_plugstack plugin; timed "$2" --tf-cluster=chief:1,worker:$((TASKS - 1)) --tf-bind=off ;;
+    torch-off) scale_plugstack plugin; timed "$2" --torch-cluster --tf-bind=off ;;
     esac
 }
 variants=(absent none none2 tf tf-nopf torch)
+((${SCALE_GPUS:-0} == 0)) || variants=(absent none none2 tf tf-off torch torch-off)
 if [ "${SCALE_PROBES_ONLY:-0}" = 1 ]; then ROUNDS=0; variants=(); fi
 scale_note "warming up"
 for v in "${variants[@]}"; do run "$v" block >/dev/null; done
@@ -162,6 +172,8 @@ probe_args() { # the step's options of a probe variant
     case $1 in
     tf | tf2) echo "--tf-cluster=chief:1,worker:$((TASKS - 1))" ;;
     torch) echo --torch-cluster ;;
+    tf-off) echo "--tf-cluster=chief:1,worker:$((TASKS - 1)) --tf-bind=off" ;;
+    torch-off) echo "--torch-cluster --tf-bind=off" ;;
     esac
 }
 probe_stack() {
@@ -173,6 +185,7 @@ probe_stack() {
     esac
 }
 probes=(absent none tf tf2 floor-tf floor-tf2 torch floor-torch)
+((${SCALE_GPUS:-0} == 0)) || probes+=(tf-off torch-off)
 for p in "${probes[@]}"; do : >"$SCALE_RUN/out/probe-$p"; done
 PROBE_ROUNDS=${PROBE_ROUNDS:-3}
 scale_note "$PROBE_ROUNDS probe rounds of ${probes[*]}, each round in a random order"
@@ -207,7 +220,7 @@ probe_median() { awk -v k="$1" -v c="$2" '$1 == k { print $c }' "$SCALE_RUN/out/
 probe_max() { awk -v k="$1" -v c="$2" '$1 == k && $c > m { m = $c } END { print m + 0 }' "$SCALE_RUN/out/probe-$3"; }
 
 echo
-echo "scale-bench: $SCALE_NODES nodes x $SCALE_TPN tasks = $TASKS tasks, $ROUNDS rounds ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F))"
+echo "scale-bench: $SCALE_NODES nodes x $SCALE_TPN tasks = $TASKS tasks${SCALE_GPUS:+, $SCALE_GPUS GPUs per node}, $ROUNDS rounds ($(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%F))"
 echo "checks: tf and torch, block and cyclic, every task right (${check_s} s)"
 if ((ROUNDS)); then
 printf '%-7s %10s %22s\n' variant median "p10 - p90"
@@ -220,9 +233,11 @@ for v in "${variants[@]}"; do
         'BEGIN { printf "%-7s %7.1f ms %9.1f - %.1f ms\n", v, m / 1000, lo / 1000, hi / 1000 }'
 done
 awk -v a="${med[absent]}" -v n="${med[none]}" -v n2="${med[none2]}" -v tf="${med[tf]}" -v to="${med[torch]}" \
-    -v np="${med[tf-nopf]}" 'BEGIN {
+    -v np="${med[tf-nopf]:-}" -v tfo="${med[tf-off]:-}" -v too="${med[torch-off]:-}" 'BEGIN {
     printf "ratio none2/none  %.3f  (noise floor)\n", n2 / n
-    printf "ratio tf/tf-nopf  %.3f  (the preflight)\n", tf / np
+    if (np) printf "ratio tf/tf-nopf  %.3f  (the preflight)\n", tf / np
+    if (tfo) printf "ratio tf/tf-off   %.3f  (binding each task to its GPUs\x27 CPUs)\n", tf / tfo
+    if (too) printf "ratio torch/torch-off %.3f  (binding)\n", to / too
     printf "ratio none/absent %.3f  (loading the plugin)\n", n / a
     printf "ratio tf/none     %.3f\n", tf / n
     printf "ratio torch/none  %.3f\n", to / n }'

@@ -81,7 +81,7 @@ STAGE_MAY_SKIP=1 step "host: GPU affinity" bash tests/gpu-affinity.sh
 # The testbed binaries (docker/matrix.sh runs them; the same command, so
 # there it finds them built): built now, while the images still build.
 testbed_tests=()
-for name in $(where_binaries alt main end); do testbed_tests+=(--test "$name"); done
+for name in $(where_binaries alt main first); do testbed_tests+=(--test "$name"); done
 step "host: build the testbed binaries" cargo test --profile tests --no-run "${testbed_tests[@]}"
 # tests/where.tsv against the tests, without Docker: a test it does not place
 # fails here, before the images are waited for (the matrix checks again).

@@ -67,8 +67,8 @@ where_check_lines() {
         [[ "$targets" == *" $binary "* ]] || errors+=("$binary: no tests/$binary.rs or tests/$binary/main.rs")
         case $lane in
         host) [ "$unit" = - ] && [ "$suites" = - ] || errors+=("$binary $unit: a host line is '$binary - - host'") ;;
-        main | alt | end | -) ;;
-        *) errors+=("$binary $unit: no lane $lane (host, alt, main, end, -)") ;;
+        main | alt | first | -) ;;
+        *) errors+=("$binary $unit: no lane $lane (host, alt, main, first, -)") ;;
         esac
         if [ "$lane" != host ]; then
             [ "$suites" = all ] || for t in ${suites//,/ }; do

@@ -95,8 +95,14 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 PartitionName=scale Nodes=node[1-$SCALE_NODES] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
+    local gres=
+    if ((${SCALE_GPUS:-0})); then
+        echo "GresTypes=gpu" >>"$SCALE_RUN/etc/slurm.conf"
+        gres=" Gres=gpu:$SCALE_GPUS"
+        scale_gpu_fixture
+    fi
     for ((i = 1; i <= SCALE_NODES; i++)); do
-        echo "NodeName=node$i NodeAddr=$(scale_addr "$i") CPUs=$SCALE_TPN State=UNKNOWN"
+        echo "NodeName=node$i NodeAddr=$(scale_addr "$i") CPUs=$SCALE_TPN$gres State=UNKNOWN"
     done >>"$SCALE_RUN/etc/slurm.conf"
     echo "CgroupPlugin=autodetect" >"$SCALE_RUN/etc/cgroup.conf"
     {
@@ -126,6 +132,46 @@ EOF
             >"$SCALE_RUN/etc/plugstack.timed-floor-$fw"
     done
     cp "$SCALE_RUN/etc/plugstack.plugin" "$SCALE_RUN/etc/plugstack.conf"
+}
+
+# SCALE_GPUS=G: every node has G GPUs, as the NVIDIA driver and sysfs show
+# them, written here (no GPU, no driver): gres.conf's /dev/nvidiaI (character
+# devices of NVIDIA's major 195, minor I), /proc/driver/nvidia/gpus/PCI/
+# information (minor i at PCI 0000:0i:00.0) and /sys/bus/pci/devices/PCI/
+# local_cpulist and numa_node: the first half of the GPUs near CPU 0, the rest
+# near CPU 1 (on one CPU, all near CPU 0). scale_up mounts the PCI tree over
+# sysfs's in the run's mount namespace; each node, in its own mount namespace
+# (it has its own /proc), mounts the driver's tree over /proc/driver and an
+# overlay on /dev holding the device nodes (scale_node_gpus): what slurmd,
+# the preflight and the binding read, and nothing changes on the host.
+scale_gpu_fixture() {
+    local i pci near=0 k=$SCALE_RUN/kernel
+    mkdir -p "$SCALE_RUN/dev" "$k/pci" "$k/driver/nvidia/gpus"
+    ((SCALE_GPUS <= 10)) || scale_die "SCALE_GPUS: at most 10"
+    echo "Name=gpu File=/dev/nvidia[0-$((SCALE_GPUS - 1))]" >"$SCALE_RUN/etc/gres.conf"
+    for ((i = 0; i < SCALE_GPUS; i++)); do
+        mknod "$SCALE_RUN/dev/nvidia$i" c 195 "$i" || scale_die "cannot create the fixture's device files"
+        pci=0000:0$i:00.0
+        mkdir -p "$k/driver/nvidia/gpus/$pci" "$k/pci/$pci"
+        printf 'Model: \t\t Fixture\nDevice Minor: \t %s\nBus Location: \t %s\n' "$i" "$pci" \
+            >"$k/driver/nvidia/gpus/$pci/information"
+        if [ "$(nproc)" -ge 2 ] && ((i >= SCALE_GPUS / 2)); then near=1; fi
+        echo "$near" >"$k/pci/$pci/local_cpulist"
+        echo 0 >"$k/pci/$pci/numa_node"
+    done
+}
+
+# The commands a node runs first (NODE: its name) with SCALE_GPUS: the
+# driver's tree over /proc/driver; /dev as an overlay (its upper layer on a
+# tmpfs of the node's, holding the fixture's device nodes) over the host's
+# /dev, whose submounts (pts, shm, mqueue) are bound back on top.
+scale_node_gpus() {
+    local o=$SCALE_RUN/devov/NODE
+    printf '%s' "mount --bind $SCALE_RUN/kernel/driver /proc/driver && mkdir -p $o && mount -t tmpfs tfcs $o &&
+        mkdir $o/up $o/work $o/stage && cp -a $SCALE_RUN/dev/. $o/up/ && mount --rbind /dev $o/stage &&
+        mount -t overlay tfcs -o lowerdir=/dev,upperdir=$o/up,workdir=$o/work /dev &&
+        for m in pts shm mqueue hugepages; do [ ! -d $o/stage/\$m ] || mount --rbind $o/stage/\$m /dev/\$m || exit 1; done &&
+        [ -c /dev/nvidia0 ] || exit 1;"
 }
 
 # absent | plugin | timed | timed-absent | timed-floor-tf | timed-floor-torch: srun and every new slurmstepd read
@@ -175,6 +221,9 @@ scale_up() {
     mount --bind "$SCALE_RUN/etc" /etc/slurm || scale_die "cannot bind /etc/slurm"
     chmod 700 "$SCALE_RUN/munge"
     mount --bind "$SCALE_RUN/munge" /run/munge || scale_die "cannot bind /run/munge"
+    if ((${SCALE_GPUS:-0})); then
+        mount --bind "$SCALE_RUN/kernel/pci" /sys/bus/pci/devices || scale_die "cannot bind the PCI fixture"
+    fi
     dd if=/dev/urandom of="$SCALE_RUN/munge.key" bs=1024 count=1 status=none
     chmod 400 "$SCALE_RUN/munge.key"
     munged --force --num-threads=8 --key-file="$SCALE_RUN/munge.key" \
@@ -184,13 +233,15 @@ scale_up() {
     scale_hub unshare --uts sh -c 'hostname ctl && exec slurmctld -D -i' \
         >>"$SCALE_RUN/log/slurmctld.out" 2>&1 &
     disown
+    local driver=
+    ((${SCALE_GPUS:-0} == 0)) || driver=$(scale_node_gpus)
     for ((i = 1; i <= SCALE_NODES; i++)); do
         # A PID namespace (and its /proc) per node too: slurmstepd's
         # proctrack/linuxproc scans /proc, which must hold one node's
         # processes as on a real node, not the whole cluster's. Its PID 1 is
         # a shell that reaps the orphans (slurmstepd is one).
         nsenter --net="/run/netns/$SCALE_PREFIX-n$i" unshare --uts --pid --fork --mount-proc \
-            sh -c "hostname node$i || exit 1; slurmd -D & while :; do wait; sleep 1; done" \
+            sh -c "hostname node$i || exit 1; ${driver//NODE/node$i} slurmd -D & while :; do wait; sleep 1; done" \
             >>"$SCALE_RUN/log/slurmd.out" 2>&1 &
         disown
     done
@@ -229,17 +280,22 @@ scale_run() { scale_hub "$@"; }
 # Starts an allocation of every node (TPN tasks each) and prints its job id.
 scale_alloc() {
     local out
-    out=$(scale_hub salloc --no-shell -N "$SCALE_NODES" --ntasks-per-node="$SCALE_TPN" 2>&1) ||
+    local -a gpus=()
+    ((${SCALE_GPUS:-0} == 0)) || gpus=(--gres="gpu:$SCALE_GPUS")
+    out=$(scale_hub salloc --no-shell -N "$SCALE_NODES" --ntasks-per-node="$SCALE_TPN" "${gpus[@]}" 2>&1) ||
         scale_die "salloc failed: $out"
     sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p' <<<"$out"
 }
 
 # One step in allocation $SCALE_JOB: scale_step DIST SRUN-ARGS.. -- CMD..
+# (with SCALE_GPUS, every GPU of each node: a task sees them all)
 scale_step() {
     local dist=$1
+    local -a gpus=()
     shift
+    ((${SCALE_GPUS:-0} == 0)) || gpus=(--gres="gpu:$SCALE_GPUS")
     scale_hub env SLURM_JOB_ID="$SCALE_JOB" srun -N "$SCALE_NODES" \
-        --ntasks-per-node="$SCALE_TPN" -m "$dist" "$@"
+        --ntasks-per-node="$SCALE_TPN" -m "$dist" "${gpus[@]}" "$@"
 }
 
 # What each task prints for scale_check, per framework option.
@@ -316,4 +372,32 @@ scale_check() {
         }' "$out/tasks" >"$out/errors" ||
         { head -n 20 "$out/errors" >&2; scale_die "$fw $dist: $(wc -l <"$out/errors") wrong task(s) (all in $out)"; }
     scale_note "checked $fw $dist: all $tasks tasks on $SCALE_NODES nodes right"
+}
+
+# With SCALE_GPUS: a --torch-cluster step (each task's GPU is its LOCAL_RANK-th
+# of the node's, PyTorch's convention) binds each task with a GPU to the CPU
+# the fixture puts that GPU near (Cpus_allowed_list and TF_CLUSTER_CPUS); with
+# --tf-bind=off every task keeps Slurm's CPUs (task/none: all of them) and no
+# TF_CLUSTER_CPUS.
+scale_bind_check() {
+    local out=$SCALE_RUN/out/bind all
+    mkdir -p "$out"
+    all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    # shellcheck disable=SC2016 # expanded by the task's shell
+    local cmd='echo "$SLURM_LOCALID $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status) ${TF_CLUSTER_CPUS-unset}"'
+    local bind
+    for bind in gpu off; do
+        scale_step block --torch-cluster --tf-bind="$bind" sh -c "$cmd" >"$out/$bind" 2>"$out/$bind.err" ||
+            { cat "$out/$bind.err" >&2; scale_die "bind $bind: the step failed"; }
+        awk -v bind="$bind" -v G="$SCALE_GPUS" -v T="$((SCALE_NODES * SCALE_TPN))" -v all="$all" -v two="$(($(nproc) >= 2))" '
+            {
+                n++
+                if (bind == "off" || $1 >= G) want = all " unset"
+                else { c = (two && $1 >= int(G / 2)) ? 1 : 0; want = c " " c }
+                if ($2 " " $3 != want) { print "local task " $1 ": CPUs and TF_CLUSTER_CPUS " $2 " " $3 ", want " want; e++ }
+            }
+            END { if (n != T) { print n " task lines for " T " tasks"; e++ } exit e > 0 }' "$out/$bind" >"$out/$bind.errors" ||
+            { head -n 10 "$out/$bind.errors" >&2; scale_die "bind $bind: $(wc -l <"$out/$bind.errors") wrong task(s)"; }
+    done
+    scale_note "checked the binding: each of the $((SCALE_NODES * SCALE_TPN)) tasks on the CPU near its GPU, and Slurm's CPUs with --tf-bind=off"
 }

@@ -8,8 +8,9 @@
 //! the step's refusal, carried to each task (never a failure of
 //! `user_init`, which would drain the node of a batch job).
 
+use std::collections::HashMap;
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::handle::Spank;
 use crate::core::gpu_health;
@@ -25,11 +26,17 @@ pub fn run(spank: &Spank, node: &Node) -> Result<()> {
     }
     let gpus = spank.getenv("SLURM_STEP_GPUS")?;
     let checks = Checks::of(node, gpus.as_deref());
-    check(&checks, &mut OnHost)?;
-    // The GPUs' own health (NVIDIA's library, in an exec'd probe), each of
-    // Slurm's indices asked about by the device minor gres.conf gives it.
     let gres = slurm_conf_file("gres.conf").unwrap_or_default();
     let nodename = node.step().nodename.clone().unwrap_or_default();
+    let mut host = OnHost {
+        dev: PathBuf::from("/dev"),
+        driver: PathBuf::from(NVIDIA_DRIVER),
+        // Only the files gres.conf names (no step GPUs: no default naming).
+        named: gpu_devices(&gres, &nodename, &[]).into_iter().collect(),
+    };
+    check(&checks, &mut host)?;
+    // The GPUs' own health (NVIDIA's library, in an exec'd probe), each of
+    // Slurm's indices asked about by the device minor gres.conf gives it.
     let devices = gpu_devices(&gres, &nodename, &checks.gpus);
     let pairs = gpu_health::probe_pairs(&devices, &checks.gpus);
     let minors: Vec<u32> = pairs.iter().map(|&(_, minor)| minor).collect();
@@ -40,7 +47,14 @@ pub fn run(spank: &Spank, node: &Node) -> Result<()> {
     }
 }
 
-struct OnHost;
+struct OnHost {
+    /// Where NVIDIA's default device nodes are (`/dev`).
+    dev: PathBuf,
+    /// The NVIDIA driver's directory.
+    driver: PathBuf,
+    /// The device file gres.conf names for each of Slurm's GPU indices.
+    named: HashMap<u32, String>,
+}
 
 impl Host for OnHost {
     /// From getifaddrs, in the namespace slurmstepd runs in: /sys/class/net
@@ -59,8 +73,15 @@ impl Host for OnHost {
         bind_any(port)
     }
 
+    /// The file gres.conf names for the index (it must be there), else
+    /// NVIDIA's `/dev/nvidia<index>` where the node names devices so.
     fn gpu_device(&mut self, index: u32) -> Option<Device> {
-        nvidia_device(Path::new("/dev"), Path::new(NVIDIA_DRIVER), index)
+        match self.named.get(&index) {
+            Some(file) => {
+                Some(device_at(Path::new(file)).unwrap_or_else(|| Device::Missing(file.clone())))
+            }
+            None => nvidia_device(&self.dev, &self.driver, index),
+        }
     }
 }
 
@@ -119,12 +140,20 @@ const NVIDIA_DRIVER: &str = "/proc/driver/nvidia";
 /// otherwise.
 fn nvidia_device(dev: &Path, driver: &Path, index: u32) -> Option<Device> {
     let path = dev.join(format!("nvidia{index}"));
-    match std::fs::metadata(&path) {
-        Ok(m) if m.file_type().is_char_device() => Some(Device::Char),
-        Ok(_) => Some(Device::NotChar(path.display().to_string())),
-        Err(_) if driver.exists() || any_nvidia_device(dev) => {
+    match device_at(&path) {
+        Some(found) => Some(found),
+        None if driver.exists() || any_nvidia_device(dev) => {
             Some(Device::Missing(path.display().to_string()))
         }
+        None => None,
+    }
+}
+
+/// What is at `path`: a character device or something else; None: nothing.
+fn device_at(path: &Path) -> Option<Device> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.file_type().is_char_device() => Some(Device::Char),
+        Ok(_) => Some(Device::NotChar(path.display().to_string())),
         Err(_) => None,
     }
 }
@@ -190,9 +219,42 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The device file gres.conf names is the one checked, wherever it is
+    /// (a site's `File=/dev/gpus/0`): present, it passes though no
+    /// `/dev/nvidia<index>` exists on a node with NVIDIA's driver; missing,
+    /// it is named in the refusal.
+    #[test]
+    fn gres_confs_device_file_is_the_one_checked() {
+        let dir = std::env::temp_dir().join(format!("tfc-preflight-gres-{}", std::process::id()));
+        let (dev, site) = (dir.join("dev"), dir.join("site"));
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::create_dir_all(&site).unwrap();
+        std::os::unix::fs::symlink("/dev/null", site.join("gpu0")).unwrap();
+        let file = |n: u32| site.join(format!("gpu{n}")).display().to_string();
+        let mut host = OnHost {
+            dev: dev.clone(),
+            // The driver is there: a missing /dev/nvidia<index> would count.
+            driver: dir.clone(),
+            named: [(0, file(0)), (1, file(1))].into_iter().collect(),
+        };
+        assert_eq!(host.gpu_device(0), Some(Device::Char));
+        assert_eq!(host.gpu_device(1), Some(Device::Missing(file(1))));
+        // An index gres.conf does not name: NVIDIA's naming.
+        assert_eq!(
+            host.gpu_device(2),
+            Some(Device::Missing(dev.join("nvidia2").display().to_string()))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn the_loopback_is_up() {
-        assert_eq!(OnHost.link("lo"), Link::Up);
-        assert_eq!(OnHost.link("tfc-no-such-if"), Link::Absent);
+        let mut host = OnHost {
+            dev: PathBuf::from("/dev"),
+            driver: PathBuf::from(NVIDIA_DRIVER),
+            named: HashMap::new(),
+        };
+        assert_eq!(host.link("lo"), Link::Up);
+        assert_eq!(host.link("tfc-no-such-if"), Link::Absent);
     }
 }
