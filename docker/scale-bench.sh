@@ -25,9 +25,10 @@
 #    Ratios of medians: tf/none and torch/none (the plugin's work),
 #    none/absent (loading it), none2/none (two identical series).
 # 3. Probes (untimed steps, plugstack with two probe plugins around the plugin,
-#    docker/scale/timer.c): task_init per task (µs), the task process's VmHWM
-#    at the end of task_init (slurmstepd's fork with the plugin's work in it)
-#    and the step's slurmstepd VmHWM; srun -v's task-map RPC time and bytes.
+#    docker/scale/timer.c): task_init per task and user_init per node (µs
+#    of CPU), the task process's VmHWM at the end of task_init (slurmstepd's
+#    fork with the plugin's work in it) and the step's slurmstepd VmHWM;
+#    srun -v's task-map RPC time and bytes.
 #    Slurm's floor: the variables tf-cluster set in each task of a captured
 #    step are set again by docker/scale/floor.c (spank_setenv, nothing
 #    computed) in the plugin's place: floor-tf, floor-tf2 and floor-torch.
@@ -246,10 +247,10 @@ read -r rpc_m rpc_lo rpc_hi <<<"$(stats "${rpc[@]}")"
 echo "srun task-map RPC: median $rpc_m µs (p10 $rpc_lo, p90 $rpc_hi), map $bytes bytes"
 us() { awk -v n="$1" 'BEGIN { if (n == "-") print "-"; else printf "%.1f", n / 1000 }'; }
 for p in "${probes[@]}"; do
-    printf 'probe %-11s task_init %6s µs cpu %6s µs wall %s faults per task (median of %s)  task VmHWM %s kB (max %s)  slurmstepd VmHWM %s kB  init %s µs cpu per node\n' \
+    printf 'probe %-11s task_init %6s µs cpu %6s µs wall %s faults per task (median of %s)  task VmHWM %s kB (max %s)  slurmstepd VmHWM %s kB  init %s µs, user_init %s µs cpu per node\n' \
         "$p" "$(us "$(probe_median task 6 "$p")")" "$(us "$(probe_median task 3 "$p")")" "$(probe_median task 7 "$p")" \
         "$(grep -c '^task' "$SCALE_RUN/out/probe-$p")" "$(probe_median task 4 "$p")" "$(probe_max task 4 "$p")" \
-        "$(probe_median task 5 "$p")" "$(us "$(probe_median init 4 "$p")")"
+        "$(probe_median task 5 "$p")" "$(us "$(probe_median init 4 "$p")")" "$(us "$(probe_median user 4 "$p")")"
 done
 # task_init against Slurm's floor: medians of the probes' CPU per task.
 pm() { probe_median task 6 "$1"; }

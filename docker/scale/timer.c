@@ -9,6 +9,8 @@
  * in the process environment, stop takes the difference. In slurmstepd it
  * appends one line per event to dir/<host name>:
  *   init <pid> <wall ns> <cpu ns> <minor faults>   slurm_spank_init of the plugin between
+ *   user <pid> <wall ns> <cpu ns> <minor faults>   slurm_spank_user_init (once per node:
+ *                                      where the plugin reads the node's files)
  *   task <pid> <wall ns> <hwm kB> <ppid hwm kB> <cpu ns> <minor faults>
  *                                      task_init, in the task's process
  *                                      just before exec: its VmHWM (the
@@ -62,6 +64,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     if (spank_context() == S_CTX_REMOTE)
         mark("TFCS_INIT_T0");
+    return 0;
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    mark("TFCS_USER_T0");
     return 0;
 }
 
@@ -127,6 +135,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     if (spank_context() == S_CTX_REMOTE)
         record(ac, av, "TFCS_INIT_T0", "init", 0);
+    return 0;
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    record(ac, av, "TFCS_USER_T0", "user", 0);
     return 0;
 }
 
