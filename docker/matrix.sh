@@ -37,8 +37,8 @@
 #        another on testbed tfc-ID-S-alt, in the file's order;
 #        those of lane main from a queue both lanes take from (the file's order,
 #        the units of lane first, then those on S alone first; a unit of lane
-#        first with its testbed's containers at a CPU weight far above the
-#        others' while it runs): on testbed tfc-ID-S, TFC_MATRIX_BINARIES
+#        first with its testbed's containers at 8 times the others' CPU
+#        weight while it runs): on testbed tfc-ID-S, TFC_MATRIX_BINARIES
 #        (default 1) at a time (tests/common/testbed.rs's lock keeps a test that
 #        swaps plugstack.conf alone on its testbed, across processes), and on
 #        tfc-ID-S-alt once its own units are done
@@ -270,9 +270,9 @@ run_unit() {
         echo "$label: none of its tests runs on $suite (tests/where.tsv)" >"$out"
         return 0
     fi
-    # A unit of lane first runs as on a quiet machine: its testbed's containers
-    # (up, or brought up by its first test) get the CPU first; the other lanes
-    # take the rest.
+    # A unit of lane first runs as on a quieter machine: its testbed's
+    # containers (up, or brought up by its first test) get most of the CPU
+    # they ask for; the other lanes take the rest.
     local boost=
     if [[ " ${first[*]} " == *" $label "* ]]; then
         weigh "$bed" "$out.done" &
@@ -290,8 +290,11 @@ run_unit() {
 }
 
 # Sets the CPU weight of testbed $1's containers (PREFIX-ctl, PREFIX-nodeN) to
-# 100 times the default, again whenever they change (the testbed comes up or
-# is brought up again), until file $2 exists; then back to the default.
+# 8 times the default, again whenever they change (the testbed comes up or is
+# brought up again), until file $2 exists; then back to the default. With
+# every other container busy, its 4 get about 60% of the CPU; at 100 times,
+# the others starved: a testbed's slurmd missed slurmctld's pings for its 20 s
+# SlurmdTimeout and Slurm set its nodes down.
 weigh() {
     local bed=$1 done=$2 ids set=
     rm -f "$done"
@@ -299,7 +302,7 @@ weigh() {
         ids=$(docker ps -q --filter "name=^$bed-(ctl|node[0-9]+)\$" | sort | tr '\n' ' ')
         if [ -n "$ids" ] && [ "$ids" != "$set" ]; then
             # shellcheck disable=SC2086 # the ids: words
-            docker update --cpu-shares 102400 $ids >/dev/null 2>&1 && set=$ids
+            docker update --cpu-shares 8192 $ids >/dev/null 2>&1 && set=$ids
         fi
         sleep 1
     done

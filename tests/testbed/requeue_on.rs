@@ -170,7 +170,11 @@ pub(crate) fn requeue_errors(job: &str) -> Vec<String> {
             let names_job = text
                 .split(|c: char| !c.is_ascii_digit())
                 .any(|word| word == job);
-            let notice = line.contains(" CANCELLED AT ") && line.contains("DUE TO JOB REQUEUE");
+            // Slurm's notice of the requeue, and the plugin's announcement of
+            // one (a refused node's line: "…: the job is requeued without
+            // this node (--tf-requeue-on)"), are no errors about a requeue.
+            let notice = (line.contains(" CANCELLED AT ") && line.contains("DUE TO JOB REQUEUE"))
+                || (line.contains(": the job is requeued") && line.contains("(--tf-requeue-on)"));
             if names_job && lower.contains("error") && lower.contains("requeue") && !notice {
                 found.push(format!("{host}: {line}"));
             }
