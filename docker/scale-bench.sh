@@ -42,6 +42,9 @@
 # the checks add the binding (each task on the CPU near its GPU; Slurm's CPUs
 # with --tf-bind=off), the timed and probe variants add tf-off and torch-off
 # (--tf-bind=off): tf/tf-off and torch/torch-off are the binding's cost.
+# SCALE_GPU_NEAR=all puts every GPU near every CPU: PyTorch's tasks are then
+# bound to the CPUs they had (the binding's work without the emulation's cost
+# of moving tasks of all nodes onto the same real CPU).
 #
 # Everything runs in a private mount namespace and stops on exit (trap).
 set -Eeuo pipefail

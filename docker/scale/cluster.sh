@@ -139,7 +139,9 @@ EOF
 # devices of NVIDIA's major 195, minor I), /proc/driver/nvidia/gpus/PCI/
 # information (minor i at PCI 0000:0i:00.0) and /sys/bus/pci/devices/PCI/
 # local_cpulist and numa_node: the first half of the GPUs near CPU 0, the rest
-# near CPU 1 (on one CPU, all near CPU 0). scale_up mounts the PCI tree over
+# near CPU 1 (on one CPU, all near CPU 0; SCALE_GPU_NEAR=all: every GPU near
+# every CPU, so that binding does all its work but moves no task off the
+# CPUs it had, which on this one machine all nodes share). scale_up mounts the PCI tree over
 # sysfs's in the run's mount namespace; each node, in its own mount namespace
 # (it has its own /proc), mounts the driver's tree over /proc/driver and an
 # overlay on /dev holding the device nodes (scale_node_gpus): what slurmd,
@@ -156,6 +158,7 @@ scale_gpu_fixture() {
         printf 'Model: \t\t Fixture\nDevice Minor: \t %s\nBus Location: \t %s\n' "$i" "$pci" \
             >"$k/driver/nvidia/gpus/$pci/information"
         if [ "$(nproc)" -ge 2 ] && ((i >= SCALE_GPUS / 2)); then near=1; fi
+        if [ "${SCALE_GPU_NEAR:-split}" = all ]; then near=0-$(($(nproc) - 1)); fi
         echo "$near" >"$k/pci/$pci/local_cpulist"
         echo 0 >"$k/pci/$pci/numa_node"
     done
@@ -389,10 +392,12 @@ scale_bind_check() {
     for bind in gpu off; do
         scale_step block --torch-cluster --tf-bind="$bind" sh -c "$cmd" >"$out/$bind" 2>"$out/$bind.err" ||
             { cat "$out/$bind.err" >&2; scale_die "bind $bind: the step failed"; }
-        awk -v bind="$bind" -v G="$SCALE_GPUS" -v T="$((SCALE_NODES * SCALE_TPN))" -v all="$all" -v two="$(($(nproc) >= 2))" '
+        awk -v bind="$bind" -v G="$SCALE_GPUS" -v T="$((SCALE_NODES * SCALE_TPN))" -v all="$all" \
+            -v two="$(($(nproc) >= 2))" -v near="${SCALE_GPU_NEAR:-split}" '
             {
                 n++
                 if (bind == "off" || $1 >= G) want = all " unset"
+                else if (near == "all") want = all " " all
                 else { c = (two && $1 >= int(G / 2)) ? 1 : 0; want = c " " c }
                 if ($2 " " $3 != want) { print "local task " $1 ": CPUs and TF_CLUSTER_CPUS " $2 " " $3 ", want " want; e++ }
             }
