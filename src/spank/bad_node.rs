@@ -13,8 +13,13 @@ use crate::core::{Error, Node, Result, Settings};
 /// The node's preflight (super::preflight). Its refusal, in a step with
 /// `--tf-requeue-on`, says that the job is requeued, and leaves the step's
 /// settings in `refused` for `task_exit`, which requeues it.
-pub fn preflight(spank: &Spank, node: &Node, refused: &OnceLock<Box<Settings>>) -> Result<()> {
-    let Err(e) = super::preflight::run(spank, node) else {
+pub fn preflight(
+    spank: &Spank,
+    node: &Node,
+    gres: &str,
+    refused: &OnceLock<Box<Settings>>,
+) -> Result<()> {
+    let Err(e) = super::preflight::run(spank, node, gres) else {
         return Ok(());
     };
     let settings = node.settings();

@@ -15,29 +15,28 @@ use std::path::{Path, PathBuf};
 use super::handle::Spank;
 use crate::core::gpu_health;
 use crate::core::gpus::gres_conf::gpu_devices;
-use crate::core::os::slurm_conf_file;
 use crate::core::preflight::{Checks, Device, Host, Link, check};
 use crate::core::{Error, Node, Result};
 
-/// Runs the node's preflight unless the step or the site turned it off.
-pub fn run(spank: &Spank, node: &Node) -> Result<()> {
+/// Runs the node's preflight unless the step or the site turned it off;
+/// `gres`: the node's gres.conf (read once per node, for the binding too).
+pub fn run(spank: &Spank, node: &Node, gres: &str) -> Result<()> {
     if !node.settings().preflight {
         return Ok(());
     }
     let gpus = spank.getenv("SLURM_STEP_GPUS")?;
     let checks = Checks::of(node, gpus.as_deref());
-    let gres = slurm_conf_file("gres.conf").unwrap_or_default();
     let nodename = node.step().nodename.clone().unwrap_or_default();
     let mut host = OnHost {
         dev: PathBuf::from("/dev"),
         driver: PathBuf::from(NVIDIA_DRIVER),
         // Only the files gres.conf names (no step GPUs: no default naming).
-        named: gpu_devices(&gres, &nodename, &[]).into_iter().collect(),
+        named: gpu_devices(gres, &nodename, &[]).into_iter().collect(),
     };
     check(&checks, &mut host)?;
     // The GPUs' own health (NVIDIA's library, in an exec'd probe), each of
     // Slurm's indices asked about by the device minor gres.conf gives it.
-    let devices = gpu_devices(&gres, &nodename, &checks.gpus);
+    let devices = gpu_devices(gres, &nodename, &checks.gpus);
     let pairs = gpu_health::probe_pairs(&devices, &checks.gpus);
     let minors: Vec<u32> = pairs.iter().map(|&(_, minor)| minor).collect();
     let answer = super::gpu_probe::probe(&minors);

@@ -38,7 +38,12 @@ pub struct NodeBind {
 }
 
 /// In `user_init`: the node's plan, or None (nothing is bound).
-pub fn prepare(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -> Option<NodeBind> {
+pub fn prepare(
+    spank: &Spank,
+    node: &Node,
+    gres: &str,
+    host_env: &HashMap<String, String>,
+) -> Option<NodeBind> {
     if node.settings().bind == Bind::Off {
         return None;
     }
@@ -54,10 +59,9 @@ pub fn prepare(spank: &Spank, node: &Node, host_env: &HashMap<String, String>) -
     }
     let step_gpus = gpu_indices(host_env.get("SLURM_STEP_GPUS")?);
     let mut host = Root(PathBuf::from("/"));
-    let gres = slurm_conf_file("gres.conf");
     let cgroup = slurm_conf_file("cgroup.conf");
     let nodename = node.step().nodename.clone().unwrap_or_default();
-    let devices = gpu_devices(&gres.unwrap_or_default(), &nodename, &step_gpus);
+    let devices = gpu_devices(gres, &nodename, &step_gpus);
     let topology = Topology::read(&mut Root(kernel_root(spank)), &devices);
     let local_ids = cgroup.as_deref().is_some_and(constrains_devices);
     let plan = CpuPlan::new(topology, step_cpus(&mut host)?, step_gpus, local_ids)?;

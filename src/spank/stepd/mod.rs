@@ -84,6 +84,7 @@ use super::private_dir::PrivateDir;
 use super::slurmctld::step_kill::HostKill;
 use crate::core::gpus::bind::Recorded;
 use crate::core::handoff;
+use crate::core::os::slurm_conf_file;
 use crate::core::record::DebugFiles;
 use crate::core::{self, Asked, Error, Node, Result, Settings, Step, StepKind};
 
@@ -266,8 +267,10 @@ impl Stepd {
         recorded_bind: Recorded,
         host_env: HashMap<String, String>,
     ) -> Result<Prepared> {
-        // The node's files read once, here on the host (see bind.rs).
-        let bind = bind::prepare(spank, &node, &host_env);
+        // The node's files read once, here on the host (see bind.rs);
+        // gres.conf for the binding and the preflight alike.
+        let gres = slurm_conf_file("gres.conf").unwrap_or_default();
+        let bind = bind::prepare(spank, &node, &gres, &host_env);
         let placed = |local| bind.as_ref()?.placed(&node, local);
         let record = super::record::begin(spank, &node, &placed).map(Box::new);
         // Only where the run's directory was made. The step's environment
@@ -282,7 +285,7 @@ impl Stepd {
         if let Some(dir) = private_dir(spank, &node) {
             let _ = self.private_dir.set(dir);
         }
-        super::bad_node::preflight(spank, &node, &self.preflight_refused)?;
+        super::bad_node::preflight(spank, &node, &gres, &self.preflight_refused)?;
         let imex = host::imex_needed(&bind::kernel_root(spank), &node, &host_env);
         let here = node.render_here(AHEAD_BUDGET).map(|tasks| {
             tasks
