@@ -140,10 +140,10 @@ EOF
 # information (minor i at PCI 0000:0i:00.0) and /sys/bus/pci/devices/PCI/
 # local_cpulist and numa_node: the first half of the GPUs near CPU 0, the rest
 # near CPU 1 (on one CPU, all near CPU 0; SCALE_GPU_NEAR=all: every GPU near
-# every CPU, so that binding does all its work but moves no task off the
-# CPUs it had, which on this one machine all nodes share). scale_up mounts the PCI tree over
-# sysfs's in the run's mount namespace; each node, in its own mount namespace
-# (it has its own /proc), mounts the driver's tree over /proc/driver and an
+# every CPU, so that binding does all its work but moves no task off the CPUs
+# it had, which on this one machine all nodes share). scale_up mounts the PCI
+# tree over sysfs's in the run's mount namespace; each node, in its own mount
+# namespace (it has its own /proc), mounts the driver's tree over /proc/driver and an
 # overlay on /dev holding the device nodes (scale_node_gpus): what slurmd,
 # the preflight and the binding read, and nothing changes on the host.
 scale_gpu_fixture() {
