@@ -143,9 +143,9 @@ EOF
 # every CPU, so that binding does all its work but moves no task off the CPUs
 # it had, which on this one machine all nodes share). scale_up mounts the PCI
 # tree over sysfs's in the run's mount namespace; each node, in its own mount
-# namespace (it has its own /proc), mounts the driver's tree over /proc/driver and an
-# overlay on /dev holding the device nodes (scale_node_gpus): what slurmd,
-# the preflight and the binding read, and nothing changes on the host.
+# namespace (it has its own /proc), mounts the driver's tree over /proc/driver
+# and an overlay on /dev holding the device nodes (scale_node_gpus): what
+# slurmd, the preflight and the binding read; nothing changes on the host.
 scale_gpu_fixture() {
     local i pci near=0 k=$SCALE_RUN/kernel
     mkdir -p "$SCALE_RUN/dev" "$k/pci" "$k/driver/nvidia/gpus"
