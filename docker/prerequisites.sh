@@ -6,6 +6,7 @@
 #   libclang-common-14-dev  clang's stddef.h, which slurm.h needs
 #   debootstrap   builds the testbed's base image when no registry is reachable
 #   valgrind      the memory checks (tests/memcheck.sh)
+#   libclang-rt-14-dev  libFuzzer, built, for the fuzz targets (fuzz/run.sh)
 #   rpm           rpmbuild and rpm: the RPM is built and inspected (packaging/rpm.sh, tests/packages.rs)
 #   cpio          unpacks the RPM to check where its docs land (tests/packages.rs)
 #   docker        runs the testbed
@@ -13,7 +14,8 @@
 set -euo pipefail
 
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(libslurm-dev libclang1-14 libclang-common-14-dev debootstrap valgrind rpm cpio)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(libslurm-dev libclang1-14 libclang-common-14-dev libclang-rt-14-dev debootstrap valgrind
+    rpm cpio)
 need=()
 for pkg in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
