@@ -8,7 +8,7 @@ fn main() {
     let mut args = std::env::args()
         .skip(1)
         .map(|a| a.parse::<u32>().expect("TASKS RESOLUTIONS"));
-    let (tasks, resolutions) = (args.next().unwrap_or(4096), args.next().unwrap_or(10_000));
+    let (tasks, resolutions) = (args.next().unwrap_or(4096), args.next().unwrap_or(1_000));
     let spec = common::spec(tasks);
     // One environment per node position is enough variety; ranks cycle.
     let envs: Vec<_> = (0..tasks.min(64))
