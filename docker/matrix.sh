@@ -143,12 +143,13 @@ known_suites="bookworm trixie forky"
 mapfile -t binaries < <(where_binaries alt main first)
 
 # The test binaries, built once (the host's build: they only drive docker):
-# name and path of each in $lists/binaries.tsv.
+# name and path of each in $lists/binaries.tsv. The same command as
+# tests/run.sh's, which builds them first.
 build_tests() {
     local -a args=()
     local name
     for name in "${binaries[@]}"; do args+=(--test "$name"); done
-    cargo test --profile tests --no-run --message-format=json "${args[@]}" |
+    cargo test --profile tests -p tf-cluster --no-run --message-format=json "${args[@]}" |
         jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test)
             | [.target.name, .executable] | @tsv' >"$lists/binaries.tsv"
 }

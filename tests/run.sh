@@ -82,10 +82,13 @@ step "host: plugin tests" bash -c 'cargo build --profile tests -p tf-cluster --l
 # affinity of its GPU; elsewhere one line and "skipped" (never "passed").
 STAGE_MAY_SKIP=1 step "host: GPU affinity" bash tests/gpu-affinity.sh
 # The testbed binaries (docker/matrix.sh runs them; the same command, so
-# there it finds them built): built now, while the images still build.
+# there it finds them built): built now, while the images still build. With
+# `-p tf-cluster`, as the plugin's builds above: without it the CLI's
+# dependencies unify into syn's features, and syn, bindgen and the plugin
+# compiled again (28 CPU-seconds).
 testbed_tests=()
 for name in $(where_binaries alt main first); do testbed_tests+=(--test "$name"); done
-step "host: build the testbed binaries" cargo test --profile tests --no-run "${testbed_tests[@]}"
+step "host: build the testbed binaries" cargo test --profile tests -p tf-cluster --no-run "${testbed_tests[@]}"
 # tests/where.tsv against the tests, without Docker: a test it does not place
 # fails here, before the images are waited for (the matrix checks again).
 step "host: where each test runs" bash docker/matrix.sh --check
