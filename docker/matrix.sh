@@ -28,7 +28,7 @@
 #        stage), and each suite compiles the plugin twice.
 #   3. the units of tests/where.tsv (a testbed binary whole, or one module of it),
 #      each run directly (the binaries built once, before the suites, by
-#      `cargo test --profile tests --no-run`; they only drive srun through
+#      `cargo test --profile tests -p tf-cluster --no-run`; they only drive srun through
 #      docker/testbed.sh) with the exact names of its tests that run on S,
 #      TFC_SUITE=S TFC_PREFIX=tfc-ID-S TFC_PLUGIN_DIR=target/slurm-S/release
 #      TFC_DEB_DIR=target/slurm-S/deb, in two lanes side by side, each on its own

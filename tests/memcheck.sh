@@ -10,7 +10,10 @@ command -v valgrind >/dev/null || { echo "memcheck: valgrind is not installed" >
 
 vg=(valgrind --quiet --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect
     --errors-for-leak-kinds=definite,indirect)
-cargo build --profile tests --quiet -p tf-cluster-core --example resolve_loop
+# The CLI named too (it has no such example), so that the dependencies' features
+# unify as in tests/run.sh's build of the core's tests: with the core alone, clap,
+# serde and criterion compiled again for this one example.
+cargo build --profile tests --quiet -p tf-cluster-core -p tf-cluster-cli --example resolve_loop
 "${vg[@]}" target/tests/examples/resolve_loop 4096 1000
 
 nodes=$(printf 'node[0001-1024]')
