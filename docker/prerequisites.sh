@@ -6,7 +6,7 @@
 #   libclang-common-14-dev  clang's stddef.h, which slurm.h needs
 #   debootstrap   builds the testbed's base image when no registry is reachable
 #   valgrind      the memory checks (tests/memcheck.sh)
-#   libclang-rt-14-dev  libFuzzer, built, for the fuzz targets (fuzz/run.sh)
+#   libclang-rt-14-dev  libFuzzer, prebuilt, for the fuzz targets (fuzz/run.sh)
 #   rpm           rpmbuild and rpm: the RPM is built and inspected (packaging/rpm.sh, tests/packages.rs)
 #   cpio          unpacks the RPM to check where its docs land (tests/packages.rs)
 #   docker        runs the testbed

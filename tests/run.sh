@@ -46,8 +46,6 @@ read -ra suites <<<"${SUITES:-bookworm trixie forky}"
 bash docker/matrix.sh --images "${suites[@]}" >target/matrix/images.log 2>&1 &
 images=$!
 
-# .ci/run's lint (TFC_LINT=1): here, once the images build, so that they start
-# a minute sooner; a failure fails the run at its end, as any stage's.
 # The host's Slurm headers named as packaging/deb.sh names them (build.rs reruns
 # when either variable changes): its build of the plugin then finds this one's
 # fresh, where it compiled the plugin again (about 23 CPU-seconds).
@@ -55,6 +53,8 @@ images=$!
 source packaging/slurm-headers.sh
 include=${SLURM_INCLUDE_DIR:-/usr/include}
 host_headers=(env SLURM_INCLUDE_DIR="$include" TFC_SLURM_HEADERS_DIGEST="$(headers_digest "$include")")
+# .ci/run's lint (TFC_LINT=1): here, once the images build, so that they start
+# a minute sooner; a failure fails the run at its end, as any stage's.
 if [ "${TFC_LINT:-0}" = 1 ]; then
     step "ci: fmt" cargo fmt --all -- --check
     step "ci: clippy" "${host_headers[@]}" cargo clippy --release --all-targets -- -D warnings
